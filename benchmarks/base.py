@@ -1,0 +1,70 @@
+"""The Protocol contract every evaluation protocol (built-in or plugin) follows."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from harness.config import fingerprint, from_dict, to_dict
+from harness.models import ModelHandle
+
+
+@dataclass
+class ProtocolResult:
+    """One measured number set: becomes one result record."""
+
+    metrics: dict[str, float]
+    dataset: str
+    split: str
+    seed: int | None = None
+    variant: dict[str, Any] = field(default_factory=dict)  # e.g. {"fraction": "1/8"} or {"k": 20}
+    params: dict[str, Any] = field(default_factory=dict)  # extra settings to record
+    artifacts: dict[str, str] = field(default_factory=dict)  # paths of files kept beside
+
+
+class Protocol:
+    """Subclasses set ``Config`` (a dataclass) and implement ``run``.
+
+    ``fingerprint()`` hashes every setting in the config except those listed in
+    ``NOT_IN_FINGERPRINT`` (settings that cannot change the number, such as batch size
+    for inference or a progress-bar switch)."""
+
+    Config: ClassVar[type]  # must have a `dataset: str` field (a registered dataset name)
+    NOT_IN_FINGERPRINT: ClassVar[tuple[str, ...]] = ()
+    # Named recipes: preset name -> config values (e.g. dense_nn "cribo" / "hbird",
+    # linear "dino" / "ibot" / "synclr"). The CLI's --preset picks one.
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+    DEFAULT_PRESET: ClassVar[str | None] = None
+    registry_name: ClassVar[str] = "?"
+
+    def __init__(self, cfg=None, source: str = "<defaults>"):
+        if cfg is None or isinstance(cfg, dict):
+            cfg = from_dict(self.Config, cfg or {}, source)
+        self.cfg = cfg
+
+    @classmethod
+    def from_preset(cls, preset: str | None = None, values: dict[str, Any] | None = None,
+                    source: str = "<command line>") -> "Protocol":
+        """Config = preset values, then ``values`` on top (from YAML / --set / CLI flags)."""
+        preset = preset or cls.DEFAULT_PRESET
+        base: dict[str, Any] = {}
+        if preset is not None:
+            if preset not in cls.PRESETS:
+                from harness.errors import ConfigError
+
+                raise ConfigError(f"unknown preset {preset!r} for protocol {cls.registry_name!r}; "
+                                  f"known presets: {', '.join(sorted(cls.PRESETS)) or '(none)'}")
+            base = dict(cls.PRESETS[preset])
+        return cls({**base, **(values or {})}, source)
+
+    def settings(self) -> dict[str, Any]:
+        d = to_dict(self.cfg)
+        for k in self.NOT_IN_FINGERPRINT:
+            d.pop(k, None)
+        return d
+
+    def fingerprint(self, extra: dict[str, Any] | None = None) -> str:
+        return fingerprint({"protocol": self.registry_name, **self.settings(), **(extra or {})})
+
+    def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
+        raise NotImplementedError

@@ -1,0 +1,214 @@
+"""Command-line interface: `ssl-bench` / `python run_benchmark.py`."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from harness.errors import SslBenchError
+
+DEFAULT_SUITE = "suites/default.yaml"
+
+
+def _threads(n: int | None) -> None:
+    import torch
+
+    if n:
+        torch.set_num_threads(n)
+
+
+def cmd_run(args) -> int:
+    from harness.suite import load_suite, run_suite
+
+    suite, source = load_suite(args.suite, args.set)
+    out = run_suite(suite, source, force=args.force, progress=not args.no_progress)
+    return 1 if out["failures"] else 0
+
+
+def cmd_pretrain(args) -> int:
+    from harness.config import apply_overrides, load_config
+    from harness.engine import load_pretrain_config, pretrain
+
+    raw = apply_overrides(load_config(args.config), args.set)
+    source = raw.pop("_source_", args.config)
+    raw["data"] = {"root": args.data_root, "name": args.data_name or Path(args.data_root).name}
+    cfg = load_pretrain_config(raw, source)
+    path = pretrain(cfg, Path(args.out), source, progress=not args.no_progress)
+    print(f"checkpoint: {path}")
+    return 0
+
+
+def _model(args):
+    from harness.models import ModelHandle
+
+    if bool(args.checkpoint) == bool(args.random_init):
+        raise SslBenchError("give exactly one of --checkpoint CKPT or --random-init ARCH")
+    if args.checkpoint:
+        return ModelHandle.from_checkpoint(args.checkpoint, name=args.name)
+    return ModelHandle.random_init(args.random_init, seed=args.init_seed, name=args.name)
+
+
+def _values(pairs: list[str] | None) -> dict:
+    from harness.config import apply_overrides
+
+    return apply_overrides({}, pairs)
+
+
+def cmd_eval(args) -> int:
+    from harness.evaluate import build_protocol, evaluate
+    from harness.leaderboard import build_leaderboard, format_console
+
+    model = _model(args)
+    values = {"dataset": args.dataset, **_values(args.set)}
+    protocol = build_protocol(args.protocol, args.preset, values)
+    if not Path(args.data_root).exists():
+        raise SslBenchError(f"data root {args.data_root} does not exist")
+    records, skipped = evaluate(model, protocol, Path(args.data_root), preset=args.preset, force=args.force)
+    if skipped:
+        print("(already measured: showing the stored records; --force to run again)")
+    print(format_console(build_leaderboard(records)))
+    return 0
+
+
+def cmd_features(args) -> int:
+    from harness.data.transforms import ResizeCenterCrop, PatchMultipleResize
+    from harness.features import extract_features
+    from harness.registry import DATASETS
+
+    model = _model(args)
+    dataset = DATASETS.get(args.dataset)(args.data_root, args.split)
+    if args.transform == "center_crop":
+        transform = ResizeCenterCrop(resize=args.resize, crop=args.crop)
+    else:
+        transform = PatchMultipleResize(patch_size=model.backbone.patch_size, max_side=args.max_side)
+    fs = extract_features(model, dataset, transform, n_last_blocks=args.n_last_blocks,
+                          patches=args.patches, batch_size=args.batch_size, num_workers=args.workers)
+    state = "cache hit" if fs.from_cache else f"extracted in {fs.seconds:.1f} s"
+    print(f"{len(fs)} images, cls {tuple(fs.cls.shape)}, key {fs.key} ({state})")
+    return 0
+
+
+def cmd_leaderboard(args) -> int:
+    from harness import results
+    from harness.leaderboard import build_leaderboard, format_console, write_leaderboard
+    from harness.paths import results_dir
+
+    runs = Path(args.runs) if args.runs else None
+    df = build_leaderboard(list(results.iter_records(runs)))
+    if not len(df):
+        print(f"no records under {runs or results.runs_dir()}")
+        return 1
+    paths = write_leaderboard(df, Path(args.out) if args.out else results_dir())
+    print(format_console(df))
+    for kind, p in paths.items():
+        print(f"{kind:>12}: {p}")
+    return 0
+
+
+def cmd_data_synth(args) -> int:
+    from harness.data.synthetic import default_root, generate
+
+    out = Path(args.out) if args.out else default_root(args.preset, args.seed)
+    path = generate(out, preset=args.preset, seed=args.seed, progress=not args.no_progress)
+    print(f"SynthScenes ({args.preset}, seed {args.seed}) at {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ssl-bench", description=__doc__)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    sub = p.add_subparsers(dest="command")
+
+    r = sub.add_parser("run", help="run a suite (models x protocols) and print the leaderboard")
+    r.add_argument("suite", nargs="?", default=DEFAULT_SUITE)
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    r.add_argument("--force", action="store_true", help="re-run protocols that have records")
+    r.add_argument("--no-progress", action="store_true")
+    r.set_defaults(func=cmd_run)
+
+    t = sub.add_parser("pretrain", help="pretrain a method; resumes from OUT/resume.pt")
+    t.add_argument("config", help="method config, e.g. methods/dino_cpu.yaml")
+    t.add_argument("--data-root", required=True)
+    t.add_argument("--data-name", default=None)
+    t.add_argument("--out", required=True)
+    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    t.add_argument("--no-progress", action="store_true")
+    t.set_defaults(func=cmd_pretrain)
+
+    def model_args(q):
+        q.add_argument("--checkpoint", help="harness checkpoint (.safetensors)")
+        q.add_argument("--random-init", metavar="ARCH", help="evaluate a randomly initialised ARCH")
+        q.add_argument("--init-seed", type=int, default=0)
+        q.add_argument("--name", default=None, help="model name in records")
+
+    e = sub.add_parser("eval", help="run one protocol on one model")
+    e.add_argument("--protocol", required=True)
+    e.add_argument("--preset", default=None)
+    e.add_argument("--dataset", required=True, help="voc, ade20k, imagenet/imagefolder, ...")
+    e.add_argument("--data-root", required=True)
+    model_args(e)
+    e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="protocol setting, e.g. k=20")
+    e.add_argument("--force", action="store_true")
+    e.set_defaults(func=cmd_eval)
+
+    f = sub.add_parser("features", help="extract (and cache) features")
+    f.add_argument("--dataset", required=True)
+    f.add_argument("--data-root", required=True)
+    f.add_argument("--split", required=True)
+    model_args(f)
+    f.add_argument("--transform", choices=["center_crop", "patch_multiple"], default="center_crop")
+    f.add_argument("--resize", type=int, default=256)
+    f.add_argument("--crop", type=int, default=224)
+    f.add_argument("--max-side", type=int, default=None)
+    f.add_argument("--n-last-blocks", type=int, default=1)
+    f.add_argument("--patches", action="store_true")
+    f.add_argument("--batch-size", type=int, default=64)
+    f.add_argument("--workers", type=int, default=0)
+    f.set_defaults(func=cmd_features)
+
+    lb = sub.add_parser("leaderboard", help="build leaderboard files from result records")
+    lb.add_argument("--runs", default=None, help="records folder (default results/runs)")
+    lb.add_argument("--out", default=None, help="output folder (default results/)")
+    lb.set_defaults(func=cmd_leaderboard)
+
+    d = sub.add_parser("data", help="datasets")
+    dsub = d.add_subparsers(dest="data_command", required=True)
+    s = dsub.add_parser("synth", help="generate SynthScenes")
+    s.add_argument("--out", default=None)
+    s.add_argument("--preset", default="small")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_data_synth)
+
+    for extra in _EXTRA_COMMANDS:
+        extra(sub)
+    return p
+
+
+_EXTRA_COMMANDS: list = []
+
+
+def extra_command(fn):
+    """Register a function that adds a subcommand (used by modules with their own commands)."""
+    _EXTRA_COMMANDS.append(fn)
+    return fn
+
+
+def main(argv: list[str] | None = None) -> int:
+    import harness.cli_extra  # noqa: F401  (zoo, reproduce, new-method subcommands)
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _threads(args.threads)
+    if args.command is None:  # `python run_benchmark.py` = the default suite
+        args = parser.parse_args(["run", DEFAULT_SUITE] + (argv or []))
+    try:
+        return args.func(args)
+    except SslBenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,1 @@
+"""Subcommands that belong to other modules (kept here so the core CLI stays small)."""

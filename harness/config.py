@@ -1,0 +1,209 @@
+"""YAML configs with ``_base_`` inheritance, ``--set a.b=v`` overrides and
+dataclass schemas that reject unknown keys at start-up.
+
+A config file may name one or several base files in ``_base_`` (paths relative to
+the file); the file's own keys are merged on top, recursively for mappings.
+Each component describes its settings with a dataclass; :func:`from_dict`
+builds it and raises :class:`ConfigError` naming the key and the file for any
+key the dataclass does not have, or any value of the wrong type.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, Mapping, TypeVar
+
+import yaml
+
+from harness.errors import ConfigError
+
+T = TypeVar("T")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIG_ROOT = REPO_ROOT / "configs"
+
+
+# ----------------------------------------------------------------------------- loading
+def resolve_config_path(path: str | Path, relative_to: Path | None = None) -> Path:
+    """Find a config by path, relative to a parent config, or under configs/."""
+    p = Path(path)
+    candidates = [p]
+    if relative_to is not None:
+        candidates.insert(0, relative_to.parent / p)
+    candidates.append(CONFIG_ROOT / p)
+    if p.suffix == "":
+        candidates += [c.with_suffix(".yaml") for c in list(candidates)]
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    raise ConfigError(
+        f"config file {str(path)!r} not found (looked at: {', '.join(str(c) for c in candidates)})"
+    )
+
+
+def load_config(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """Load a YAML config, resolving ``_base_`` recursively."""
+    p = resolve_config_path(path, _seen[-1] if _seen else None)
+    if p in _seen:
+        raise ConfigError(f"circular _base_ chain: {' -> '.join(map(str, _seen + (p,)))}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping at the top level, found {type(data).__name__}")
+    bases = data.pop("_base_", [])
+    if isinstance(bases, str):
+        bases = [bases]
+    merged: dict = {}
+    for base in bases:
+        merged = merge(merged, load_config(base, _seen + (p,)))
+    merged = merge(merged, data)
+    merged.setdefault("_source_", str(p))
+    merged["_source_"] = str(p)
+    return merged
+
+
+def merge(base: Mapping, override: Mapping) -> dict:
+    """Recursive dict merge; ``override`` wins. A mapping with ``_delete_: true`` replaces."""
+    out = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and value.get("_delete_"):
+            out[key] = {k: v for k, v in value.items() if k != "_delete_"}
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def apply_overrides(cfg: dict, overrides: list[str] | None) -> dict:
+    """Apply ``a.b.c=value`` strings; values are parsed as YAML (1e-4, true, [1,2])."""
+    out = copy.deepcopy(cfg)
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.path=value")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part, {}), dict):
+                raise ConfigError(f"override {item!r}: {part!r} is not a mapping")
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+# ----------------------------------------------------------------------------- schemas
+def from_dict(schema: type[T], data: Mapping[str, Any] | None, source: str = "<config>",
+              path: str = "") -> T:
+    """Build dataclass ``schema`` from ``data``; unknown keys and bad types are errors."""
+    data = dict(data or {})
+    data.pop("_source_", None)
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        where = f" under {path!r}" if path else ""
+        raise ConfigError(
+            f"{source}: unknown key(s) {', '.join(repr(k) for k in unknown)}{where} for "
+            f"{schema.__name__}; allowed keys: {', '.join(sorted(fields))}"
+        )
+    hints = typing.get_type_hints(schema)
+    kwargs = {}
+    for name, value in data.items():
+        kwargs[name] = _coerce(hints[name], value, source, f"{path}.{name}" if path else name)
+    try:
+        return schema(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{source}: {schema.__name__}: {exc}") from exc
+    except ValueError as exc:  # raised by __post_init__ validation
+        raise ConfigError(f"{source}: {schema.__name__}: {exc}") from exc
+
+
+def _coerce(tp, value, source: str, path: str):
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, source, path)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(f"{source}: {path!r}: value {value!r} does not fit {tp}")
+    if origin is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{source}: {path!r} must be one of {list(args)}, found {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{source}: {path!r} must be a mapping, found {value!r}")
+        return from_dict(tp, value, source, path)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{source}: {path!r} must be a list, found {value!r}")
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(args) != len(value):
+                raise ConfigError(f"{source}: {path!r} must have {len(args)} items, found {value!r}")
+            return tuple(_coerce(a, v, source, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+        item_tp = args[0] if args else Any
+        items = [_coerce(item_tp, v, source, f"{path}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict or tp is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{source}: {path!r} must be a mapping, found {value!r}")
+        return dict(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, str):
+                try:
+                    return float(value)
+                except ValueError:
+                    pass
+            raise ConfigError(f"{source}: {path!r} must be a number, found {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{source}: {path!r} must be an integer, found {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{source}: {path!r} must be true or false, found {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{source}: {path!r} must be a string, found {value!r}")
+        return str(value)
+    return value
+
+
+def to_dict(obj) -> dict:
+    """Dataclass -> plain dict (tuples become lists, for JSON/YAML)."""
+    return json.loads(json.dumps(dataclasses.asdict(obj), default=str))
+
+
+# ----------------------------------------------------------------------------- fingerprints
+def fingerprint(settings: Mapping[str, Any] | Any, length: int = 16) -> str:
+    """Stable hash of the settings that change a number (key order does not matter)."""
+    if dataclasses.is_dataclass(settings):
+        settings = to_dict(settings)
+    blob = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:length]

@@ -1,0 +1,93 @@
+"""Image and label-map loading shared by every dataset reader.
+
+Readers go through these two functions so that a corrupt or truncated file always
+surfaces as a :class:`DataError` naming the file, instead of a bare PIL exception
+deep inside a DataLoader worker.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from harness.errors import DataError
+
+# Extensions accepted for images (compared lower-case), as in the brief for ImageFolder.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+
+# Pascal VOC ignore label; the SynthScenes generator never writes it.
+IGNORE_INDEX = 255
+
+
+def load_rgb(path: str | Path) -> Image.Image:
+    """Open an image as RGB; any decoding problem becomes a DataError naming the file."""
+    path = Path(path)
+    try:
+        with Image.open(path) as img:
+            # Image.open is lazy: load() forces the full decode so that a truncated
+            # JPEG fails here, not later in a transform.
+            img.load()
+            return img.convert("RGB")
+    except FileNotFoundError:
+        raise DataError(f"image file {path} does not exist; the dataset on disk is incomplete "
+                        f"(re-extract or regenerate it)") from None
+    except (OSError, ValueError, Image.DecompressionBombError, SyntaxError) as exc:
+        raise DataError(f"cannot decode image {path}: {exc}; the file is corrupt or truncated "
+                        f"(replace it, or regenerate the dataset)") from exc
+
+
+def load_label_png(path: str | Path) -> np.ndarray:
+    """Read a label map stored as palette ('P') or grayscale ('L') PNG -> (H, W) uint8 indices.
+
+    For palette PNGs the stored indices are the labels (Pascal VOC convention); the
+    palette colours are never looked at, so a recoloured palette cannot change labels.
+    """
+    path = Path(path)
+    try:
+        with Image.open(path) as img:
+            img.load()
+            if img.mode not in ("P", "L"):
+                raise DataError(
+                    f"label map {path} has PIL mode {img.mode!r}; expected a palette ('P') or "
+                    f"grayscale ('L') PNG whose pixel values are class indices (an RGB-coloured "
+                    f"mask must be converted to indices first)")
+            return np.array(img, dtype=np.uint8)
+    except DataError:
+        raise
+    except FileNotFoundError:
+        raise DataError(f"label file {path} does not exist; the dataset on disk is incomplete "
+                        f"(re-extract or regenerate it)") from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise DataError(f"cannot decode label map {path}: {exc}; the file is corrupt or truncated "
+                        f"(replace it, or regenerate the dataset)") from exc
+
+
+def is_image_file(name: str) -> bool:
+    return name.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def find_synth_meta(start: Path, levels: int = 2) -> dict | None:
+    """Return the SynthScenes meta.json found in ``start`` or up to ``levels`` parents, else None.
+
+    Readers use it to pick up SynthScenes class names instead of the real dataset's,
+    so that one reader serves both. Only a meta.json written by the generator counts.
+    """
+    start = Path(start)
+    for folder in [start, *list(start.parents)[:levels]]:
+        meta_path = folder / "meta.json"
+        if meta_path.is_file():
+            try:
+                meta = json.loads(meta_path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(meta, dict) and meta.get("generator") == "synthscenes":
+                return meta
+    return None
+
+
+def relative_listing(paths, root: Path) -> list[str]:
+    """Root-relative POSIX paths, used for fingerprints that survive moving the data root."""
+    root = Path(root)
+    return [Path(p).relative_to(root).as_posix() for p in paths]

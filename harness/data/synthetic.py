@@ -1,0 +1,613 @@
+"""SynthScenes: a procedural stand-in for VOC / ADE20K / ImageNet / caption data.
+
+Nothing can be downloaded on the machines this harness targets, so this module draws
+a dataset whose classes are defined by SHAPE x TEXTURE (never colour: every colour is
+drawn at random per object, independently of the class) and writes it in the real
+datasets' on-disk layouts, so that the real readers are what gets exercised:
+
+    <root>/meta.json                      what was generated (preset, seed, classes, counts)
+    <root>/pretrain.txt                   root-relative images for pretraining (train only)
+    <root>/scenes.jsonl                   per-scene ground truth (classes placed, visible px)
+    <root>/VOC2012/...                    JPEGImages, SegmentationClass (palette PNG),
+                                          SegmentationClassAug (grayscale), ImageSets
+    <root>/ADEChallengeData2016/...       images/, annotations/ (0 = other, k = label + 1)
+    <root>/imagenet/{train,val}/<class>/  object-centric images, one object each
+    <root>/captions/                      images/ + captions.jsonl (multi-positive groups)
+
+Every image is drawn from its own RNG seeded by (seed, part, index), so the output is
+identical whatever the order or process that renders it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from harness.errors import ConfigError, DataError
+
+# Bump when the drawing changes: an existing dataset with another version is not reused.
+GENERATOR_VERSION = 1
+
+SHAPES = ("disc", "square", "triangle", "cross")
+TEXTURES = ("striped", "checkered", "dotted")
+STUFF_CLASSES = ("noise", "waves", "grid", "wood")
+# Thing k has shape k // 3 and texture k % 3.
+THING_CLASSES = tuple(f"{t}_{s}" for s in SHAPES for t in TEXTURES)
+# One label space for the segmentation layouts: stuff first, then things.
+SEG_CLASSES = STUFF_CLASSES + THING_CLASSES
+NUM_STUFF = len(STUFF_CLASSES)
+
+_STUFF_PHRASE = {"noise": "noise", "waves": "waves", "grid": "a grid", "wood": "wood grain"}
+
+# Parts of the dataset; each seeds its own RNG stream so parts never shift each other.
+_PART_SCENE = {"train": 1, "val": 2}
+_PART_OBJECT = {"train": 3, "val": 4}
+_PART_CAPTION_SPECS = 5
+_PART_CAPTION_RENDER = 6
+
+JPEG_QUALITY = 95
+
+
+@dataclass(frozen=True)
+class SynthPreset:
+    name: str
+    image_size: int
+    scene_train: int
+    scene_val: int
+    object_train: int          # object-centric images; multiples of 12 keep classes balanced
+    object_val: int
+    caption_groups: int
+    renders_per_caption: int = 4
+    max_objects: int = 4        # per scene
+    max_caption_objects: int = 3
+
+    def __post_init__(self):
+        n = len(THING_CLASSES)
+        if self.object_train % n or self.object_val % n:
+            raise ValueError(f"preset {self.name}: object-centric counts must be multiples of {n}")
+
+
+PRESETS: dict[str, SynthPreset] = {
+    "tiny": SynthPreset("tiny", 64, scene_train=24, scene_val=12, object_train=24, object_val=12,
+                        caption_groups=6),
+    "small": SynthPreset("small", 64, scene_train=2000, scene_val=400, object_train=2400,
+                         object_val=480, caption_groups=400),
+    "medium": SynthPreset("medium", 128, scene_train=6000, scene_val=1200, object_train=6000,
+                          object_val=1200, caption_groups=1000),
+}
+
+
+def default_root(preset: str = "small", seed: int = 0) -> Path:
+    """Cache location used when the user names no data root."""
+    home = Path(os.environ.get("SSL_BENCH_HOME", Path.home() / ".cache" / "ssl-bench"))
+    return home / "data" / f"synthscenes-{preset}-s{seed}"
+
+
+# ============================================================================ drawing
+@lru_cache(maxsize=4)
+def _coords(size: int) -> tuple[np.ndarray, np.ndarray]:
+    # Pixel centres, so that shapes are symmetric about their centre.
+    c = np.arange(size, dtype=np.float32) + 0.5
+    yy, xx = np.meshgrid(c, c, indexing="ij")
+    return yy, xx
+
+
+def _rotated(size: int, theta: float, cx: float = 0.0, cy: float = 0.0):
+    yy, xx = _coords(size)
+    dx, dy = xx - cx, yy - cy
+    c, s = np.float32(np.cos(theta)), np.float32(np.sin(theta))
+    return dx * c + dy * s, -dx * s + dy * c
+
+
+# --- textures: each returns a float32 weight map in [0, 1] that mixes two colours.
+# Periods are given for 64 px images and scale with the image size, so that a patch of
+# size/8 always holds one to two periods (what a ViT with patch 8 at 64 px can see).
+def _tex_striped(rng, size, u):
+    x, _ = _rotated(size, rng.uniform(0, np.pi))
+    period = rng.uniform(4.0, 6.0) * u
+    return (((x / period + rng.uniform()) % 1.0) < 0.5).astype(np.float32)
+
+
+def _tex_checkered(rng, size, u):
+    x, y = _rotated(size, rng.uniform(0, np.pi / 2))
+    cell = rng.uniform(2.5, 3.5) * u
+    parity = np.floor(x / cell + rng.uniform()) + np.floor(y / cell + rng.uniform())
+    return (parity % 2).astype(np.float32)
+
+
+def _tex_dotted(rng, size, u):
+    x, y = _rotated(size, rng.uniform(0, np.pi / 2))
+    period = rng.uniform(5.0, 7.0) * u
+    fx = (x / period + rng.uniform()) % 1.0 - 0.5
+    fy = (y / period + rng.uniform()) % 1.0 - 0.5
+    return ((fx * fx + fy * fy) < 0.3 ** 2).astype(np.float32)
+
+
+def _tex_noise(rng, size, u):
+    # Blotches from upsampled coarse noise, plus grain: irregular, unlike every other class.
+    coarse = max(3, int(round(size / (7.0 * u))))
+    low = rng.uniform(size=(coarse, coarse)).astype(np.float32)
+    up = np.asarray(Image.fromarray(low).resize((size, size), Image.BILINEAR))
+    grain = rng.uniform(-0.25, 0.25, size=(size, size)).astype(np.float32)
+    return np.clip((up - 0.5) * 3.0 + 0.5 + grain, 0.0, 1.0)
+
+
+def _tex_waves(rng, size, u):
+    # Smooth (sinusoidal, not binary) and bent: tells it apart from stripes.
+    x, y = _rotated(size, rng.uniform(0, np.pi))
+    period = rng.uniform(7.0, 10.0) * u
+    bend = rng.uniform(1.0, 2.5)
+    bend_period = rng.uniform(14.0, 24.0) * u
+    phase = 2 * np.pi * x / period + bend * np.sin(2 * np.pi * y / bend_period + rng.uniform(0, 6.3))
+    return (0.5 + 0.5 * np.sin(phase)).astype(np.float32)
+
+
+def _tex_grid(rng, size, u):
+    x, y = _rotated(size, rng.uniform(0, np.pi / 2))
+    period = rng.uniform(8.0, 11.0) * u
+    width = 1.6 * u / period
+    fx = (x / period + rng.uniform()) % 1.0
+    fy = (y / period + rng.uniform()) % 1.0
+    return ((fx < width) | (fy < width)).astype(np.float32)
+
+
+def _tex_wood(rng, size, u):
+    # Sawtooth rings around a centre that may lie outside the image, with a wobble.
+    cx, cy = rng.uniform(-0.5, 1.5, size=2) * size
+    x, y = _rotated(size, rng.uniform(0, np.pi), cx, cy)
+    d = np.sqrt(x * x + (1.8 * y) ** 2)
+    period = rng.uniform(5.0, 8.0) * u
+    wobble = 0.25 * np.sin(2 * np.pi * y / (rng.uniform(12, 20) * u))
+    return ((d / period + wobble) % 1.0).astype(np.float32)
+
+
+_THING_TEXTURES = {"striped": _tex_striped, "checkered": _tex_checkered, "dotted": _tex_dotted}
+_STUFF_TEXTURES = {"noise": _tex_noise, "waves": _tex_waves, "grid": _tex_grid, "wood": _tex_wood}
+
+
+# --- shapes: boolean masks. r is the radius of the disc of comparable area.
+def _shape_mask(shape: str, size: int, cx: float, cy: float, r: float, theta: float) -> np.ndarray:
+    x, y = _rotated(size, theta, cx, cy)
+    if shape == "disc":
+        return x * x + y * y <= r * r
+    if shape == "square":
+        return np.maximum(np.abs(x), np.abs(y)) <= 0.86 * r
+    if shape == "triangle":
+        inner = 0.72 * r  # inradius; area about that of the square
+        mask = np.ones((size, size), dtype=bool)
+        for k in range(3):
+            a = np.pi / 2 + 2 * np.pi * k / 3
+            mask &= x * np.float32(np.cos(a)) + y * np.float32(np.sin(a)) <= inner
+        return mask
+    if shape == "cross":
+        w, length = 0.36 * r, 1.05 * r
+        ax, ay = np.abs(x), np.abs(y)
+        return ((ax <= w) & (ay <= length)) | ((ay <= w) & (ax <= length))
+    raise ValueError(f"unknown shape {shape!r}")
+
+
+def _luma(c: np.ndarray) -> float:
+    return float(0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2])
+
+
+def _colour_pair(rng, avoid: list[np.ndarray] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """Two random colours with a luminance gap (textures survive grayscale augmentation),
+    whose mean differs from the ``avoid`` means (an object stays visible on its
+    background). The rule is the same for every class, so colour carries no class."""
+    a = b = None
+    for _ in range(50):
+        a, b = rng.uniform(0, 255, size=(2, 3)).astype(np.float32)
+        if abs(_luma(a) - _luma(b)) < 60:
+            continue
+        mean = (a + b) / 2
+        if all(np.linalg.norm(mean - m) >= 40 for m in avoid):
+            break
+    return a, b
+
+
+def _paint(img: np.ndarray, where: np.ndarray | None, weight: np.ndarray, a, b) -> None:
+    if where is None:
+        img[...] = a + (b - a) * weight[..., None]
+    else:
+        # Mix only the covered pixels: most of an object's frame is outside it.
+        img[where] = a + (b - a) * weight[where][:, None]
+
+
+@dataclass
+class _Drawn:
+    image: np.ndarray                 # (S, S, 3) uint8
+    label: np.ndarray                 # (S, S) uint8, SEG_CLASSES index per pixel
+    objects: list[dict]               # in drawing order; visible pixels after occlusion
+    background: list[str]
+
+
+def _draw_background(rng, size, stuff: list[int]):
+    u = size / 64.0
+    img = np.empty((size, size, 3), dtype=np.float32)
+    label = np.empty((size, size), dtype=np.uint8)
+    means = []
+    if len(stuff) == 1:
+        regions = [None]
+    else:
+        # Two regions split by a line through a point near the centre; retry until both
+        # regions are big enough to be learnable stuff rather than a sliver.
+        for _ in range(20):
+            px, py = (0.5 + rng.uniform(-0.2, 0.2, size=2)) * size
+            x, _ = _rotated(size, rng.uniform(0, 2 * np.pi), px, py)
+            split = x < 0
+            if 0.2 <= split.mean() <= 0.8:
+                break
+        regions = [split, ~split]
+    for region, cls in zip(regions, stuff):
+        a, b = _colour_pair(rng, means)
+        means.append((a + b) / 2)
+        _paint(img, region, _STUFF_TEXTURES[STUFF_CLASSES[cls]](rng, size, u), a, b)
+        if region is None:
+            label[...] = cls
+        else:
+            label[region] = cls
+    return img, label, means
+
+
+def _place(rng, size, things, radius_range, centre_jitter=None, min_visible=0.4, tries=30):
+    """Pick positions/sizes/rotations so every object keeps ``min_visible`` of its pixels."""
+    best = None
+    for _ in range(tries):
+        specs, masks = [], []
+        for t in things:
+            r = rng.uniform(*radius_range)
+            if centre_jitter is None:
+                cx, cy = rng.uniform(0.75 * r, size - 0.75 * r, size=2)
+            else:
+                cx, cy = size / 2 + rng.uniform(-centre_jitter, centre_jitter, size=2)
+            theta = rng.uniform(0, 2 * np.pi)
+            specs.append((t, cx, cy, r, theta))
+            masks.append(_shape_mask(SHAPES[t // 3], size, cx, cy, r, theta))
+        # Painter's order: a pixel belongs to the last object covering it.
+        owner = np.full((size, size), -1, dtype=np.int16)
+        for i, m in enumerate(masks):
+            owner[m] = i
+        visible = [(owner == i) for i in range(len(masks))]
+        worst = min(v.sum() / max(m.sum(), 1) for v, m in zip(visible, masks))
+        if best is None or worst > best[0]:
+            best = (worst, specs, masks, visible)
+        if worst >= min_visible:
+            break
+    return best[1], best[2], best[3]
+
+
+def _draw(rng, size, things: list[int], stuff: list[int], radius_range, centre_jitter=None) -> _Drawn:
+    u = size / 64.0
+    img, label, bg_means = _draw_background(rng, size, stuff)
+    specs, masks, visible = _place(rng, size, things, radius_range, centre_jitter)
+    objects = []
+    for (t, *_), mask, vis in zip(specs, masks, visible):
+        a, b = _colour_pair(rng, bg_means)
+        _paint(img, mask, _THING_TEXTURES[TEXTURES[t % 3]](rng, size, u), a, b)
+        label[mask] = NUM_STUFF + t
+    for (t, *_), vis in zip(specs, visible):
+        ys, xs = np.nonzero(vis)
+        bbox = [int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1] if len(xs) else None
+        objects.append({"class": THING_CLASSES[t], "label": NUM_STUFF + t,
+                        "visible_px": int(vis.sum()), "bbox": bbox})
+    # Mild sensor noise so that flat colour areas are not trivially compressible/matchable.
+    img += rng.normal(0.0, 3.0, size=img.shape).astype(np.float32)
+    image = np.clip(np.rint(img), 0, 255).astype(np.uint8)
+    return _Drawn(image, label, objects, [STUFF_CLASSES[s] for s in stuff])
+
+
+def _scene_radius_range(size: int, n_objects: int) -> tuple[float, float]:
+    # Diameter 16-40 px at 64 px for one object, shrinking as the scene gets crowded.
+    u = size / 64.0
+    d_max = max(22.0, 40.0 - 6.0 * (n_objects - 1))
+    return 8.0 * u, d_max / 2 * u
+
+
+def draw_scene(seed: int, split: str, index: int, size: int, max_objects: int = 4) -> _Drawn:
+    """Scene ``index`` of ``split``: 1..max_objects distinct things on one or two stuffs."""
+    rng = np.random.default_rng([seed, _PART_SCENE[split], index])
+    n = int(rng.integers(1, max_objects + 1))
+    things = [int(t) for t in rng.choice(len(THING_CLASSES), size=n, replace=False)]
+    stuff = [int(s) for s in rng.choice(NUM_STUFF, size=int(rng.integers(1, 3)), replace=False)]
+    return _draw(rng, size, things, stuff, _scene_radius_range(size, n))
+
+
+def object_class(split: str, index: int) -> int:
+    """Class of object-centric image ``index``: round-robin, so splits are exactly balanced."""
+    return index % len(THING_CLASSES)
+
+
+def draw_object(seed: int, split: str, index: int, size: int) -> _Drawn:
+    """Object-centric image: one large, roughly centred object on one stuff background."""
+    rng = np.random.default_rng([seed, _PART_OBJECT[split], index])
+    stuff = [int(rng.integers(NUM_STUFF))]
+    return _draw(rng, size, [object_class(split, index)], stuff,
+                 radius_range=(0.24 * size, 0.34 * size), centre_jitter=0.1 * size)
+
+
+def caption_text(things: list[int], stuff: list[int]) -> str:
+    names = [f"a {TEXTURES[t % 3]} {SHAPES[t // 3]}" for t in things]
+    objs = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f"{objs} on {' and '.join(_STUFF_PHRASE[STUFF_CLASSES[s]] for s in stuff)}"
+
+
+def caption_specs(seed: int, count: int, max_objects: int = 3) -> list[tuple[list[int], list[int]]]:
+    """``count`` distinct scene descriptions (sorted classes, so a caption names a set).
+
+    Distinct because two groups with the same caption would be false negatives for a
+    multi-positive contrastive loss."""
+    rng = np.random.default_rng([seed, _PART_CAPTION_SPECS])
+    seen, specs = set(), []
+    while len(specs) < count:
+        n = int(rng.integers(1, max_objects + 1))
+        things = sorted(int(t) for t in rng.choice(len(THING_CLASSES), size=n, replace=False))
+        stuff = sorted(int(s) for s in rng.choice(NUM_STUFF, size=int(rng.integers(1, 3)), replace=False))
+        key = (tuple(things), tuple(stuff))
+        if key not in seen:
+            seen.add(key)
+            specs.append((things, stuff))
+    return specs
+
+
+def draw_caption_render(seed: int, group: int, render: int, things, stuff, size: int) -> _Drawn:
+    """One rendering of a caption: same classes, new layout, sizes, colours and drawing order."""
+    rng = np.random.default_rng([seed, _PART_CAPTION_RENDER, group, render])
+    order = [things[i] for i in rng.permutation(len(things))]
+    stuff_order = [stuff[i] for i in rng.permutation(len(stuff))]
+    return _draw(rng, size, order, stuff_order, _scene_radius_range(size, len(things)))
+
+
+# ============================================================================ writing
+def voc_palette() -> list[int]:
+    """The Pascal VOC colour map (bit-interleaved), flattened for PIL putpalette."""
+    palette = []
+    for i in range(256):
+        r = g = b = 0
+        c = i
+        for j in range(8):
+            r |= ((c >> 0) & 1) << (7 - j)
+            g |= ((c >> 1) & 1) << (7 - j)
+            b |= ((c >> 2) & 1) << (7 - j)
+            c >>= 3
+        palette += [r, g, b]
+    return palette
+
+
+_PALETTE = voc_palette()
+
+
+def _save_jpeg(image: np.ndarray, path: Path) -> None:
+    Image.fromarray(image).save(path, "JPEG", quality=JPEG_QUALITY)
+
+
+def _save_palette_png(label: np.ndarray, path: Path) -> None:
+    im = Image.fromarray(label)
+    im.putpalette(_PALETTE)  # turns the 'L' image into a 'P' image with VOC colours
+    im.save(path, "PNG")
+
+
+def _save_gray_png(label: np.ndarray, path: Path) -> None:
+    Image.fromarray(label).save(path, "PNG")
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    # The ADE layout shows the very same JPEGs as the VOC layout; a hard link saves space.
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def _meta_matches(meta_path: Path, preset: str, seed: int) -> bool:
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        return False
+    return (meta.get("generator") == "synthscenes" and meta.get("preset") == preset
+            and meta.get("seed") == seed and meta.get("version") == GENERATOR_VERSION)
+
+
+def _remove_stale_temp_dirs(out_dir: Path) -> None:
+    """Delete temp dirs left by killed runs (their pid is gone), never a live run's."""
+    for tmp in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):
+        try:
+            pid = int(tmp.name.rsplit("-", 1)[1])
+            os.kill(pid, 0)
+            continue  # still running (or not ours to judge): leave it
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        except (ValueError, PermissionError):
+            continue
+
+
+def generate(out_dir: Path, preset: str = "small", seed: int = 0, progress: bool = True) -> Path:
+    """Write SynthScenes ``preset`` with ``seed`` under ``out_dir`` and return ``out_dir``.
+
+    Idempotent: returns at once if ``out_dir/meta.json`` records the same preset, seed
+    and generator version. Writes into a sibling temp dir renamed into place at the end,
+    so an interrupted run never leaves a half-written dataset at ``out_dir``.
+    """
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown SynthScenes preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    cfg = PRESETS[preset]
+    out_dir = Path(out_dir).expanduser().resolve()
+    if (out_dir / "meta.json").is_file():
+        if _meta_matches(out_dir / "meta.json", preset, seed):
+            return out_dir
+        raise DataError(
+            f"{out_dir} already holds a different SynthScenes dataset (see its meta.json; wanted "
+            f"preset={preset!r} seed={seed} version={GENERATOR_VERSION}); delete it or choose "
+            f"another --out")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise DataError(f"{out_dir} exists, is not empty and has no SynthScenes meta.json; "
+                        f"refusing to write into it (choose an empty or new --out directory)")
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temp_dirs(out_dir)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _write_all(tmp, cfg, seed, progress)
+        if out_dir.exists():
+            out_dir.rmdir()  # empty (checked above); rename needs the name free
+        os.rename(tmp, out_dir)
+    except OSError:
+        # Another process may have finished the same dataset first: that is success.
+        if (out_dir / "meta.json").is_file() and _meta_matches(out_dir / "meta.json", preset, seed):
+            return out_dir
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+def _write_all(root: Path, cfg: SynthPreset, seed: int, progress: bool) -> None:
+    from tqdm import tqdm
+
+    size = cfg.image_size
+    voc = root / "VOC2012"
+    ade = root / "ADEChallengeData2016"
+    dirs = {
+        "jpeg": voc / "JPEGImages", "seg": voc / "SegmentationClass",
+        "aug": voc / "SegmentationClassAug", "sets": voc / "ImageSets" / "Segmentation",
+        "ade_img_train": ade / "images" / "training", "ade_img_val": ade / "images" / "validation",
+        "ade_ann_train": ade / "annotations" / "training",
+        "ade_ann_val": ade / "annotations" / "validation",
+        "cap": root / "captions" / "images",
+    }
+    for split in ("train", "val"):
+        for name in THING_CLASSES:
+            (root / "imagenet" / split / name).mkdir(parents=True, exist_ok=True)
+    for d in dirs.values():
+        d.mkdir(parents=True, exist_ok=True)
+
+    total = (cfg.scene_train + cfg.scene_val + cfg.object_train + cfg.object_val
+             + cfg.caption_groups * cfg.renders_per_caption)
+    bar = tqdm(total=total, desc=f"SynthScenes {cfg.name} (seed {seed})", unit="img",
+               disable=not progress)
+    pretrain: list[str] = []
+    scene_lines: list[str] = []
+    stems: dict[str, list[str]] = {}
+
+    # Scenes: VOC + ADE layouts share the images; labels are 0..15 (VOC) / 1..16 (ADE).
+    for split, count in (("train", cfg.scene_train), ("val", cfg.scene_val)):
+        ade_split = "training" if split == "train" else "validation"
+        stems[split] = []
+        for i in range(count):
+            stem = f"{split}_{i:06d}"
+            d = draw_scene(seed, split, i, size, cfg.max_objects)
+            jpg = dirs["jpeg"] / f"{stem}.jpg"
+            _save_jpeg(d.image, jpg)
+            _save_palette_png(d.label, dirs["seg"] / f"{stem}.png")
+            if split == "train":
+                _save_gray_png(d.label, dirs["aug"] / f"{stem}.png")
+                pretrain.append(jpg.relative_to(root).as_posix())
+            _link_or_copy(jpg, dirs[f"ade_img_{split}"] / f"{stem}.jpg")
+            _save_gray_png(d.label + 1, dirs[f"ade_ann_{split}"] / f"{stem}.png")
+            stems[split].append(stem)
+            scene_lines.append(json.dumps({"stem": stem, "split": split, "background": d.background,
+                                           "objects": d.objects}))
+            bar.update()
+    (dirs["sets"] / "train.txt").write_text("".join(s + "\n" for s in stems["train"]))
+    (dirs["sets"] / "val.txt").write_text("".join(s + "\n" for s in stems["val"]))
+    # SynthScenes has no extra SBD annotations: trainaug is the train split, written in the
+    # aug layout so that configs naming `trainaug` run unchanged on it.
+    (dirs["sets"] / "trainaug.txt").write_text("".join(s + "\n" for s in stems["train"]))
+    (root / "scenes.jsonl").write_text("".join(line + "\n" for line in scene_lines))
+
+    # Object-centric, ImageFolder layout.
+    for split, count in (("train", cfg.object_train), ("val", cfg.object_val)):
+        for i in range(count):
+            d = draw_object(seed, split, i, size)
+            path = root / "imagenet" / split / THING_CLASSES[object_class(split, i)] / f"obj_{split}_{i:06d}.jpg"
+            _save_jpeg(d.image, path)
+            if split == "train":
+                pretrain.append(path.relative_to(root).as_posix())
+            bar.update()
+
+    # Caption groups: each description rendered several times = one multi-positive group.
+    groups = []
+    for g, (things, stuff) in enumerate(caption_specs(seed, cfg.caption_groups, cfg.max_caption_objects)):
+        images = []
+        for k in range(cfg.renders_per_caption):
+            d = draw_caption_render(seed, g, k, things, stuff, size)
+            name = f"cap_{g:06d}_{k}.jpg"
+            _save_jpeg(d.image, dirs["cap"] / name)
+            images.append(f"images/{name}")
+            bar.update()
+        groups.append(json.dumps({"caption": caption_text(things, stuff), "group_id": g, "images": images}))
+    (root / "captions" / "captions.jsonl").write_text("".join(line + "\n" for line in groups))
+    bar.close()
+
+    (root / "pretrain.txt").write_text("".join(p + "\n" for p in pretrain))
+    meta = {
+        "generator": "synthscenes",
+        "version": GENERATOR_VERSION,
+        "preset": cfg.name,
+        "seed": seed,
+        "image_size": size,
+        "preset_config": dataclasses.asdict(cfg),
+        "ignore_index": 255,
+        "classes": {
+            "shapes": list(SHAPES),
+            "textures": list(TEXTURES),
+            "stuff": list(STUFF_CLASSES),
+            "things": list(THING_CLASSES),
+            "voc": list(SEG_CLASSES),            # label k (0 = first stuff class)
+            "ade20k": list(SEG_CLASSES),         # after reduce_zero_label; on disk k + 1
+            "imagenet": sorted(THING_CLASSES),   # ImageFolder order (alphabetical)
+        },
+        "counts": {
+            "scenes": {"train": cfg.scene_train, "val": cfg.scene_val},
+            "objects": {"train": cfg.object_train, "val": cfg.object_val},
+            "captions": {"groups": cfg.caption_groups,
+                         "images": cfg.caption_groups * cfg.renders_per_caption},
+            "pretrain": len(pretrain),
+        },
+        "layouts": {
+            "voc": "VOC2012", "ade20k": "ADEChallengeData2016", "imagenet": "imagenet",
+            "captions": "captions/captions.jsonl", "scenes": "scenes.jsonl",
+        },
+        "pretrain": {"list": "pretrain.txt",
+                     "sources": ["VOC2012/JPEGImages (train split scenes)", "imagenet/train"]},
+    }
+    # meta.json last: its presence is what marks the dataset complete.
+    (root / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+# ============================================================================ reading helpers
+def load_meta(root: str | Path) -> dict:
+    """The meta.json of a SynthScenes root (DataError if ``root`` is not one)."""
+    path = Path(root) / "meta.json"
+    if not path.is_file():
+        raise DataError(f"{path} not found: {root} is not a SynthScenes root; generate one with "
+                        f"`ssl-bench data synth --out {root}`")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise DataError(f"{path} is not valid JSON ({exc}); regenerate the dataset") from exc
+
+
+def pretrain_image_paths(root: str | Path) -> list[Path]:
+    """Absolute paths of the pretraining images listed in ``root/pretrain.txt``."""
+    root = Path(root)
+    listing = root / "pretrain.txt"
+    if not listing.is_file():
+        raise DataError(
+            f"{listing} not found: expected a SynthScenes root (or a folder with a pretrain.txt of "
+            f"image paths relative to it); generate one with `ssl-bench data synth --out {root}`")
+    paths = [root / line.strip() for line in listing.read_text().splitlines() if line.strip()]
+    if not paths:
+        raise DataError(f"{listing} lists no images; regenerate the dataset")
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        raise DataError(f"{listing}: {len(missing)} listed image(s) do not exist, e.g. {missing[0]}; "
+                        f"the dataset is incomplete (regenerate it)")
+    return paths

@@ -1,0 +1,108 @@
+"""Evaluation transforms. Each has a `fingerprint()` (part of feature-cache keys and
+protocol fingerprints) and maps a PIL image to a normalised tensor; segmentation
+protocols use `mask()` to bring the label map to the same geometry."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from PIL import Image
+from torchvision.transforms import functional as TF
+from torchvision.transforms import InterpolationMode
+
+from harness.config import fingerprint
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+_INTERP = {"bicubic": InterpolationMode.BICUBIC, "bilinear": InterpolationMode.BILINEAR,
+           "nearest": InterpolationMode.NEAREST}
+
+
+def _to_tensor(img: Image.Image, mean, std) -> torch.Tensor:
+    t = TF.pil_to_tensor(img).float().div_(255.0)
+    return TF.normalize(t, mean, std)
+
+
+@dataclass(frozen=True)
+class ResizeCenterCrop:
+    """DINO's k-NN / linear-eval transform: Resize(short side) -> CenterCrop -> normalise."""
+
+    resize: int = 256
+    crop: int = 224
+    interpolation: Literal["bicubic", "bilinear"] = "bicubic"
+    mean: tuple = IMAGENET_MEAN
+    std: tuple = IMAGENET_STD
+    fixed_size = True
+
+    def __call__(self, img: Image.Image) -> torch.Tensor:
+        img = TF.resize(img, self.resize, interpolation=_INTERP[self.interpolation])
+        img = TF.center_crop(img, [self.crop, self.crop])
+        return _to_tensor(img, self.mean, self.std)
+
+    def fingerprint(self) -> str:
+        return fingerprint({"kind": "resize_center_crop", **asdict(self)})
+
+
+@dataclass(frozen=True)
+class PatchMultipleResize:
+    """Down-sample to the closest size that is a multiple of the patch size, aspect kept
+    (CrIBo's dense-NN preprocessing). ``max_side`` caps the longer side first (None = keep)."""
+
+    patch_size: int = 16
+    max_side: int | None = None
+    interpolation: Literal["bicubic", "bilinear"] = "bilinear"
+    mean: tuple = IMAGENET_MEAN
+    std: tuple = IMAGENET_STD
+    fixed_size = False
+
+    def output_size(self, width: int, height: int) -> tuple[int, int]:
+        scale = 1.0
+        if self.max_side is not None and max(width, height) > self.max_side:
+            scale = self.max_side / max(width, height)
+        p = self.patch_size
+        h = max(p, int(round(height * scale / p)) * p)
+        w = max(p, int(round(width * scale / p)) * p)
+        return h, w
+
+    def __call__(self, img: Image.Image) -> torch.Tensor:
+        h, w = self.output_size(*img.size)
+        if (h, w) != (img.height, img.width):
+            img = TF.resize(img, [h, w], interpolation=_INTERP[self.interpolation])
+        return _to_tensor(img, self.mean, self.std)
+
+    def mask(self, mask: np.ndarray) -> np.ndarray:
+        h, w = self.output_size(mask.shape[1], mask.shape[0])
+        return _resize_mask(mask, h, w)
+
+    def fingerprint(self) -> str:
+        return fingerprint({"kind": "patch_multiple_resize", **asdict(self)})
+
+
+@dataclass(frozen=True)
+class SquareResize:
+    """Resize to size x size, aspect not kept (open-hummingbird-eval's evaluation)."""
+
+    size: int = 224
+    interpolation: Literal["bicubic", "bilinear"] = "bilinear"
+    mean: tuple = IMAGENET_MEAN
+    std: tuple = IMAGENET_STD
+    fixed_size = True
+
+    def __call__(self, img: Image.Image) -> torch.Tensor:
+        img = TF.resize(img, [self.size, self.size], interpolation=_INTERP[self.interpolation])
+        return _to_tensor(img, self.mean, self.std)
+
+    def mask(self, mask: np.ndarray) -> np.ndarray:
+        return _resize_mask(mask, self.size, self.size)
+
+    def fingerprint(self) -> str:
+        return fingerprint({"kind": "square_resize", **asdict(self)})
+
+
+def _resize_mask(mask: np.ndarray, h: int, w: int) -> np.ndarray:
+    if mask.shape == (h, w):
+        return mask
+    img = Image.fromarray(mask.astype(np.uint8))
+    return np.asarray(img.resize((w, h), Image.NEAREST))

@@ -1,0 +1,288 @@
+"""The pretraining engine: one loop for every method.
+
+The engine owns what all methods share: AdamW with a warm-up + cosine learning rate
+scaled by batch/256, cosine weight decay on weights only (not biases or norms), the
+teacher's cosine EMA momentum, per-parameter gradient clipping and freezing the last
+head layer during the first epochs (as DINO/iBOT), checkpoints with exact resume, a
+progress bar, a JSON-lines log and data-parallel training under torchrun.
+
+Determinism: batches are drawn from a permutation seeded by (seed, epoch), each
+sample's augmentation is seeded by (seed, epoch, index) inside the method's dataset,
+and the global torch RNG (drop-path) is saved in every checkpoint, so a run killed
+and resumed reaches the same weights as an uninterrupted one.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from harness import distributed as dist
+from harness.checkpoints import save_checkpoint
+from harness.config import fingerprint, from_dict, to_dict
+from harness.errors import ConfigError
+from harness.io_utils import atomic_write
+from harness.registry import METHODS
+from methods.base import BackboneConfig, Method, StepInfo
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 100
+    max_steps: int | None = None  # stop after this many steps (schedules still span `epochs`)
+    batch_size: int = 64  # global batch over all processes
+    lr: float = 5e-4  # base learning rate for a batch of 256 (scaled linearly)
+    min_lr: float = 1e-6
+    warmup_epochs: float = 10.0
+    weight_decay: float = 0.04
+    weight_decay_end: float = 0.4
+    clip_grad: float = 3.0  # per-parameter gradient-norm clip (0 = off), as DINO/iBOT
+    freeze_last_layer: int = 1  # epochs during which the head's last layer gets no update
+    momentum_teacher: float = 0.996
+    momentum_teacher_end: float = 1.0
+    seed: int = 0
+    num_workers: int = 0
+    checkpoint_every: int = 200  # steps; a checkpoint is also written at the end
+    log_every: int = 10
+    amp: bool = False  # bf16 autocast (CPU) / fp16 (CUDA)
+
+
+@dataclass
+class PretrainConfig:
+    method: dict[str, Any] = field(default_factory=dict)  # {"name": ..., method Config fields}
+    backbone: BackboneConfig = field(default_factory=BackboneConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: dict[str, Any] = field(default_factory=dict)  # {"root": ..., "name": ...}
+
+
+def cosine_schedule(base: float, final: float, total_steps: int, warmup_steps: int = 0,
+                    start_warmup: float = 0.0) -> np.ndarray:
+    """Linear warm-up then cosine from ``base`` to ``final``, one value per step (DINO's)."""
+    warmup = np.linspace(start_warmup, base, warmup_steps) if warmup_steps > 0 else np.array([])
+    steps = np.arange(total_steps - warmup_steps)
+    cos = final + 0.5 * (base - final) * (1 + np.cos(np.pi * steps / max(1, len(steps))))
+    return np.concatenate((warmup, cos))[:total_steps]
+
+
+def build_method(cfg: PretrainConfig, source: str = "<config>") -> Method:
+    spec = dict(cfg.method)
+    name = spec.pop("name", None)
+    if not name:
+        raise ConfigError(f"{source}: the method section needs a 'name' (one of {METHODS.names()})")
+    cls = METHODS.get(name)
+    method_cfg = from_dict(cls.Config, spec, source, "method")
+    return cls(method_cfg, cfg.backbone)
+
+
+def param_groups(method: Method, weight_decay: float) -> list[dict]:
+    """Weights get weight decay; biases and norm parameters (ndim <= 1) do not."""
+    decay, no_decay = [], []
+    for name, p in method.trainable_parameters():
+        (no_decay if p.ndim <= 1 or name.endswith(".bias") else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay, "apply_wd": True},
+            {"params": no_decay, "weight_decay": 0.0, "apply_wd": False}]
+
+
+def clip_per_parameter(params, clip: float) -> None:
+    for p in params:
+        if p.grad is not None:
+            norm = p.grad.detach().norm(2)
+            coef = clip / (norm + 1e-6)
+            if coef < 1:
+                p.grad.mul_(coef)
+
+
+class EpochBatches:
+    """This rank's share of each global batch of one epoch (drop-last), seeded by (seed, epoch).
+
+    The global batch is split into contiguous per-rank chunks, so N processes see
+    exactly the samples one process would see with the same global batch."""
+
+    def __init__(self, global_batches: list[list[int]], start: int = 0):
+        ws, r = dist.world_size(), dist.rank()
+        self.batches = []
+        for gb in global_batches[start:]:
+            per = len(gb) // ws
+            self.batches.append(gb[r * per:(r + 1) * per])
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self):
+        return len(self.batches)
+
+
+def global_batches(method: Method, dataset, epoch: int, batch_size: int, seed: int) -> list[list[int]]:
+    custom = getattr(method, "global_batches", None)
+    if custom is not None:
+        return custom(dataset, epoch, batch_size, seed)
+    g = torch.Generator().manual_seed(seed * 100003 + epoch)
+    perm = torch.randperm(len(dataset), generator=g).tolist()
+    return [perm[i:i + batch_size] for i in range(0, len(perm) - batch_size + 1, batch_size)]
+
+
+class Trainer:
+    def __init__(self, cfg: PretrainConfig, out_dir: Path, source: str = "<config>",
+                 progress: bool = True):
+        self.cfg, self.out_dir, self.progress = cfg, Path(out_dir), progress
+        t = cfg.train
+        if t.batch_size % dist.world_size():
+            raise ConfigError(f"train.batch_size {t.batch_size} is not divisible by the "
+                              f"{dist.world_size()} processes")
+        data_root = cfg.data.get("root")
+        if not data_root:
+            raise ConfigError(f"{source}: data.root is required for pretraining")
+        torch.manual_seed(t.seed)
+        self.method = build_method(cfg, source)
+        dist.broadcast_module(self.method)
+        self.dataset = self.method.build_dataset(Path(data_root), t.seed)
+        if len(self.dataset) < t.batch_size:
+            raise ConfigError(f"dataset has {len(self.dataset)} samples, fewer than one batch "
+                              f"of {t.batch_size}")
+        self.steps_per_epoch = len(global_batches(self.method, self.dataset, 0, t.batch_size, t.seed))
+        self.total_steps = t.epochs * self.steps_per_epoch
+        self.stop_step = min(self.total_steps, t.max_steps or self.total_steps)
+        lr = t.lr * t.batch_size / 256.0
+        warm = int(round(t.warmup_epochs * self.steps_per_epoch))
+        self.lr_schedule = cosine_schedule(lr, t.min_lr, self.total_steps, min(warm, self.total_steps))
+        self.wd_schedule = cosine_schedule(t.weight_decay, t.weight_decay_end, self.total_steps)
+        self.momentum_schedule = cosine_schedule(t.momentum_teacher, t.momentum_teacher_end,
+                                                 self.total_steps)
+        self.params = [p for _, p in self.method.trainable_parameters()]
+        self.last_layer = [p for n, p in self.method.trainable_parameters()
+                           if self.method.is_last_layer(n)]
+        self.optimizer = torch.optim.AdamW(param_groups(self.method, t.weight_decay), lr=lr)
+        self.step = 0
+        self.log_path = self.out_dir / "log.jsonl"
+
+    # ------------------------------------------------------------------ checkpoints
+    @property
+    def resume_path(self) -> Path:
+        return self.out_dir / "resume.pt"
+
+    def save_resume(self) -> None:
+        if not dist.is_main():
+            return
+        state = {"method": self.method.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "step": self.step, "torch_rng": torch.get_rng_state(),
+                 "config": json.dumps(to_dict(self.cfg))}
+        atomic_write(self.resume_path, lambda p: torch.save(state, p))
+
+    def try_resume(self) -> bool:
+        if not self.resume_path.is_file():
+            return False
+        # weights-only: the resume file holds only tensors, numbers and strings
+        state = torch.load(self.resume_path, map_location="cpu", weights_only=True)
+        if state["config"] != json.dumps(to_dict(self.cfg)):
+            raise ConfigError(f"{self.resume_path} was written by a different configuration; "
+                              "use another output directory or delete it to start over")
+        self.method.load_state_dict(state["method"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+        torch.set_rng_state(state["torch_rng"])
+        return True
+
+    def export(self) -> Path:
+        cfg = self.cfg
+        meta = {"method": cfg.method.get("name"), "arch": cfg.backbone.arch,
+                "arch_kwargs": self.method.teacher.backbone.arch_kwargs,
+                "pretrain_data": cfg.data.get("name") or str(cfg.data.get("root")),
+                "epochs": self.step / self.steps_per_epoch, "steps": self.step,
+                "config": to_dict(cfg), "config_fingerprint": fingerprint(to_dict(cfg))}
+        return save_checkpoint(self.out_dir / "backbone", self.method.export_backbone(), meta)
+
+    # ------------------------------------------------------------------ loop
+    def _set_hparams(self, step: int) -> None:
+        for g in self.optimizer.param_groups:
+            g["lr"] = float(self.lr_schedule[step])
+            if g.get("apply_wd"):
+                g["weight_decay"] = float(self.wd_schedule[step])
+
+    def _log(self, row: dict) -> None:
+        if dist.is_main():
+            with open(self.log_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    def train(self) -> Path:
+        t = self.cfg.train
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        resumed = self.try_resume()
+        if not resumed and dist.is_main():
+            self.log_path.unlink(missing_ok=True)
+        self.method.train()
+        autocast_dtype = torch.float16 if torch.cuda.is_available() else torch.bfloat16
+        bar = tqdm(total=self.stop_step, initial=self.step, disable=not (self.progress and dist.is_main()),
+                   desc=f"pretrain {self.cfg.method.get('name')}", unit="step", dynamic_ncols=True)
+        t_start, n_seen = time.perf_counter(), 0
+        while self.step < self.stop_step:
+            epoch = self.step // self.steps_per_epoch
+            if hasattr(self.dataset, "set_epoch"):
+                self.dataset.set_epoch(epoch)
+            batches = global_batches(self.method, self.dataset, epoch, t.batch_size, t.seed)
+            start_in_epoch = self.step - epoch * self.steps_per_epoch
+            loader = DataLoader(self.dataset, batch_sampler=EpochBatches(batches, start_in_epoch),
+                                collate_fn=self.method.collate, num_workers=t.num_workers,
+                                # a private generator keeps worker seeding off the global RNG
+                                generator=torch.Generator().manual_seed(t.seed + epoch))
+            for batch in loader:
+                info = StepInfo(step=self.step, epoch=epoch, steps_per_epoch=self.steps_per_epoch,
+                                total_steps=self.total_steps, lr=float(self.lr_schedule[self.step]),
+                                weight_decay=float(self.wd_schedule[self.step]),
+                                momentum=float(self.momentum_schedule[self.step]))
+                self._set_hparams(self.step)
+                with torch.autocast(device_type="cpu", dtype=autocast_dtype, enabled=t.amp):
+                    losses = self.method.training_step(batch, info)
+                loss = losses["loss"]
+                if not math.isfinite(loss.item()):
+                    raise FloatingPointError(f"loss is {loss.item()} at step {self.step}; stopping "
+                                             "(lower the learning rate or check the data)")
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                dist.average_gradients(self.params)
+                if t.clip_grad:
+                    clip_per_parameter(self.params, t.clip_grad)
+                if epoch < t.freeze_last_layer:
+                    for p in self.last_layer:
+                        p.grad = None
+                self.optimizer.step()
+                self.method.on_step_end(info)
+                self.step += 1
+                n_seen += t.batch_size
+                row = {"step": self.step, "epoch": epoch, "lr": info.lr, "wd": info.weight_decay,
+                       "momentum": info.momentum}
+                for k, v in losses.items():
+                    row[k] = float(dist.all_reduce_mean(v.detach().float().clone()).item())
+                if self.step % t.log_every == 0 or self.step == self.stop_step:
+                    row["img_per_s"] = n_seen / (time.perf_counter() - t_start)
+                    row["elapsed_s"] = time.perf_counter() - t_start
+                    self._log(row)
+                    bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{info.lr:.2e}",
+                                    ips=f"{row['img_per_s']:.0f}")
+                bar.update(1)
+                if self.step % t.checkpoint_every == 0 or self.step == self.stop_step:
+                    self.save_resume()
+                if self.step >= self.stop_step:
+                    break
+        bar.close()
+        dist.barrier()
+        return self.export() if dist.is_main() else self.out_dir / "backbone.safetensors"
+
+
+def pretrain(cfg: PretrainConfig, out_dir: Path, source: str = "<config>", progress: bool = True) -> Path:
+    """Train (resuming from ``out_dir/resume.pt`` when present) and export the teacher backbone."""
+    dist.init_from_env()
+    return Trainer(cfg, out_dir, source, progress).train()
+
+
+def load_pretrain_config(raw: dict, source: str) -> PretrainConfig:
+    raw = {k: v for k, v in raw.items() if k not in ("_source_",)}
+    return from_dict(PretrainConfig, raw, source)

@@ -1,0 +1,60 @@
+"""Run one protocol on one model and turn its results into records."""
+from __future__ import annotations
+
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness import results
+from harness.models import ModelHandle
+from harness.registry import PROTOCOLS
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def build_protocol(name: str, preset: str | None = None, values: dict[str, Any] | None = None,
+                   source: str = "<command line>"):
+    cls = PROTOCOLS.get(name)
+    return cls.from_preset(preset, values, source)
+
+
+def already_done(model: ModelHandle, protocol, runs_dir: Path | None = None) -> list[dict]:
+    """Records of an earlier run of this exact (model weights, protocol fingerprint)."""
+    fp = protocol.fingerprint()
+    key = model.meta.get("sha256") or model.name
+    return [r for r in results.iter_records(runs_dir)
+            if r["protocol"]["fingerprint"] == fp and r["protocol"]["name"] == protocol.registry_name
+            and (r["model"].get("checkpoint_sha256") or r["model"]["name"]) == key
+            and r["model"]["name"] == model.name]
+
+
+def evaluate(model: ModelHandle, protocol, data_root: Path, *, preset: str | None = None,
+             runs_dir: Path | None = None, force: bool = False) -> tuple[list[dict], bool]:
+    """Returns (records, skipped). Records are written only after the whole protocol run
+    succeeded, so a failing run leaves no partial results."""
+    if not force:
+        done = already_done(model, protocol, runs_dir)
+        if done:
+            return done, True
+    t0 = time.perf_counter()
+    outputs = protocol.run(model, Path(data_root))
+    wall = time.perf_counter() - t0
+    cost = {"wall_s": round(wall, 3), "peak_rss_mb": round(peak_rss_mb(), 1),
+            "device": "cuda" if torch.cuda.is_available() else "cpu",
+            "threads": torch.get_num_threads()}
+    fp = protocol.fingerprint()
+    records = []
+    for out in outputs:
+        proto_block = {"name": protocol.registry_name, "preset": preset, "dataset": out.dataset,
+                       "split": out.split, "params": {**protocol.settings(), **out.params},
+                       "fingerprint": fp, "data_root": str(data_root)}
+        rec = results.make_record(model.record_info(), proto_block, out.seed, out.variant,
+                                  out.metrics, cost, out.artifacts)
+        results.write_record(rec, runs_dir, force=True)
+        records.append(rec)
+    return records, False

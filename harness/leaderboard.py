@@ -1,0 +1,506 @@
+"""Leaderboards: result records -> one pandas table -> CSV / Markdown / HTML / PNG.
+
+Rows are models. A column is one (protocol, dataset, split, variant, metric) measured
+under one protocol fingerprint; a cell is the mean, std and count over seeds.
+
+Records measured under different fingerprints (a different k, resolution, subset list,
+normalisation, ...) are never averaged into one cell: they become separate columns
+labelled with the short fingerprint, and a message says they cannot be compared.
+``compare(records, strict=True)`` refuses them instead.
+"""
+from __future__ import annotations
+
+import html
+import math
+import re
+from collections import defaultdict
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from harness.errors import ConfigError
+from harness.io_utils import atomic_write, atomic_write_text
+from harness.results import iter_records
+
+# Column levels of the table returned by build_leaderboard.
+LEVELS = ("protocol", "dataset", "split", "variant", "metric", "fingerprint", "stat")
+STATS = ("mean", "std", "n")
+SHORT_FP = 8
+
+# The number a protocol's paper tables report: used by the console view and the plots.
+HEADLINE_METRIC = {"knn": "top1", "linear": "top1", "linear_probe": "top1", "dense_nn": "mIoU",
+                   "seg_linear": "mIoU", "segmenter": "mIoU"}
+
+
+class IncomparableResultsError(ConfigError):
+    """Records measured under different protocol fingerprints were asked to share a cell."""
+
+
+# ----------------------------------------------------------------------------- helpers
+def variant_label(variant: dict | None) -> str:
+    """Canonical text of a variant dict: ``fraction=1/8,k=20`` (keys sorted)."""
+    if not variant:
+        return ""
+    return ",".join(f"{k}={_fmt_value(v)}" for k, v in sorted(variant.items()))
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def parse_variant(label: str) -> dict[str, str]:
+    if not label:
+        return {}
+    return dict(item.split("=", 1) for item in label.split(","))
+
+
+def fraction_value(v: Any) -> float | None:
+    """``"1/8"``, ``0.125``, ``"0.125"`` -> 0.125; None if it is not a fraction."""
+    try:
+        if isinstance(v, str) and "/" in v:
+            return float(Fraction(v.strip()))
+        return float(v)
+    except (ValueError, ZeroDivisionError, TypeError):
+        return None
+
+
+def headline_metric(protocol: str, metrics: Iterable[str]) -> str | None:
+    """The protocol's headline metric among ``metrics`` (case-insensitive), else the first."""
+    metrics = list(metrics)
+    want = HEADLINE_METRIC.get(protocol) or ("mIoU" if protocol.startswith("seg") else None)
+    if want:
+        for m in metrics:
+            if m.lower() == want.lower():
+                return m
+    return sorted(metrics)[0] if metrics else None
+
+
+def column_label(col: tuple, with_fp: bool = False) -> str:
+    """Flat text label of a column key (protocol, dataset, split, variant, metric, fp[, stat])."""
+    protocol, dataset, split, variant, metric, fp = col[:6]
+    parts = [protocol, f"{dataset}/{split}" if split else dataset]
+    if variant:
+        parts.append(variant)
+    parts.append(metric)
+    label = " | ".join(str(p) for p in parts)
+    return f"{label} @{fp[:SHORT_FP]}" if with_fp else label
+
+
+def _flatten(records: Iterable[dict]) -> pd.DataFrame:
+    rows = []
+    for rec in records:
+        model, proto = rec.get("model") or {}, rec.get("protocol") or {}
+        if not model.get("name") or not proto.get("name"):
+            continue  # not a result record
+        for metric, value in (rec.get("metrics") or {}).items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue  # e.g. per-class lists stay in the record only
+            rows.append({
+                "model": model["name"], "sha": model.get("checkpoint_sha256") or "",
+                "method": model.get("method"), "arch": model.get("arch"),
+                "pretrain_data": model.get("pretrain_data"), "epochs": model.get("epochs"),
+                "protocol": proto["name"], "dataset": proto.get("dataset") or "",
+                "split": proto.get("split") or "", "variant": variant_label(rec.get("variant")),
+                "metric": metric, "fingerprint": proto.get("fingerprint") or "",
+                "seed": rec.get("seed"), "created": rec.get("created") or "",
+                "value": float(value), "id": rec.get("id"),
+            })
+    return pd.DataFrame(rows, columns=["model", "sha", "method", "arch", "pretrain_data", "epochs",
+                                       "protocol", "dataset", "split", "variant", "metric",
+                                       "fingerprint", "seed", "created", "value", "id"])
+
+
+def _disambiguate_models(flat: pd.DataFrame) -> pd.DataFrame:
+    """Two different checkpoints under one name become ``name@sha8`` rows, never one row."""
+    shas = flat.groupby("model")["sha"].nunique()
+    clash = set(shas[shas > 1].index)
+    if clash:
+        flat = flat.copy()
+        mask = flat["model"].isin(clash)
+        flat.loc[mask, "model"] = flat.loc[mask, "model"] + "@" + flat.loc[mask, "sha"].str[:8]
+    return flat
+
+
+def fingerprint_conflicts(records: Iterable[dict] | pd.DataFrame) -> list[dict]:
+    """Each (protocol, dataset, split, variant, metric) measured under > 1 fingerprint."""
+    flat = records if isinstance(records, pd.DataFrame) else _flatten(records)
+    out = []
+    keys = ["protocol", "dataset", "split", "variant", "metric"]
+    for key, grp in flat.groupby(keys, sort=True):
+        fps = sorted(grp["fingerprint"].unique())
+        if len(fps) > 1:
+            out.append({**dict(zip(keys, key)), "fingerprints": fps,
+                        "models": {fp: sorted(grp.loc[grp["fingerprint"] == fp, "model"].unique())
+                                   for fp in fps}})
+    return out
+
+
+def _conflict_message(c: dict) -> str:
+    label = column_label((c["protocol"], c["dataset"], c["split"], c["variant"], c["metric"], ""))
+    per_fp = "; ".join(f"@{fp[:SHORT_FP]}: {', '.join(models)}" for fp, models in c["models"].items())
+    return (f"{label}: records were measured under {len(c['fingerprints'])} different protocol "
+            f"fingerprints and cannot be compared ({per_fp}). They are shown as separate columns; "
+            f"re-run the models with one protocol configuration to compare them.")
+
+
+# ----------------------------------------------------------------------------- build
+def build_leaderboard(records: list[dict] | None = None, runs_dir: str | Path | None = None) -> pd.DataFrame:
+    """Pivot records into a table: index = model, columns = MultiIndex ``LEVELS``.
+
+    For every (protocol, dataset, split, variant, metric, fingerprint) there are three
+    columns, stat = mean / std / n (over seeds; std is the sample std, 0 for n = 1).
+    ``df.attrs`` holds ``messages`` (fingerprint conflicts, as text), ``conflicts``
+    (the same as data), ``models`` (method, arch, ... per row) and ``fingerprints``
+    ({column label: full fingerprint}).
+    """
+    if records is None:
+        records = list(iter_records(Path(runs_dir) if runs_dir else None))
+    flat = _disambiguate_models(_flatten(records))
+    conflicts = fingerprint_conflicts(flat)
+    if flat.empty:
+        df = pd.DataFrame(index=pd.Index([], name="model"),
+                          columns=pd.MultiIndex.from_tuples([], names=LEVELS))
+        df.attrs.update(messages=[], conflicts=[], models={}, fingerprints={})
+        return df
+    # A re-run of the same (model, column, seed) under a new record id: keep the newest.
+    flat = flat.sort_values("created").drop_duplicates(
+        ["model", "protocol", "dataset", "split", "variant", "metric", "fingerprint", "seed"], keep="last")
+    col_keys = ["protocol", "dataset", "split", "variant", "metric", "fingerprint"]
+    agg = flat.groupby(["model"] + col_keys, sort=True)["value"].agg(
+        mean="mean", std=lambda s: float(s.std(ddof=1)) if len(s) > 1 else 0.0, n="count")
+    wide = agg.unstack(col_keys)  # columns: (stat, *col_keys)
+    wide.columns = wide.columns.reorder_levels(list(range(1, 7)) + [0])
+    wide.columns.names = list(LEVELS)
+    order = sorted({c[:6] for c in wide.columns})
+    wide = wide.reindex(columns=pd.MultiIndex.from_tuples(
+        [c + (s,) for c in order for s in STATS], names=LEVELS))
+    models = {}
+    for name, grp in flat.groupby("model"):
+        first = grp.iloc[0]
+        models[name] = {k: (None if pd.isna(first[k]) else first[k])
+                        for k in ("method", "arch", "pretrain_data", "epochs", "sha")}
+    wide.attrs.update(
+        messages=[_conflict_message(c) for c in conflicts], conflicts=conflicts, models=models,
+        fingerprints={column_label(c): c[5] for c in order})
+    return wide
+
+
+def compare(records: list[dict], strict: bool = True) -> pd.DataFrame:
+    """The leaderboard of ``records``; with ``strict`` a fingerprint conflict is an error
+    (IncomparableResultsError) instead of separate columns."""
+    conflicts = fingerprint_conflicts(records)
+    if strict and conflicts:
+        raise IncomparableResultsError(
+            "cannot put these records in one leaderboard cell:\n  "
+            + "\n  ".join(_conflict_message(c) for c in conflicts)
+            + "\nCompare only records measured with the same protocol settings, "
+              "or call compare(records, strict=False) to see them as separate columns.")
+    return build_leaderboard(records)
+
+
+# ----------------------------------------------------------------------------- views
+def column_keys(df: pd.DataFrame) -> list[tuple]:
+    """The (protocol, dataset, split, variant, metric, fingerprint) keys, in table order."""
+    seen, out = set(), []
+    for c in df.columns:
+        if c[:6] not in seen:
+            seen.add(c[:6])
+            out.append(c[:6])
+    return out
+
+
+def _conflicted(df: pd.DataFrame) -> set[tuple]:
+    """Column keys (without fingerprint) that exist under several fingerprints."""
+    count: dict[tuple, int] = defaultdict(int)
+    for c in column_keys(df):
+        count[c[:5]] += 1
+    return {k for k, v in count.items() if v > 1}
+
+
+def display_labels(df: pd.DataFrame) -> dict[tuple, str]:
+    """Column key -> label; the short fingerprint is appended where needed to tell columns apart."""
+    conflicted = _conflicted(df)
+    return {c: column_label(c, with_fp=c[:5] in conflicted) for c in column_keys(df)}
+
+
+def format_cell(mean: float, std: float, n: float, digits: int = 2) -> str:
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return ""
+    n = int(n) if n == n else 0
+    if n > 1:
+        return f"{mean:.{digits}f} ± {std:.{digits}f} (n={n})"
+    return f"{mean:.{digits}f}"
+
+
+def formatted(df: pd.DataFrame, headline_only: bool = False, digits: int = 2) -> pd.DataFrame:
+    """Display table: one string column per column key, cells ``mean ± std (n=k)``."""
+    labels = display_labels(df)
+    keys = column_keys(df)
+    if headline_only:
+        by_group: dict[tuple, list[str]] = defaultdict(list)
+        for c in keys:
+            by_group[(c[0], c[1], c[2], c[3], c[5])].append(c[4])
+        keys = [c for c in keys if c[4] == headline_metric(c[0], by_group[(c[0], c[1], c[2], c[3], c[5])])]
+    out = pd.DataFrame(index=df.index)
+    for c in keys:
+        out[labels[c]] = [format_cell(m, s, n, digits) for m, s, n in
+                          zip(df[c + ("mean",)], df[c + ("std",)], df[c + ("n",)])]
+    out.index.name = "model"
+    return out
+
+
+def _text_table(table: pd.DataFrame) -> str:
+    header = [table.index.name or ""] + [str(c) for c in table.columns]
+    rows = [[str(i)] + [str(v) for v in row] for i, row in zip(table.index, table.values)]
+    widths = [max(len(r[j]) for r in [header] + rows) for j in range(len(header))]
+    line = lambda r: "  ".join(v.ljust(w) if j == 0 else v.rjust(w) for j, (v, w) in enumerate(zip(r, widths)))
+    return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
+
+
+def format_console(df: pd.DataFrame) -> str:
+    """Headline metric per protocol (knn/linear: top1; dense_nn, seg_*: mIoU), plus the
+    fingerprint messages. One block per protocol so the lines stay readable."""
+    if df.empty:
+        return "no result records found"
+    blocks = []
+    table = formatted(df, headline_only=True)
+    fps = display_labels(df)
+    fp_of = {v: k[5] for k, v in fps.items()}
+    for protocol in dict.fromkeys(c[0] for c in column_keys(df)):
+        cols = [c for c in table.columns if c.split(" | ")[0] == protocol]
+        sub = table[cols]
+        sub = sub[(sub != "").any(axis=1)]
+        sub.columns = [c.split(" | ", 1)[1] for c in cols]
+        fp_line = ", ".join(f"{c.split(' | ', 1)[1]} @{fp_of[c][:SHORT_FP]}" for c in cols)
+        blocks.append(f"== {protocol} ==\n{_text_table(sub)}\nfingerprints: {fp_line}")
+    messages = df.attrs.get("messages") or []
+    if messages:
+        blocks.append("NOT COMPARABLE:\n" + "\n".join(f"- {m}" for m in messages))
+    return "\n\n".join(blocks)
+
+
+# ----------------------------------------------------------------------------- writers
+def fingerprint_table(df: pd.DataFrame) -> pd.DataFrame:
+    labels = display_labels(df)
+    rows = [dict(column=labels[c], protocol=c[0], dataset=c[1], split=c[2], variant=c[3],
+                 metric=c[4], fingerprint=c[5]) for c in column_keys(df)]
+    return pd.DataFrame(rows, columns=["column", "protocol", "dataset", "split", "variant", "metric",
+                                       "fingerprint"])
+
+
+def long_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, column): numbers with their std, n and fingerprint."""
+    labels = display_labels(df)
+    models = df.attrs.get("models", {})
+    rows = []
+    for model in df.index:
+        info = models.get(model, {})
+        for c in column_keys(df):
+            n = df.at[model, c + ("n",)]
+            if not n == n or n == 0:
+                continue
+            rows.append(dict(model=model, method=info.get("method"), arch=info.get("arch"),
+                             protocol=c[0], dataset=c[1], split=c[2], variant=c[3], metric=c[4],
+                             fingerprint=c[5], column=labels[c], mean=df.at[model, c + ("mean",)],
+                             std=df.at[model, c + ("std",)], n=int(n)))
+    return pd.DataFrame(rows)
+
+
+def _md_escape(s: str) -> str:
+    return str(s).replace("|", "\\|")
+
+
+def to_markdown(df: pd.DataFrame) -> str:
+    keys = column_keys(df)
+    labels = display_labels(df)
+    table = formatted(df)
+    header = ["model"] + [_md_escape(labels[c]) for c in keys]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+             "| *fingerprint* | " + " | ".join(f"`{c[5][:SHORT_FP]}`" for c in keys) + " |"]
+    for model, row in table.iterrows():
+        lines.append("| " + " | ".join([_md_escape(model)] + [_md_escape(v) for v in row]) + " |")
+    out = ["# Leaderboard", "", "Cells: mean ± std over seeds (n shown when > 1).", ""] + lines
+    messages = df.attrs.get("messages") or []
+    if messages:
+        out += ["", "## Not comparable", ""] + [f"- {m}" for m in messages]
+    out += ["", "## Fingerprints", "", "| column | fingerprint |", "|---|---|"]
+    out += [f"| {_md_escape(labels[c])} | `{c[5]}` |" for c in keys]
+    return "\n".join(out) + "\n"
+
+
+_SORT_JS = """
+document.querySelectorAll('th.sort').forEach(function (th) {
+  th.addEventListener('click', function () {
+    var table = th.closest('table'), body = table.tBodies[0], col = +th.dataset.col;
+    var asc = th.dataset.asc !== '1'; th.dataset.asc = asc ? '1' : '0';
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function (a, b) {
+      var x = a.cells[col].dataset.v, y = b.cells[col].dataset.v;
+      var nx = parseFloat(x), ny = parseFloat(y);
+      if (isNaN(nx) && isNaN(ny)) return asc ? x.localeCompare(y) : y.localeCompare(x);
+      if (isNaN(nx)) return 1; if (isNaN(ny)) return -1;
+      return asc ? nx - ny : ny - nx;
+    });
+    rows.forEach(function (r) { body.appendChild(r); });
+  });
+});
+"""
+
+
+def to_html(df: pd.DataFrame, title: str = "ssl-bench leaderboard") -> str:
+    keys = column_keys(df)
+    labels = display_labels(df)
+    table = formatted(df)
+    esc = html.escape
+    head = ['<tr><th class="sort" data-col="0">model</th>' + "".join(
+        f'<th class="sort" data-col="{j + 1}" title="{esc(c[5])}">{esc(labels[c])}</th>'
+        for j, c in enumerate(keys)) + "</tr>",
+        '<tr class="fp"><th>fingerprint</th>' + "".join(
+            f'<th title="{esc(c[5])}"><code>{esc(c[5][:SHORT_FP])}</code></th>' for c in keys) + "</tr>"]
+    body = []
+    for model in table.index:
+        cells = [f'<td data-v="{esc(str(model))}">{esc(str(model))}</td>']
+        for c in keys:
+            mean = df.at[model, c + ("mean",)]
+            v = "" if mean != mean else repr(float(mean))
+            cells.append(f'<td data-v="{v}">{esc(table.at[model, labels[c]])}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    messages = df.attrs.get("messages") or []
+    msg_html = ("<h2>Not comparable</h2><ul>" + "".join(f"<li>{esc(m)}</li>" for m in messages)
+                + "</ul>") if messages else ""
+    fp_rows = "".join(f"<tr><td>{esc(labels[c])}</td><td><code>{esc(c[5])}</code></td></tr>" for c in keys)
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{esc(title)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 1.5em; }}
+table {{ border-collapse: collapse; font-size: 0.9em; }}
+th, td {{ border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }}
+td:first-child, th:first-child {{ text-align: left; }}
+th.sort {{ cursor: pointer; background: #eef; }}
+tr.fp th {{ font-weight: normal; background: #f7f7f7; }}
+</style></head><body>
+<h1>{esc(title)}</h1>
+<p>Cells: mean ± std over seeds (n shown when &gt; 1). Click a column header to sort.</p>
+<table id="leaderboard"><thead>{''.join(head)}</thead><tbody>{''.join(body)}</tbody></table>
+{msg_html}
+<h2>Fingerprints</h2><table><tr><th>column</th><th>fingerprint</th></tr>{fp_rows}</table>
+<script>{_SORT_JS}</script>
+</body></html>
+"""
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
+
+
+def plot_protocol_bars(df: pd.DataFrame, protocol: str, path: Path) -> Path | None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = display_labels(df)
+    table = formatted(df, headline_only=True)  # picks the headline columns
+    keys = [c for c in column_keys(df) if c[0] == protocol and labels[c] in table.columns]
+    if not keys:
+        return None
+    models = [m for m in df.index if any(df.at[m, c + ("n",)] > 0 for c in keys)]
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(keys) * max(1, len(models)) * 0.35 + 3), 4.5))
+    width = 0.8 / max(1, len(models))
+    x = np.arange(len(keys))
+    for i, m in enumerate(models):
+        means = [df.at[m, c + ("mean",)] for c in keys]
+        stds = [df.at[m, c + ("std",)] for c in keys]
+        ax.bar(x + (i - (len(models) - 1) / 2) * width, means, width, yerr=stds, capsize=2, label=m)
+    ax.set_xticks(x)
+    ax.set_xticklabels([labels[c].split(" | ", 1)[1] for c in keys], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel(keys[0][4])
+    ax.set_title(protocol)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=110))
+    plt.close(fig)
+    return path
+
+
+def plot_fraction_curves(df: pd.DataFrame, out_dir: Path, protocol: str = "dense_nn") -> list[Path]:
+    """mIoU vs training fraction (log x), one line per model; one figure per
+    (dataset, split, other variant values, metric, fingerprint)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: dict[tuple, list[tuple[float, tuple]]] = defaultdict(list)
+    for c in column_keys(df):
+        if c[0] != protocol:
+            continue
+        if c[4].lower() != (HEADLINE_METRIC.get(protocol) or c[4]).lower():
+            continue
+        var = parse_variant(c[3])
+        frac = fraction_value(var.pop("fraction", None))
+        if frac is None:
+            continue
+        groups[(c[1], c[2], variant_label(var), c[4], c[5])].append((frac, c))
+    paths = []
+    multi_fp = len({g[:4] for g in groups}) < len(groups)
+    for (dataset, split, rest, metric, fp), pts in sorted(groups.items()):
+        pts.sort()
+        fig, ax = plt.subplots(figsize=(6, 4.2))
+        for m in df.index:
+            xs, ys, es = [], [], []
+            for frac, c in pts:
+                if df.at[m, c + ("n",)] > 0:
+                    xs.append(frac)
+                    ys.append(df.at[m, c + ("mean",)])
+                    es.append(df.at[m, c + ("std",)])
+            if xs:
+                ax.errorbar(xs, ys, yerr=es, marker="o", capsize=2, label=m)
+        ax.set_xscale("log")
+        ax.set_xlabel("training fraction")
+        ax.set_ylabel(metric)
+        ticks = [f for f, _ in pts]
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(Fraction(t).limit_denominator(1024)) for t in ticks])
+        ax.minorticks_off()
+        ax.set_title(f"{protocol} {dataset}/{split} {rest} @{fp[:SHORT_FP]}".strip())
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        name = f"{protocol}_{dataset}_{split}" + (f"_{rest}" if rest else "") + \
+               (f"_{fp[:SHORT_FP]}" if multi_fp else "") + "_fraction.png"
+        path = out_dir / _safe(name)
+        atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=110))
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def write_leaderboard(df_or_records: pd.DataFrame | list[dict], out_dir: str | Path) -> dict[str, Path]:
+    """Write leaderboard.csv (wide, means), leaderboard_long.csv (mean/std/n/fingerprint per
+    cell), fingerprints.csv, leaderboard.md, leaderboard.html and PNG plots into ``out_dir``.
+    Returns {name: path}; plot names are ``plot_<protocol>`` and ``curve_<file stem>``."""
+    df = df_or_records if isinstance(df_or_records, pd.DataFrame) else build_leaderboard(list(df_or_records))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    labels = display_labels(df)
+    paths: dict[str, Path] = {}
+
+    wide = pd.DataFrame({labels[c]: df[c + ("mean",)] for c in column_keys(df)}, index=df.index)
+    wide.index.name = "model"
+    paths["csv"] = atomic_write_text(out / "leaderboard.csv", wide.to_csv())
+    paths["long_csv"] = atomic_write_text(out / "leaderboard_long.csv", long_table(df).to_csv(index=False))
+    paths["fingerprints_csv"] = atomic_write_text(out / "fingerprints.csv",
+                                                  fingerprint_table(df).to_csv(index=False))
+    paths["md"] = atomic_write_text(out / "leaderboard.md", to_markdown(df))
+    paths["html"] = atomic_write_text(out / "leaderboard.html", to_html(df))
+    for protocol in dict.fromkeys(c[0] for c in column_keys(df)):
+        p = plot_protocol_bars(df, protocol, out / f"{_safe(protocol)}_bars.png")
+        if p:
+            paths[f"plot_{protocol}"] = p
+    for p in plot_fraction_curves(df, out):
+        paths[f"curve_{p.stem}"] = p
+    return paths

@@ -1,0 +1,57 @@
+"""A model to evaluate: a backbone plus the identity that keys caches and records."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.backbone import ViTBackbone, create_backbone
+from harness.checkpoints import load_backbone
+from harness.config import fingerprint
+
+
+@dataclass
+class ModelHandle:
+    name: str
+    backbone: ViTBackbone
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cache_key(self) -> str:
+        """Identity of the weights: the checkpoint's sha256, or the random-init recipe."""
+        if self.meta.get("sha256"):
+            return self.meta["sha256"]
+        return "random-" + fingerprint({"arch": self.backbone.arch, "kwargs": self.backbone.arch_kwargs,
+                                        "seed": self.meta.get("init_seed")})
+
+    def record_info(self) -> dict[str, Any]:
+        """The `model` block of a result record."""
+        m = self.meta
+        return {
+            "name": self.name,
+            "method": m.get("method", "random_init"),
+            "arch": self.backbone.arch,
+            "patch_size": self.backbone.patch_size,
+            "pretrain_data": m.get("pretrain_data"),
+            "epochs": m.get("epochs"),
+            "steps": m.get("steps"),
+            "checkpoint": m.get("checkpoint"),
+            "checkpoint_sha256": m.get("sha256"),
+        }
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, name: str | None = None, **backbone_kwargs) -> "ModelHandle":
+        backbone, meta = load_backbone(path, **backbone_kwargs)
+        meta = dict(meta, checkpoint=str(path))
+        return cls(name or Path(path).with_suffix("").name, backbone.eval(), meta)
+
+    @classmethod
+    def random_init(cls, arch: str, seed: int = 0, name: str | None = None, **overrides) -> "ModelHandle":
+        # The same init seed always gives the same weights, so random baselines are reproducible.
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            backbone = create_backbone(arch, **overrides)
+        meta = {"method": "random_init", "init_seed": seed, "epochs": 0, "steps": 0}
+        return cls(name or f"random_init-{arch}", backbone.eval(), meta)

@@ -1,0 +1,99 @@
+"""Name -> class registries for methods, protocols and datasets.
+
+Components register with a decorator next to their definition; third-party
+packages register through the entry-point groups ``ssl_bench.methods`` and
+``ssl_bench.protocols`` (loading the entry point imports the module, whose
+decorators do the registering).
+"""
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from typing import Callable, Generic, TypeVar
+
+from harness.errors import RegistryError
+
+T = TypeVar("T")
+
+# Modules that hold the built-in components; imported lazily so that importing
+# the registry stays cheap and free of cycles.
+_BUILTIN_MODULES = {
+    "method": ["methods"],
+    "protocol": ["benchmarks"],
+    "dataset": ["harness.data"],
+}
+_ENTRY_POINT_GROUPS = {"method": "ssl_bench.methods", "protocol": "ssl_bench.protocols"}
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._items: dict[str, T] = {}
+        self._loaded = False
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def decorator(obj: T) -> T:
+            existing = self._items.get(name)
+            if existing is not None and existing is not obj:
+                raise RegistryError(
+                    f"duplicate {self.kind} name {name!r}: already registered by "
+                    f"{_describe(existing)}, now again by {_describe(obj)}; pick another name"
+                )
+            self._items[name] = obj
+            if hasattr(obj, "__dict__") and not isinstance(obj, type(lambda: 0)):
+                try:
+                    setattr(obj, "registry_name", name)
+                except (AttributeError, TypeError):
+                    pass
+            return obj
+
+        return decorator
+
+    def load_all(self) -> None:
+        """Import built-in modules and third-party entry points (once)."""
+        if self._loaded:
+            return
+        self._loaded = True
+        for module in _BUILTIN_MODULES.get(self.kind, []):
+            importlib.import_module(module)
+        group = _ENTRY_POINT_GROUPS.get(self.kind)
+        if group:
+            for ep in entry_points(group=group):
+                try:
+                    ep.load()
+                except Exception as exc:  # a broken plugin must not hide the others
+                    raise RegistryError(
+                        f"plugin entry point {ep.name!r} ({ep.value}) in group {group!r} "
+                        f"failed to load: {exc}"
+                    ) from exc
+
+    def get(self, name: str) -> T:
+        self.load_all()
+        try:
+            return self._items[name]
+        except KeyError:
+            raise RegistryError(
+                f"unknown {self.kind} {name!r}; registered {self.kind}s: "
+                f"{', '.join(sorted(self._items)) or '(none)'}"
+            ) from None
+
+    def names(self) -> list[str]:
+        self.load_all()
+        return sorted(self._items)
+
+    def __contains__(self, name: str) -> bool:
+        self.load_all()
+        return name in self._items
+
+
+def _describe(obj) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+METHODS: Registry = Registry("method")
+PROTOCOLS: Registry = Registry("protocol")
+DATASETS: Registry = Registry("dataset")
+
+register_method = METHODS.register
+register_protocol = PROTOCOLS.register
+register_dataset = DATASETS.register
