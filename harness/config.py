@@ -88,10 +88,7 @@ def apply_overrides(cfg: dict, overrides: list[str] | None) -> dict:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key.path=value")
         key, raw = item.split("=", 1)
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            value = raw
+        value = parse_value(raw)
         node = out
         parts = key.strip().split(".")
         for part in parts[:-1]:
@@ -100,6 +97,20 @@ def apply_overrides(cfg: dict, overrides: list[str] | None) -> dict:
             node = node.setdefault(part, {})
         node[parts[-1]] = value
     return out
+
+
+def parse_value(raw: str) -> Any:
+    """YAML scalar/list parsing, plus floats YAML 1.1 reads as strings ("1e-4")."""
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 # ----------------------------------------------------------------------------- schemas

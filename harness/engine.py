@@ -189,7 +189,15 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
         torch.set_rng_state(state["torch_rng"])
+        self._truncate_log(self.step)
         return True
+
+    def _truncate_log(self, step: int) -> None:
+        """Drop log rows written after the checkpoint we resume from (they will be redone)."""
+        if not dist.is_main() or not self.log_path.is_file():
+            return
+        rows = [r for r in self.log_path.read_text().splitlines() if r and json.loads(r)["step"] <= step]
+        atomic_write(self.log_path, lambda p: p.write_text("".join(r + "\n" for r in rows)))
 
     def export(self) -> Path:
         cfg = self.cfg
@@ -270,11 +278,21 @@ class Trainer:
                 bar.update(1)
                 if self.step % t.checkpoint_every == 0 or self.step == self.stop_step:
                     self.save_resume()
+                _fault_injection(self.step)
                 if self.step >= self.stop_step:
                     break
         bar.close()
         dist.barrier()
         return self.export() if dist.is_main() else self.out_dir / "backbone.safetensors"
+
+
+def _fault_injection(step: int) -> None:
+    """Tests kill the process hard after a given step to prove exact resume."""
+    kill_after = os.environ.get("SSL_BENCH_FAULT_KILL_AFTER_STEP")
+    if kill_after and step == int(kill_after):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def pretrain(cfg: PretrainConfig, out_dir: Path, source: str = "<config>", progress: bool = True) -> Path:

@@ -133,7 +133,6 @@ def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patc
     grids = np.zeros((n, 2), np.int64)
     offsets = np.zeros(n + 1, np.int64)
     patch_file = open(out / "patches.bin", "wb") if patches else None
-    autocast = precision == "bf16"
     i = 0
     try:
         with tqdm(total=n, desc=desc, unit="img", disable=not progress, leave=False) as bar:
@@ -141,13 +140,11 @@ def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patc
                 batch_patches: dict[int, np.ndarray] = {}
                 for group in _shape_groups(images):
                     x = torch.stack([images[j] for j in group])
-                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                        f = backbone.get_features(x, n_last_blocks=n_last_blocks, norm=norm)
-                    c, p = f.cls.float(), f.patches.float()  # (B,n,d), (B,n,h,w,d)
+                    c, pm, p = _forward(backbone, x, n_last_blocks, norm, precision)
                     b, _, h, w, _ = p.shape
                     idx = [i + j for j in group]
                     cls[idx] = c.numpy()
-                    pmean[idx] = p.mean(dim=(2, 3)).numpy()
+                    pmean[idx] = pm.numpy()
                     grids[idx] = (h, w)
                     if patch_file is not None:
                         flat = p.permute(0, 2, 3, 1, 4).reshape(b, h * w, n_last_blocks, d).numpy()
@@ -172,6 +169,22 @@ def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patc
     meta: dict[str, Any] = {"n": n, "n_last_blocks": n_last_blocks, "dim": d, "patches": patches,
                             "patch_dtype": patch_dtype, "total_patches": int(offsets[-1])}
     (out / "meta.json").write_text(json.dumps(meta))
+
+
+def _forward(backbone, x: torch.Tensor, n_last_blocks: int, norm: bool, precision: str):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        f = backbone.get_features(x, n_last_blocks=n_last_blocks, norm=norm)
+    p = f.patches.float()  # (B, n, h, w, d)
+    return f.cls.float(), p.mean(dim=(2, 3)), p
+
+
+def batch_features(backbone, x: torch.Tensor, *, n_last_blocks: int = 1, norm: bool = True,
+                   precision: str = "fp32") -> tuple[torch.Tensor, torch.Tensor]:
+    """(cls, patch_mean), each (B, n_last_blocks, d), for one batch of images: exactly what
+    `extract_features` stores, for protocols that must forward fresh (augmented) images
+    every step, such as the linear probe. The caller owns no_grad and eval mode."""
+    c, pm, _ = _forward(backbone, x, n_last_blocks, norm, precision)
+    return c, pm
 
 
 def _shape_groups(images: list[torch.Tensor]) -> list[list[int]]:

@@ -24,6 +24,8 @@ mmengine or mmseg into the calling process.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -32,6 +34,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from importlib import metadata
 from pathlib import Path
 
 MMCV_VERSION = "2.1.0"
@@ -66,16 +69,48 @@ def check_installed(python: str = sys.executable) -> tuple[bool, str]:
     return proc.returncode == 0, out.splitlines()[-1] if out else ""
 
 
-def torch_version() -> str:
-    proc = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
-                          capture_output=True, text=True, check=True)
-    return proc.stdout.strip()
+def installed_versions() -> dict[str, str | None]:
+    """Distribution versions from package metadata (cheap: imports nothing)."""
+    out = {}
+    for dist in ("torch", "mmcv", "mmengine", "mmsegmentation"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ssl-bench"
 
 
 def cache_dir() -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    tag = re.sub(r"[^A-Za-z0-9_.-]", "_", torch_version())
-    return root / "ssl-bench" / "wheels" / f"torch-{tag}"
+    tag = re.sub(r"[^A-Za-z0-9_.-]", "_", installed_versions()["torch"] or "none")
+    return cache_root() / "wheels" / f"torch-{tag}"
+
+
+def _stamp_path() -> Path:
+    # one stamp per interpreter: a venv and the system Python are checked separately
+    tag = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
+    return cache_root() / f"mmseg-stack-ok-{tag}.json"
+
+
+def stamp_matches() -> bool:
+    """True when a full import check passed before with exactly these versions installed.
+
+    Importing torch + mmseg.models takes ~25 s on slow disks; this makes the no-op fast.
+    A changed torch (ABI) or mmcv/mmseg/mmengine version invalidates the stamp.
+    """
+    try:
+        return json.loads(_stamp_path().read_text()) == installed_versions()
+    except (OSError, ValueError):
+        return False
+
+
+def write_stamp() -> None:
+    path = _stamp_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(installed_versions()))
 
 
 def python_tag() -> str:
@@ -165,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true",
                         help="download and patch the sdist, print the build command, stop")
     parser.add_argument("--force", action="store_true", help="reinstall even if it works")
+    parser.add_argument("--verify", action="store_true",
+                        help="re-run the import check even when a matching stamp exists")
     parser.add_argument("--no-build", action="store_true",
                         help="fail instead of compiling when no prebuilt wheel is found")
     parser.add_argument("--keep-build-dir", action="store_true")
@@ -172,8 +209,13 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
 
     if not (args.force or args.dry_run):
+        if not args.verify and stamp_matches():
+            log(f"already installed and verified ({_stamp_path()}); nothing to do "
+                f"[{time.time() - t0:.1f} s]")
+            return 0
         ok, msg = check_installed()
         if ok:
+            write_stamp()
             log(f"already installed ({msg}); nothing to do [{time.time() - t0:.1f} s]")
             return 0
         log(f"not usable yet: {msg}")
@@ -191,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         install(wheel)
         ok, msg = check_installed()
         if ok:
+            write_stamp()
             log(f"done: {msg} [{time.time() - t0:.1f} s]")
             return 0
         # a wheel built against another torch fails to load its extension
@@ -204,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"cached {wheel}")
     install(wheel)
     ok, msg = check_installed()
+    if ok:
+        write_stamp()
     log(("done: " if ok else "FAILED: ") + f"{msg} [{time.time() - t0:.1f} s]")
     return 0 if ok else 1
 

@@ -80,6 +80,16 @@ def headline_metric(protocol: str, metrics: Iterable[str]) -> str | None:
     return sorted(metrics)[0] if metrics else None
 
 
+def _column_sort_key(col: tuple) -> tuple:
+    """Table order: protocol, dataset, split, then variant values numerically (fraction
+    1/128 < 1/8 < 1), metric, fingerprint."""
+    var = []
+    for k, v in parse_variant(col[3]).items():
+        num = fraction_value(v)
+        var.append((k, 0 if num is not None else 1, num if num is not None else 0.0, v))
+    return (col[0], col[1], col[2], tuple(var), col[4], col[5])
+
+
 def column_label(col: tuple, with_fp: bool = False) -> str:
     """Flat text label of a column key (protocol, dataset, split, variant, metric, fp[, stat])."""
     protocol, dataset, split, variant, metric, fp = col[:6]
@@ -176,7 +186,7 @@ def build_leaderboard(records: list[dict] | None = None, runs_dir: str | Path | 
     wide = agg.unstack(col_keys)  # columns: (stat, *col_keys)
     wide.columns = wide.columns.reorder_levels(list(range(1, 7)) + [0])
     wide.columns.names = list(LEVELS)
-    order = sorted({c[:6] for c in wide.columns})
+    order = sorted({c[:6] for c in wide.columns}, key=_column_sort_key)
     wide = wide.reindex(columns=pd.MultiIndex.from_tuples(
         [c + (s,) for c in order for s in STATS], names=LEVELS))
     models = {}
@@ -267,17 +277,18 @@ def format_console(df: pd.DataFrame) -> str:
     fingerprint messages. One block per protocol so the lines stay readable."""
     if df.empty:
         return "no result records found"
-    blocks = []
+    labels = display_labels(df)
     table = formatted(df, headline_only=True)
-    fps = display_labels(df)
-    fp_of = {v: k[5] for k, v in fps.items()}
-    for protocol in dict.fromkeys(c[0] for c in column_keys(df)):
-        cols = [c for c in table.columns if c.split(" | ")[0] == protocol]
-        sub = table[cols]
+    shown = [c for c in column_keys(df) if labels[c] in table.columns]
+    blocks = []
+    for protocol in dict.fromkeys(c[0] for c in shown):
+        keys = [c for c in shown if c[0] == protocol]
+        sub = table[[labels[c] for c in keys]]
         sub = sub[(sub != "").any(axis=1)]
-        sub.columns = [c.split(" | ", 1)[1] for c in cols]
-        fp_line = ", ".join(f"{c.split(' | ', 1)[1]} @{fp_of[c][:SHORT_FP]}" for c in cols)
-        blocks.append(f"== {protocol} ==\n{_text_table(sub)}\nfingerprints: {fp_line}")
+        short = [labels[c].split(" | ", 1)[1] for c in keys]  # drop the protocol, it is the title
+        sub.columns = short
+        fps = ", ".join(dict.fromkeys(f"@{c[5][:SHORT_FP]}" for c in keys))
+        blocks.append(f"== {protocol} ==  (fingerprints {fps})\n{_text_table(sub)}")
     messages = df.attrs.get("messages") or []
     if messages:
         blocks.append("NOT COMPARABLE:\n" + "\n".join(f"- {m}" for m in messages))
@@ -467,7 +478,7 @@ def plot_fraction_curves(df: pd.DataFrame, out_dir: Path, protocol: str = "dense
         ax.set_xticks(ticks)
         ax.set_xticklabels([str(Fraction(t).limit_denominator(1024)) for t in ticks])
         ax.minorticks_off()
-        ax.set_title(f"{protocol} {dataset}/{split} {rest} @{fp[:SHORT_FP]}".strip())
+        ax.set_title(" ".join(t for t in (protocol, f"{dataset}/{split}", rest, f"@{fp[:SHORT_FP]}") if t))
         ax.legend(fontsize=7)
         fig.tight_layout()
         name = f"{protocol}_{dataset}_{split}" + (f"_{rest}" if rest else "") + \

@@ -1,6 +1,8 @@
 """Leaderboard: pivot, fingerprint refusal, and every output file parses."""
 from __future__ import annotations
 
+import functools
+
 import pandas as pd
 import pytest
 from PIL import Image
@@ -20,7 +22,8 @@ def _rec(model, protocol, dataset, metrics, seed=0, variant=None, fp=FP_KNN, spl
     return make_record(m, p, seed, variant or {}, metrics, {"wall_s": 1.0})
 
 
-def _records():
+@functools.lru_cache(maxsize=1)
+def _cached_records():
     recs = []
     for model, base in (("dino-a", 50.0), ("ibot-b", 60.0)):
         recs.append(_rec(model, "knn", "synth_in", {"top1": base, "top5": base + 20}, variant={"k": 20}))
@@ -28,7 +31,11 @@ def _records():
             for seed in (0, 1, 2):
                 recs.append(_rec(model, "dense_nn", "synth_voc", {"mIoU": base / 2 + bump + seed, "pixel_acc": 80.0},
                                  seed=seed, variant={"fraction": frac}, fp=FP_DNN))
-    return recs
+    return tuple(recs)
+
+
+def _records():
+    return [dict(r) for r in _cached_records()]
 
 
 def test_pivot_mean_std_n():

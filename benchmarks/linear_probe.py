@@ -1,0 +1,247 @@
+"""Linear probing on a frozen backbone: the DINO, iBOT and SynCLR (StableRep) recipes as
+named presets, every learning rate of a recipe's grid trained at once on one backbone
+forward per batch (benchmarks/linear_heads.py).
+
+The backbone is frozen in the strict sense: eval mode (no dropout, no drop-path, no
+BatchNorm statistics updates) and torch.no_grad for its forward; the tests check that its
+weights are bit-identical after a probe epoch. Validation features are deterministic
+(Resize -> CenterCrop), so they come from the harness.features cache and are computed once
+instead of once per epoch as in the official scripts; the numbers are the same.
+
+Recipes (see docs/CLASSIFICATION.md for the sources and every difference):
+- dino:   one lr 0.001 x B/256, SGD momentum 0.9, wd 0, cosine per epoch over 100 epochs,
+          B = 1024, RandomResizedCrop(224) + flip, val Resize(256, bicubic) + CenterCrop(224),
+          init N(0, 0.01), bias 0; best val top-1 over epochs. Features by arch: ViT-S/Ti:
+          CLS of the last 4 blocks; ViT-B/L: last CLS interleaved with the patch mean.
+- ibot:   the same, 45 lrs {1..9} x {1e-4 .. 1} (x B/256) at once, concatenated CLS+patch
+          mean for ViT-B/L; best over epochs and lrs.
+- synclr: last-block CLS, BatchNorm1d(affine=False, eps 1e-6) before the linear layer,
+          10 lrs {0.001 .. 0.5} (x B/256), 90 epochs, cosine per iteration, drop_last,
+          evaluated every 10 epochs, val Resize(256, bilinear) + CenterCrop(224).
+- synth:  a CPU preset for SynthScenes' 64 px images (few epochs, small lr grid).
+`cached_features: true` trains on cached val-transform features of the train split (no
+augmentation): fast screening, its own fingerprint.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from benchmarks.base import Protocol, ProtocolResult
+from benchmarks.classification_common import Layout, assemble, load_splits
+from benchmarks.linear_data import (_STREAM_INIT, AugmentedImages, RandomResizedCropFlip, augmented_loader,
+                                    epoch_batches, seeded_generator, steps_per_epoch)
+from benchmarks.linear_heads import GridHistory, GridSGD, LinearHeads, Schedule, select_best, train_grid
+from harness.data.transforms import ResizeCenterCrop
+from harness.errors import ConfigError
+from harness.features import batch_features, extract_features
+from harness.models import ModelHandle
+from harness.registry import register_protocol
+
+log = logging.getLogger(__name__)
+
+# iBOT eval_linear_multi.py: lrs = [base * n for base in 10**k, k in -4..0, for n in 1..9].
+IBOT_BASE_LRS = [base * n for base in [10 ** k for k in range(-4, 1)] for n in range(1, 10)]
+# StableRep main_linear.py --base_lrs default.
+SYNCLR_BASE_LRS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5]
+
+
+def arch_feature_defaults(embed_dim: int, depth: int) -> tuple[int, bool]:
+    """DINO's per-arch feature choice (eval_linear.py help: "n=4 when evaluating ViT-Small
+    and n=1 with ViT-Base"; avgpool "False for ViT-Small and True with ViT-Base"; iBOT's
+    run.sh: small -> (4, 0), base/large -> (1, 2)). Narrower than ViT-S (ViT-Ti, the CPU
+    preset) follows ViT-S, i.e. DINO's argument defaults; n is capped at the depth."""
+    if embed_dim <= 384:
+        return min(4, depth), False
+    return 1, True
+
+
+@dataclass
+class LinearConfig:
+    dataset: str = "imagenet"
+    train_split: str = "train"
+    val_split: str = "val"
+    recipe: str = "dino"  # the preset's name, shown in the result's variant
+    # ---- features: None = by arch (arch_feature_defaults)
+    n_last_blocks: int | None = None
+    avgpool_patchtokens: bool | None = None
+    feature_layout: Layout = "concat"  # "interleave": DINO's CLS/avgpool layout
+    # ---- head
+    batchnorm: bool = False
+    init_std: float = 0.01
+    # ---- optimisation (lr = base_lr * batch_size / 256 for every base lr)
+    base_lrs: list[float] = field(default_factory=lambda: [0.001])
+    batch_size: int = 1024
+    epochs: int = 100
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    lr_schedule: Schedule = "cosine_epoch"
+    drop_last: bool = False
+    eval_every: int = 1
+    # ---- images
+    crop: int = 224
+    resize: int = 256
+    val_interpolation: Literal["bicubic", "bilinear"] = "bicubic"
+    rrc_scale: tuple[float, float] = (0.08, 1.0)
+    rrc_ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
+    rrc_interpolation: Literal["bilinear", "bicubic"] = "bilinear"
+    hflip: bool = True
+    cached_features: bool = False  # train on cached val-transform features, no augmentation
+    seed: int = 0
+    precision: Literal["fp32", "bf16"] = "fp32"
+    # ---- execution only (not in the fingerprint)
+    num_workers: int = 0
+    feature_batch_size: int = 64
+    cache: bool = True
+    progress: bool = True
+
+    def __post_init__(self):
+        problems = []
+        if not self.base_lrs or min(self.base_lrs) <= 0:
+            problems.append(f"base_lrs must be positive, found {self.base_lrs}")
+        if self.batch_size < 1 or self.epochs < 1 or self.eval_every < 1:
+            problems.append(f"batch_size, epochs and eval_every must be >= 1, found "
+                            f"{self.batch_size}, {self.epochs}, {self.eval_every}")
+        if self.n_last_blocks is not None and self.n_last_blocks < 1:
+            problems.append(f"n_last_blocks must be >= 1 or null (by arch), found {self.n_last_blocks}")
+        if self.crop > self.resize:
+            problems.append(f"crop {self.crop} is larger than resize {self.resize}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+@register_protocol("linear")
+class LinearProbe(Protocol):
+    Config = LinearConfig
+    # recipe: a label (the settings are hashed); seed: recorded as the result's seed.
+    NOT_IN_FINGERPRINT = ("recipe", "seed", "num_workers", "feature_batch_size", "cache", "progress")
+    PRESETS = {
+        "dino": {"recipe": "dino", "base_lrs": [0.001], "epochs": 100, "batch_size": 1024,
+                 "lr_schedule": "cosine_epoch", "feature_layout": "interleave"},
+        "ibot": {"recipe": "ibot", "base_lrs": IBOT_BASE_LRS, "epochs": 100, "batch_size": 1024,
+                 "lr_schedule": "cosine_epoch", "feature_layout": "concat"},
+        "synclr": {"recipe": "synclr", "base_lrs": SYNCLR_BASE_LRS, "epochs": 90, "batch_size": 1024,
+                   "lr_schedule": "cosine_iter", "drop_last": True, "eval_every": 10,
+                   "n_last_blocks": 1, "avgpool_patchtokens": False, "batchnorm": True,
+                   "val_interpolation": "bilinear"},
+        # CPU screening on SynthScenes (64 px, 12 classes): the iBOT recipe, shortened.
+        "synth": {"recipe": "synth", "base_lrs": [0.01, 0.03, 0.1, 0.3, 1.0], "epochs": 10,
+                  "batch_size": 128, "lr_schedule": "cosine_epoch", "crop": 64, "resize": 64,
+                  "feature_layout": "concat"},
+    }
+    DEFAULT_PRESET = "dino"
+
+    # ------------------------------------------------------------------ pieces
+    def feature_choice(self, model: ModelHandle) -> tuple[int, bool]:
+        b = model.backbone
+        n_auto, avg_auto = arch_feature_defaults(b.embed_dim, len(b.blocks))
+        n = self.cfg.n_last_blocks if self.cfg.n_last_blocks is not None else n_auto
+        avg = self.cfg.avgpool_patchtokens if self.cfg.avgpool_patchtokens is not None else avg_auto
+        if n > len(b.blocks):
+            raise ConfigError(f"n_last_blocks={n} but {b.arch} has {len(b.blocks)} blocks")
+        if avg and self.cfg.feature_layout == "interleave" and n != 1:
+            raise ConfigError(f"feature_layout 'interleave' (DINO) needs n_last_blocks=1, found {n}")
+        return n, avg
+
+    def val_transform(self) -> ResizeCenterCrop:
+        c = self.cfg
+        return ResizeCenterCrop(resize=c.resize, crop=c.crop, interpolation=c.val_interpolation)
+
+    def train_transform(self) -> RandomResizedCropFlip:
+        c = self.cfg
+        return RandomResizedCropFlip(size=c.crop, scale=tuple(c.rrc_scale), ratio=tuple(c.rrc_ratio),
+                                     interpolation=c.rrc_interpolation, hflip=c.hflip)
+
+    def lrs(self) -> list[float]:
+        return [b * self.cfg.batch_size / 256.0 for b in self.cfg.base_lrs]  # linear scaling rule
+
+    # ------------------------------------------------------------------ run
+    def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
+        c = self.cfg
+        t_start = time.perf_counter()
+        splits = load_splits(c.dataset, data_root, c.train_split, c.val_split)
+        n_blocks, avgpool = self.feature_choice(model)
+        backbone = model.backbone
+        was_training = backbone.training
+        backbone.eval()  # frozen: no dropout / drop-path, no BN statistics updates
+        try:
+            fkw = dict(n_last_blocks=n_blocks, norm=True, batch_size=c.feature_batch_size,
+                       num_workers=c.num_workers, cache=c.cache, progress=c.progress, precision=c.precision)
+
+            def probe_input(cls, patch_mean):
+                return assemble(cls, patch_mean, n_last_blocks=n_blocks, avgpool=avgpool, layout=c.feature_layout)
+
+            f_val = extract_features(model, splits.val, self.val_transform(), desc="linear val", **fkw)
+            val_x = probe_input(f_val.cls, f_val.patch_mean)
+            val_y = torch.from_numpy(splits.val_labels)
+            n_train = len(splits.train)
+            steps = steps_per_epoch(n_train, c.batch_size, c.drop_last)
+            if steps == 0:
+                raise ConfigError(f"batch_size {c.batch_size} with drop_last leaves no step for {n_train} "
+                                  f"training images; lower batch_size or set drop_last: false")
+            train_y = torch.from_numpy(splits.train_labels)
+
+            if c.cached_features:
+                f_train = extract_features(model, splits.train, self.val_transform(), desc="linear train", **fkw)
+
+                def batches(epoch: int):
+                    for idx in epoch_batches(n_train, c.batch_size, c.seed, epoch, c.drop_last):
+                        rows = np.sort(idx.numpy())  # memmap reads in file order; batch order is irrelevant
+                        yield probe_input(f_train.cls[rows], f_train.patch_mean[rows]), train_y[rows]
+            else:
+                data = AugmentedImages(splits.train, splits.train_labels, self.train_transform(), c.seed)
+
+                def batches(epoch: int):
+                    loader = augmented_loader(data, c.batch_size, epoch, c.drop_last, c.num_workers)
+                    for images, labels in tqdm(loader, desc=f"linear epoch {epoch + 1}/{c.epochs}",
+                                               disable=not c.progress, leave=False):
+                        with torch.no_grad():
+                            cls, pm = batch_features(backbone, images, n_last_blocks=n_blocks,
+                                                     precision=c.precision)
+                        yield probe_input(cls, pm), labels
+
+            lrs = self.lrs()
+            heads = LinearHeads(len(lrs), val_x.shape[1], splits.num_classes, batchnorm=c.batchnorm,
+                                init_std=c.init_std, generator=seeded_generator(c.seed, _STREAM_INIT))
+            opt = GridSGD(heads, torch.tensor(lrs, dtype=torch.float64), momentum=c.momentum,
+                          weight_decay=c.weight_decay)
+            hist = train_grid(heads, opt, batches, val_x, val_y, epochs=c.epochs, steps_per_epoch=steps,
+                              schedule=c.lr_schedule, eval_every=c.eval_every,
+                              on_epoch=lambda e, h: self._log_epoch(e, h, lrs))
+        finally:
+            backbone.train(was_training)
+        return [self._result(hist, lrs, splits, n_blocks, avgpool, val_x.shape[1], time.perf_counter() - t_start)]
+
+    def _log_epoch(self, epoch: int, hist: GridHistory, lrs: list[float]) -> None:
+        if hist.epochs and hist.epochs[-1] == epoch + 1:
+            row = hist.top1[-1]
+            j = max(range(len(row)), key=lambda h: row[h])
+            log.info("linear epoch %d: best top-1 %.2f (base lr %g)", epoch + 1, row[j], self.cfg.base_lrs[j])
+
+    def _result(self, hist: GridHistory, lrs, splits, n_blocks, avgpool, dim, seconds) -> ProtocolResult:
+        c = self.cfg
+        e, h = select_best(hist.top1)
+        metrics = {"top1": hist.top1[e][h]}
+        if splits.num_classes >= 5:  # as DINO: top-5 only with at least 5 classes
+            metrics["top5"] = hist.top5[e][h]
+        per_lr = {f"{b:g}": max(row[j] for row in hist.top1) for j, b in enumerate(c.base_lrs)}
+        variant = {"recipe": c.recipe}
+        if c.cached_features:
+            variant["cached_features"] = True
+        return ProtocolResult(
+            metrics=metrics, dataset=c.dataset, split=c.val_split, seed=c.seed, variant=variant,
+            params={"best_base_lr": c.base_lrs[h], "best_lr": lrs[h], "best_epoch": hist.epochs[e],
+                    "epochs": c.epochs, "batch_size": c.batch_size, "num_heads": len(lrs),
+                    "n_last_blocks": n_blocks, "avgpool_patchtokens": avgpool,
+                    "feature_layout": c.feature_layout, "feature_dim": dim, "batchnorm": c.batchnorm,
+                    "top1_by_base_lr": per_lr, "n_train": len(splits.train), "n_val": len(splits.val),
+                    "num_classes": splits.num_classes, "cached_features": c.cached_features,
+                    "seconds": round(seconds, 3)},
+        )

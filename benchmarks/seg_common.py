@@ -1,0 +1,590 @@
+"""What ``seg_linear`` and ``segmenter`` share: the settings, the datasets, the mmengine
+config built from them, the run of one learning rate, the sweep, and the result records.
+
+Both protocols are CrIBo's (Tables 2 and 3), which run mmsegmentation 1.x's Segmenter
+configs through mmengine's Runner; so do these, with the configs generated here from the
+harness's dataclass settings instead of Python config files. mmcv / mmengine / mmseg are
+imported inside functions only: the rest of the harness never imports them, and a
+missing install surfaces as :class:`MissingDependencyError` naming the install command.
+
+Sources of every default (CrIBo = github.com/tileb1/CrIBo, segmentation/ and
+eval_launcher.py; mmseg = mmsegmentation 1.2.2 configs/_base_ and configs/segmenter):
+- data pipelines, test scales, sliding-window test: mmseg's dataset configs (as CrIBo's);
+- normalisation mean = std = 127.5 (RGB): mmseg's Segmenter model config, kept by CrIBo
+  although its backbones were pretrained with ImageNet mean/std -- configurable here;
+- Adam, PolyLR power 0.9, eta_min = lr / 10: CrIBo's schedule configs + ``update_cfg``
+  in its tools/train.py (which sets eta_min = lr / 10 for every run, linear included);
+- weight decay 0.01: CrIBo's eval_launcher ``--mmseg_wd`` default (its update_cfg
+  overrides the configs' value with it);
+- 160k iterations for ADE20K / COCO-Stuff, 80k for VOC / Pascal Context; batch 8 in all
+  (Segmenter's 8 GPUs x 1).
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import logging
+import math
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from harness.errors import ConfigError, DataError, MissingDependencyError
+
+log = logging.getLogger(__name__)
+
+INSTALL_COMMAND = "bash scripts/install_mmcv.sh"
+MMSEG_VERSION = "1.2.2"
+
+
+# ============================================================================ dependency
+def require_mmseg() -> None:
+    """Import the mmseg stack or raise :class:`MissingDependencyError` saying how to install it."""
+    try:
+        import mmcv
+        import mmcv.ops  # noqa: F401  (needs the compiled extension)
+        import mmengine  # noqa: F401
+        import mmseg
+        import mmseg.models  # noqa: F401
+    except (ImportError, OSError) as exc:
+        raise MissingDependencyError(
+            f"the segmentation protocols need mmcv {'2.1.0'} with compiled ops, mmengine 0.10.7 and "
+            f"mmsegmentation {MMSEG_VERSION}; importing them failed ({type(exc).__name__}: {exc}). "
+            f"Install them with `{INSTALL_COMMAND}` (uses a prebuilt wheel from $MMCV_WHEEL_DIR "
+            f"when set, else compiles mmcv, ~30 min on 2 cores)") from exc
+    except AssertionError as exc:  # mmseg asserts the mmcv / mmengine version range on import
+        raise MissingDependencyError(
+            f"installed mmcv/mmengine do not fit mmsegmentation {MMSEG_VERSION} ({exc}); "
+            f"run `{INSTALL_COMMAND} --force`") from exc
+    if mmseg.__version__ != MMSEG_VERSION or not mmcv.__version__.startswith("2.1."):
+        raise MissingDependencyError(
+            f"found mmseg {mmseg.__version__} / mmcv {mmcv.__version__}, the protocols are pinned "
+            f"to mmseg {MMSEG_VERSION} / mmcv 2.1.x; run `{INSTALL_COMMAND} --force`")
+
+
+# ============================================================================ datasets
+@dataclass(frozen=True)
+class SegDataset:
+    """One of mmseg's dataset configs, with sizes relative to the 512 crop they assume."""
+
+    name: str
+    mmseg_type: str
+    num_classes: int
+    paper_iters: int
+    reduce_zero_label: bool
+    layout: Literal["ade", "voc", "context", "coco_stuff"]
+    scale_ratio: tuple[float, float] = (4.0, 1.0)  # Resize scale / crop: (2048, 512) at 512
+    train_crop_ratio: float = 1.0                   # pipeline RandomCrop / crop (Context: 480 / 512)
+    pad_train: bool = False                         # voc12aug's extra Pad(crop) in the pipeline
+    seg_map_suffix: str = ".png"
+
+
+DATASETS: dict[str, SegDataset] = {
+    "ade20k": SegDataset("ade20k", "ADE20KDataset", 150, 160_000, True, "ade"),
+    "voc12aug": SegDataset("voc12aug", "PascalVOCDataset", 21, 80_000, False, "voc", pad_train=True),
+    # CrIBo's configs/_base_/datasets/pascal_context.py: 60 classes (background included).
+    "pascal_context": SegDataset("pascal_context", "PascalContextDataset", 60, 80_000, False, "context",
+                                 scale_ratio=(520 / 512, 520 / 512), train_crop_ratio=480 / 512),
+    # mmseg's pascal_context_59.py: background ignored (reduce_zero_label).
+    "pascal_context_59": SegDataset("pascal_context_59", "PascalContextDataset59", 59, 80_000, True,
+                                    "context", scale_ratio=(520 / 512, 520 / 512),
+                                    train_crop_ratio=480 / 512),
+    "coco_stuff164k": SegDataset("coco_stuff164k", "COCOStuffDataset", 171, 160_000, False, "coco_stuff",
+                                 seg_map_suffix="_labelTrainIds.png"),
+}
+ALIASES = {"voc": "voc12aug", "ade": "ade20k", "coco_stuff": "coco_stuff164k",
+           "pascal_context_60": "pascal_context"}
+
+
+def dataset_spec(name: str) -> SegDataset:
+    key = ALIASES.get(name, name)
+    if key not in DATASETS:
+        raise ConfigError(f"segmentation dataset {name!r} is unknown; choose one of "
+                          f"{', '.join(sorted(DATASETS))} (aliases: {', '.join(sorted(ALIASES))})")
+    return DATASETS[key]
+
+
+@dataclass
+class ResolvedData:
+    """Where the data is and how mmseg reads it (mmseg dataset dicts, without pipelines)."""
+
+    spec: SegDataset
+    root: Path
+    classes: tuple[str, ...] | None  # SynthScenes class names (None: the mmseg dataset's own)
+    train: list[dict]                # one dict per dataset concatenated for training
+    val: dict
+    train_lists: list[str]           # what was used, for the record
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes) if self.classes else self.spec.num_classes
+
+    @property
+    def is_synthetic(self) -> bool:
+        return self.classes is not None
+
+
+def _first_dir(root: Path, candidates: list[Path], marker: str, what: str) -> Path:
+    if not root.exists():
+        raise DataError(f"{what} root {root} does not exist")
+    for c in candidates:
+        if (c / marker).exists():
+            return c
+    raise DataError(f"no {what} layout under {root}: expected {marker} in one of "
+                    f"{', '.join(str(c) for c in candidates)}")
+
+
+def resolve_data(name: str, data_root: str | Path) -> ResolvedData:
+    """Find the dataset folders under ``data_root`` (the real layouts or SynthScenes')."""
+    from harness.data.io import find_synth_meta
+
+    spec = dataset_spec(name)
+    root = Path(data_root).expanduser().resolve()
+    common = dict(reduce_zero_label=spec.reduce_zero_label, img_suffix=".jpg",
+                  seg_map_suffix=spec.seg_map_suffix)
+    if spec.layout == "ade":
+        base = _first_dir(root, [root, root / "ADEChallengeData2016", root / "ade" / "ADEChallengeData2016"],
+                          "annotations", "ADE20K (ADEChallengeData2016)")
+        train = [dict(data_prefix=dict(img_path="images/training", seg_map_path="annotations/training"))]
+        val = dict(data_prefix=dict(img_path="images/validation", seg_map_path="annotations/validation"))
+        lists = ["images/training"]
+    elif spec.layout == "voc":
+        base = _first_dir(root, [root, root / "VOC2012", root / "VOCdevkit" / "VOC2012"], "JPEGImages",
+                          "Pascal VOC 2012")
+        sets = base / "ImageSets" / "Segmentation"
+        if (sets / "aug.txt").is_file():
+            # mmseg's pascal_voc12_aug.py (and CrIBo's): train.txt + aug.txt, concatenated.
+            train = [dict(data_prefix=dict(img_path="JPEGImages", seg_map_path="SegmentationClass"),
+                          ann_file="ImageSets/Segmentation/train.txt"),
+                     dict(data_prefix=dict(img_path="JPEGImages", seg_map_path="SegmentationClassAug"),
+                          ann_file="ImageSets/Segmentation/aug.txt")]
+            lists = ["train.txt", "aug.txt"]
+        elif (sets / "trainaug.txt").is_file():
+            # The common single-list layout (and SynthScenes'): trainaug.txt over SegmentationClassAug.
+            train = [dict(data_prefix=dict(img_path="JPEGImages", seg_map_path="SegmentationClassAug"),
+                          ann_file="ImageSets/Segmentation/trainaug.txt")]
+            lists = ["trainaug.txt"]
+        else:
+            raise DataError(f"Pascal VOC aug lists not found in {sets}: expected aug.txt (mmseg's "
+                            f"tools/dataset_converters/voc_aug.py) or trainaug.txt")
+        val = dict(data_prefix=dict(img_path="JPEGImages", seg_map_path="SegmentationClass"),
+                   ann_file="ImageSets/Segmentation/val.txt")
+    elif spec.layout == "context":
+        base = _first_dir(root, [root, root / "VOC2010", root / "VOCdevkit" / "VOC2010"],
+                          "SegmentationClassContext", "Pascal Context (VOC2010)")
+        prefix = dict(img_path="JPEGImages", seg_map_path="SegmentationClassContext")
+        train = [dict(data_prefix=prefix, ann_file="ImageSets/SegmentationContext/train.txt")]
+        val = dict(data_prefix=dict(prefix), ann_file="ImageSets/SegmentationContext/val.txt")
+        lists = ["train.txt"]
+    else:
+        base = _first_dir(root, [root, root / "coco_stuff164k"], "annotations/train2017", "COCO-Stuff 164k")
+        train = [dict(data_prefix=dict(img_path="images/train2017", seg_map_path="annotations/train2017"))]
+        val = dict(data_prefix=dict(img_path="images/val2017", seg_map_path="annotations/val2017"))
+        lists = ["images/train2017"]
+
+    for d in train + [val]:
+        d.update(common, data_root=str(base))
+        for key in ("img_path", "seg_map_path"):
+            if not (base / d["data_prefix"][key]).is_dir():
+                raise DataError(f"{spec.name}: folder {base / d['data_prefix'][key]} not found; "
+                                f"the dataset is incomplete")
+        if "ann_file" in d and not (base / d["ann_file"]).is_file():
+            raise DataError(f"{spec.name}: split list {base / d['ann_file']} not found")
+
+    meta = find_synth_meta(base, levels=2)
+    classes = None
+    if meta:
+        names = meta.get("classes", {}).get("ade20k" if spec.layout == "ade" else "voc")
+        if not names or spec.layout not in ("ade", "voc"):
+            raise DataError(f"{base} is a SynthScenes root but has no {spec.name} class list")
+        classes = tuple(names)
+        for d in train + [val]:
+            # mmseg's VOC/ADE dataset classes would remap SynthScenes' labels through their own
+            # class lists; the generic dataset with SynthScenes' names reads them as written.
+            d["metainfo"] = dict(classes=classes)
+    return ResolvedData(spec, base, classes, train, val, lists)
+
+
+# ============================================================================ settings
+@dataclass
+class SegConfig:
+    """Settings shared by both protocols (each protocol sets its own lr grid and head)."""
+
+    dataset: str = "ade20k"
+    crop_size: int = 512
+    iters: int | None = None            # None: the paper's schedule for the dataset
+    lrs: list[float] = field(default_factory=list)
+    eta_min_ratio: float = 0.1          # PolyLR floor = ratio x lr (CrIBo's update_cfg)
+    poly_power: float = 0.9
+    weight_decay: float = 0.01
+    batch_size: int = 8                 # total over all GPUs
+    mean: list[float] = field(default_factory=lambda: [127.5, 127.5, 127.5])  # RGB, 0..255
+    std: list[float] = field(default_factory=lambda: [127.5, 127.5, 127.5])
+    img_scale: list[int] | None = None  # (long, short) of Resize/RandomResize; None: dataset's x crop/512
+    slide_stride: int | None = None     # None: 480/512 of the crop, as mmseg
+    drop_path_rate: float = 0.0         # backbone stochastic depth while training
+    amp: bool = False
+    seed: int = 0
+    # ---- execution only (not in the fingerprint)
+    num_workers: int = 2
+    val_interval: int = 0               # 0: evaluate once, at the end
+    checkpoint_interval: int | None = None  # None: iters / 10 (CrIBo: 16k of 160k)
+    log_interval: int = 50
+    work_dir: str | None = None         # None: $SSL_BENCH_HOME/mmseg/<model>/<fingerprint>
+    resume: bool = True
+    launcher: Literal["auto", "none", "pytorch", "slurm"] = "auto"
+
+    def __post_init__(self):
+        spec = dataset_spec(self.dataset)
+        problems = []
+        if self.iters is None:
+            self.iters = spec.paper_iters
+        if self.iters < 1 or self.batch_size < 1 or self.crop_size < 1:
+            problems.append(f"iters, batch_size and crop_size must be >= 1, found {self.iters}, "
+                            f"{self.batch_size}, {self.crop_size}")
+        if not self.lrs or min(self.lrs) <= 0:
+            problems.append(f"lrs must be a non-empty list of positive learning rates, found {self.lrs}")
+        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
+            problems.append(f"mean and std must be 3 numbers (std > 0), found {self.mean}, {self.std}")
+        if self.img_scale is not None and len(self.img_scale) != 2:
+            problems.append(f"img_scale must be [long, short], found {self.img_scale}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    # derived sizes ---------------------------------------------------------
+    def scale(self) -> tuple[int, int]:
+        if self.img_scale is not None:
+            return tuple(self.img_scale)
+        rw, rh = dataset_spec(self.dataset).scale_ratio
+        return (round(rw * self.crop_size), round(rh * self.crop_size))
+
+    def train_crop(self) -> int:
+        return round(dataset_spec(self.dataset).train_crop_ratio * self.crop_size)
+
+    def stride(self) -> int:
+        return self.slide_stride or round(self.crop_size * 480 / 512)
+
+
+EXECUTION_ONLY = ("num_workers", "val_interval", "checkpoint_interval", "log_interval", "work_dir",
+                  "resume", "launcher")
+
+
+# ============================================================================ mmengine config
+def _world_size(launcher: str) -> int:
+    return int(os.environ.get("WORLD_SIZE", "1")) if launcher != "none" else 1
+
+
+def resolve_launcher(launcher: str) -> str:
+    if launcher != "auto":
+        return launcher
+    return "pytorch" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "none"
+
+
+def pipelines(cfg: SegConfig, data: ResolvedData) -> tuple[list[dict], list[dict]]:
+    """mmseg's train / test pipelines for the dataset, at the configured crop."""
+    rz = data.spec.reduce_zero_label
+    scale = cfg.scale()
+    crop = cfg.train_crop()
+    train = [
+        dict(type="LoadImageFromFile"),
+        dict(type="LoadAnnotations", reduce_zero_label=rz),
+        dict(type="RandomResize", scale=scale, ratio_range=(0.5, 2.0), keep_ratio=True),
+        dict(type="RandomCrop", crop_size=(crop, crop), cat_max_ratio=0.75),
+        dict(type="RandomFlip", prob=0.5),
+        dict(type="PhotoMetricDistortion"),
+    ]
+    if data.spec.pad_train:
+        train.append(dict(type="Pad", size=(cfg.crop_size, cfg.crop_size)))
+    train.append(dict(type="PackSegInputs"))
+    test = [
+        dict(type="LoadImageFromFile"),
+        dict(type="Resize", scale=scale, keep_ratio=True),
+        # annotations after Resize: the metric compares at the original size
+        dict(type="LoadAnnotations", reduce_zero_label=rz),
+        dict(type="PackSegInputs"),
+    ]
+    return train, test
+
+
+def build_mmseg_config(cfg: SegConfig, data: ResolvedData, *, backbone: dict, decode_head: dict,
+                       lr: float, work_dir: Path, csv_path: Path, experiment: str) -> "Any":
+    """The whole mmengine config of one run (one learning rate)."""
+    from mmengine.config import Config
+
+    launcher = resolve_launcher(cfg.launcher)
+    world = _world_size(launcher)
+    if cfg.batch_size % world:
+        raise ConfigError(f"batch_size {cfg.batch_size} is not divisible by the {world} processes")
+    train_pipe, test_pipe = pipelines(cfg, data)
+    dataset_type = "BaseSegDataset" if data.is_synthetic else data.spec.mmseg_type
+    train_sets = [dict(type=dataset_type, pipeline=train_pipe, **d) for d in data.train]
+    train_set = train_sets[0] if len(train_sets) == 1 else dict(type="ConcatDataset", datasets=train_sets)
+    val_set = dict(type=dataset_type, pipeline=test_pipe, **data.val)
+    nw = cfg.num_workers
+    crop = (cfg.crop_size, cfg.crop_size)
+    ckpt_every = cfg.checkpoint_interval or max(1, cfg.iters // 10)
+    cuda = torch.cuda.is_available()
+
+    d: dict[str, Any] = dict(
+        default_scope="mmseg",
+        work_dir=str(work_dir),
+        experiment_name=experiment,
+        launcher=launcher,
+        resume=cfg.resume,
+        load_from=None,
+        randomness=dict(seed=cfg.seed),
+        env_cfg=dict(cudnn_benchmark=cuda, mp_cfg=dict(mp_start_method="fork", opencv_num_threads=0),
+                     dist_cfg=dict(backend="nccl" if cuda else "gloo")),
+        log_level="INFO",
+        log_processor=dict(by_epoch=False),
+        vis_backends=[dict(type="LocalVisBackend")],
+        visualizer=dict(type="SegLocalVisualizer", vis_backends=[dict(type="LocalVisBackend")],
+                        name=f"vis_{experiment}"),
+        model=dict(
+            type="EncoderDecoder",
+            data_preprocessor=dict(type="SegDataPreProcessor", mean=list(cfg.mean), std=list(cfg.std),
+                                   bgr_to_rgb=True, pad_val=0, seg_pad_val=255, size=crop),
+            backbone=backbone,
+            decode_head=decode_head,
+            test_cfg=dict(mode="slide", crop_size=crop, stride=(cfg.stride(), cfg.stride())),
+        ),
+        optim_wrapper=dict(type="AmpOptimWrapper" if cfg.amp else "OptimWrapper",
+                           optimizer=dict(type="Adam", lr=lr, weight_decay=cfg.weight_decay),
+                           clip_grad=None),
+        param_scheduler=[dict(type="PolyLR", eta_min=lr * cfg.eta_min_ratio, power=cfg.poly_power,
+                              begin=0, end=cfg.iters, by_epoch=False)],
+        train_cfg=dict(type="IterBasedTrainLoop", max_iters=cfg.iters,
+                       val_interval=cfg.val_interval or cfg.iters + 1),
+        test_cfg=dict(type="TestLoop"),
+        default_hooks=dict(
+            timer=dict(type="IterTimerHook"),
+            logger=dict(type="LoggerHook", interval=cfg.log_interval, log_metric_by_epoch=False),
+            param_scheduler=dict(type="ParamSchedulerHook"),
+            checkpoint=dict(type="CheckpointHook", by_epoch=False, interval=ckpt_every,
+                            max_keep_ckpts=1, save_last=True),
+            sampler_seed=dict(type="DistSamplerSeedHook"),
+        ),
+        train_dataloader=dict(batch_size=cfg.batch_size // world, num_workers=nw,
+                              persistent_workers=nw > 0,
+                              sampler=dict(type="InfiniteSampler", shuffle=True), dataset=train_set),
+        test_dataloader=dict(batch_size=1, num_workers=nw, persistent_workers=nw > 0,
+                             sampler=dict(type="DefaultSampler", shuffle=False), dataset=val_set),
+        test_evaluator=dict(type="SslBenchIoUMetric", iou_metrics=["mIoU"], csv_path=str(csv_path)),
+    )
+    if cfg.val_interval:
+        d.update(val_cfg=dict(type="ValLoop"), val_dataloader=d["test_dataloader"],
+                 val_evaluator=dict(type="IoUMetric", iou_metrics=["mIoU"]))
+    return Config(d)
+
+
+# ============================================================================ mmseg-side pieces
+_METRIC_REGISTERED = False
+
+
+def register_metric() -> None:
+    """``SslBenchIoUMetric``: mmseg's IoUMetric that also writes the per-class table as CSV."""
+    global _METRIC_REGISTERED
+    if _METRIC_REGISTERED:
+        return
+    import numpy as np
+    from mmseg.evaluation import IoUMetric
+    from mmseg.registry import METRICS
+
+    class SslBenchIoUMetric(IoUMetric):
+        def __init__(self, csv_path: str | None = None, **kwargs):
+            super().__init__(**kwargs)
+            self.csv_path = csv_path
+
+        def compute_metrics(self, results: list) -> dict:
+            metrics = super().compute_metrics(results)
+            if self.csv_path:
+                inter, union, pred, label = (sum(r[i] for r in results) for i in range(4))
+                iou = (inter / union).cpu().numpy()
+                acc = (inter / label).cpu().numpy()
+                rows = [("class", "IoU", "Acc", "pixels")]
+                for name, i, a, n in zip(self.dataset_meta["classes"], iou, acc, label.cpu().numpy()):
+                    rows.append((name, _pct(i), _pct(a), int(n)))
+                Path(self.csv_path).parent.mkdir(parents=True, exist_ok=True)
+                with open(self.csv_path, "w", newline="") as f:
+                    csv.writer(f).writerows(rows)
+            return metrics
+
+    def _pct(x) -> str:
+        return "" if np.isnan(x) else f"{100 * float(x):.2f}"
+
+    METRICS.register_module(name="SslBenchIoUMetric", module=SslBenchIoUMetric, force=True)
+    _METRIC_REGISTERED = True
+
+
+def weights_only_globals() -> list:
+    """What mmengine's checkpoints hold besides tensors, for torch's weights-only unpickler.
+
+    mmengine 0.10.7 calls ``torch.load`` without ``weights_only``; torch >= 2.6 then refuses
+    its checkpoints (message-hub history buffers, numpy scalars and arrays). Allowing exactly
+    these types -- scoped to our runs, see :func:`mmengine_checkpoint_loading` -- keeps the
+    weights-only safety instead of turning it off.
+    """
+    import numpy as np
+    from mmengine.logging.history_buffer import HistoryBuffer
+
+    allowed: list = [HistoryBuffer, np.ndarray, np.dtype, np.core.multiarray._reconstruct]
+    allowed += [type(np.dtype(t)) for t in ("float64", "float32", "int64", "int32", "bool")]
+    allowed += [np.float64, np.float32, np.int64, np.int32, np.bool_]
+    try:  # numpy >= 2 pickles arrays through numpy._core
+        import numpy._core.multiarray as _ma
+
+        allowed.append(_ma._reconstruct)
+    except ImportError:
+        pass
+    allowed.append(np.core.multiarray.scalar)
+    return allowed
+
+
+@contextlib.contextmanager
+def mmengine_checkpoint_loading():
+    """Scoped allow-list for torch's weights-only loading of mmengine checkpoints."""
+    with torch.serialization.safe_globals(weights_only_globals()):
+        yield
+
+
+# ============================================================================ one run, the sweep
+def run_one(cfg: SegConfig, data: ResolvedData, *, backbone: dict, decode_head: dict, lr: float,
+            work_dir: Path, tag: str) -> dict:
+    """Train + evaluate one learning rate; returns {metrics, csv, work_dir, lr, iters}."""
+    from mmengine.runner import Runner
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = work_dir / "per_class_iou.csv"
+    experiment = f"{tag}_lr{lr:g}_{uuid.uuid4().hex[:6]}"
+    mm_cfg = build_mmseg_config(cfg, data, backbone=backbone, decode_head=decode_head, lr=lr,
+                                work_dir=work_dir, csv_path=csv_path, experiment=experiment)
+    mm_cfg.dump(str(work_dir / "mmseg_config.py"))
+    runner = Runner.from_cfg(mm_cfg)
+    with mmengine_checkpoint_loading():
+        runner.train()
+        metrics = runner.test()
+    return {"lr": lr, "metrics": {k: float(v) for k, v in metrics.items()}, "csv": str(csv_path),
+            "work_dir": str(work_dir), "iters": cfg.iters}
+
+
+def run_seg_protocol(backbone_state_dict: dict[str, torch.Tensor], arch_kwargs: dict, cfg: SegConfig,
+                     data_root: str | Path, work_dir: str | Path, *, head: str,
+                     frozen: bool) -> list[dict]:
+    """The protocol as a plain function: every lr of ``cfg.lrs``, one dict per lr.
+
+    ``arch_kwargs`` needs ``num_heads`` (the rest is read off the state dict). ``head``:
+    "linear" (FCNHead, num_convs=0) or "mask" (SegmenterMaskTransformerHead).
+    """
+    from benchmarks import mmseg_bridge
+
+    require_mmseg()
+    import mmseg.datasets  # noqa: F401  (registers datasets, transforms)
+    import mmseg.evaluation  # noqa: F401
+    import mmseg.models  # noqa: F401
+
+    mmseg_bridge.register_mmseg_modules()
+    register_metric()
+    data = resolve_data(cfg.dataset, data_root)
+    work_dir = Path(work_dir)
+    weights = mmseg_bridge.save_converted(backbone_state_dict, work_dir / "backbone_mmseg.safetensors")
+    if "num_heads" not in arch_kwargs:
+        raise ConfigError(f"arch_kwargs must give num_heads, found {sorted(arch_kwargs)}")
+    bk = mmseg_bridge.backbone_kwargs(backbone_state_dict, int(arch_kwargs["num_heads"]), cfg.crop_size,
+                                      0.0 if frozen else cfg.drop_path_rate)
+    backbone = dict(type="SslBenchViT", weights=str(weights), frozen=frozen, **bk)
+    decode_head = head_config(head, bk["embed_dims"], bk["num_heads"], data.num_classes)
+    out = []
+    for lr in cfg.lrs:
+        log.info("%s on %s: lr %g, %d iterations", head, cfg.dataset, lr, cfg.iters)
+        res = run_one(cfg, data, backbone=backbone, decode_head=decode_head, lr=lr,
+                      work_dir=work_dir / f"lr{lr:g}", tag=f"{head}_{data.spec.name}")
+        res.update(dataset=data.spec.name, num_classes=data.num_classes, train_lists=data.train_lists,
+                   synthetic=data.is_synthetic)
+        out.append(res)
+    return out
+
+
+def head_config(head: str, embed_dims: int, num_heads: int, num_classes: int,
+                mask_drop_path: float = 0.1, mask_layers: int = 2) -> dict:
+    loss = dict(type="CrossEntropyLoss", use_sigmoid=False, loss_weight=1.0)
+    if head == "linear":
+        # mmseg's segmenter_vit-s_fcn config (CrIBo's linear head): a 1x1 conv on the tokens.
+        return dict(type="FCNHead", in_channels=embed_dims, channels=embed_dims, num_convs=0,
+                    concat_input=False, dropout_ratio=0.0, num_classes=num_classes,
+                    align_corners=False, loss_decode=loss)
+    if head == "mask":
+        return dict(type="SegmenterMaskTransformerHead", in_channels=embed_dims, channels=embed_dims,
+                    num_classes=num_classes, num_layers=mask_layers, num_heads=num_heads,
+                    embed_dims=embed_dims, mlp_ratio=4, drop_path_rate=mask_drop_path,
+                    dropout_ratio=0.0, loss_decode=loss)
+    raise ConfigError(f"unknown segmentation head {head!r}; choose linear or mask")
+
+
+# ============================================================================ protocol glue
+def best_of(runs: list[dict], key: str = "mIoU") -> dict:
+    finite = [r for r in runs if not math.isnan(r["metrics"].get(key, float("nan")))]
+    if not finite:
+        raise RuntimeError(f"no run of the sweep produced a finite {key}")
+    return max(finite, key=lambda r: r["metrics"][key])
+
+
+def to_results(runs: list[dict], cfg: SegConfig, split: str = "val") -> list:
+    """One ProtocolResult per lr (variant lr=<lr>) + the best over the sweep (variant lr=best)."""
+    from benchmarks.base import ProtocolResult
+
+    out = []
+    for r in runs:
+        out.append(ProtocolResult(
+            metrics=dict(r["metrics"]), dataset=cfg.dataset, split=split, seed=cfg.seed,
+            variant={"lr": r["lr"]},
+            params={"lr": r["lr"], "eta_min": r["lr"] * cfg.eta_min_ratio, "iters": r["iters"],
+                    "num_classes": r["num_classes"], "train_lists": r["train_lists"],
+                    "synthetic": r["synthetic"]},
+            artifacts={"per_class_csv": r["csv"], "work_dir": r["work_dir"]}))
+    best = best_of(runs)
+    out.append(ProtocolResult(
+        metrics=dict(best["metrics"]), dataset=cfg.dataset, split=split, seed=cfg.seed,
+        variant={"lr": "best"},
+        params={"best_lr": best["lr"], "lrs": list(cfg.lrs),
+                "mIoU_by_lr": {f"{r['lr']:g}": r["metrics"].get("mIoU") for r in runs}},
+        artifacts={"per_class_csv": best["csv"], "work_dir": best["work_dir"]}))
+    return out
+
+
+class SegProtocolBase:
+    """Mixin for the two mmseg protocols (``Protocol`` subclasses set HEAD and FROZEN)."""
+
+    HEAD: str = "linear"
+    FROZEN: bool = True
+    NOT_IN_FINGERPRINT = EXECUTION_ONLY
+
+    def head_spec(self) -> dict:
+        """What the fingerprint records about the head and the backbone's training mode."""
+        spec = {"head": self.HEAD, "frozen_backbone": self.FROZEN, "mmseg": MMSEG_VERSION}
+        if self.HEAD == "mask":
+            spec.update(mask_layers=2, mask_drop_path=0.1)
+        return spec
+
+    def fingerprint(self, extra: dict | None = None) -> str:
+        return super().fingerprint({"head_spec": self.head_spec(), **(extra or {})})
+
+    def default_work_dir(self, model) -> Path:
+        from harness.paths import home
+
+        return home() / "mmseg" / model.cache_key[:16] / f"{self.registry_name}-{self.fingerprint()}"
+
+    def run(self, model, data_root: Path) -> list:
+        b = model.backbone
+        state = b.backbone_state_dict() if hasattr(b, "backbone_state_dict") else b.state_dict()
+        arch = dict(getattr(b, "arch_kwargs", {}) or {})
+        arch.setdefault("num_heads", b.blocks[0].attn.num_heads)
+        work_dir = Path(self.cfg.work_dir) if self.cfg.work_dir else self.default_work_dir(model)
+        runs = run_seg_protocol(state, arch, self.cfg, data_root, work_dir, head=self.HEAD,
+                                frozen=self.FROZEN)
+        if int(os.environ.get("RANK", "0")) != 0:
+            return []  # one set of records per run, written by rank 0
+        return to_results(runs, self.cfg)

@@ -1,0 +1,39 @@
+"""End-to-end Segmenter finetuning (CrIBo Table 3), through mmseg.
+
+Head: mmseg's ``SegmenterMaskTransformerHead`` as in its Segmenter configs -- 2 transformer
+layers, heads = the backbone's, MLP ratio 4, drop path 0.1, learnable class embeddings,
+L2-normalised patch / class projections, mask norm. The backbone trains too (drop path
+0.1, as mmseg's Segmenter model config). Adam, PolyLR to 0.1 x lr, lr sweep
+{8e-5, 3e-5, 1e-5, 8e-6}, best mIoU reported and every lr kept as its own record. Shared
+machinery in benchmarks/seg_common.py; sources and differences in docs/SEGMENTATION.md.
+
+    ssl-bench eval --protocol segmenter --dataset ade20k --data-root DIR --checkpoint CKPT
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from benchmarks.base import Protocol
+from benchmarks.seg_common import SegConfig, SegProtocolBase
+from harness.registry import register_protocol
+
+SEGMENTER_LRS = [8e-5, 3e-5, 1e-5, 8e-6]
+
+
+@dataclass
+class SegmenterConfig(SegConfig):
+    lrs: list[float] = field(default_factory=lambda: list(SEGMENTER_LRS))
+    drop_path_rate: float = 0.1  # backbone, mmseg's segmenter_vit-b16_mask.py
+
+
+@register_protocol("segmenter")
+class Segmenter(SegProtocolBase, Protocol):
+    Config = SegmenterConfig
+    HEAD = "mask"
+    FROZEN = False
+    PRESETS = {
+        "paper": {"crop_size": 512, "iters": None, "lrs": list(SEGMENTER_LRS), "batch_size": 8},
+        "synth": {"crop_size": 64, "iters": 300, "lrs": [3e-4], "batch_size": 8, "num_workers": 0,
+                  "log_interval": 50},
+    }
+    DEFAULT_PRESET = "paper"

@@ -1,0 +1,84 @@
+"""Image classification reader for the ImageFolder (ImageNet) layout.
+
+Class order and sample order follow torchvision's ``ImageFolder`` (classes sorted by
+folder name, files sorted within each folder, recursively), so labels agree with any
+code that used torchvision on the same folder.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from PIL import Image
+
+from harness.config import fingerprint as _fingerprint
+from harness.data.io import IMAGE_EXTENSIONS, is_image_file, load_rgb
+from harness.errors import DataError
+from harness.registry import register_dataset
+
+_HINT = ("expected <root>/<split>/<class>/<image> (ImageNet layout); for SynthScenes use "
+         "<synth root>/imagenet as the root (generate it with `ssl-bench data synth --out DIR`)")
+
+
+@register_dataset("imagefolder")
+@register_dataset("imagenet")
+class ImageFolderDataset:
+    """``root/split/<class>/**/<image>``; with ``split=None`` the root is the split folder."""
+
+    name = "imagefolder"
+
+    def __init__(self, root: str | Path, split: str | None = "train"):
+        root = Path(root)
+        if not root.exists():
+            raise DataError(f"ImageFolder root {root} does not exist; {_HINT}")
+        self.root = root
+        self.split = split
+        self.split_dir = root if split is None else root / split
+        if not self.split_dir.is_dir():
+            raise DataError(f"ImageFolder split folder {self.split_dir} not found; {_HINT}")
+        self.classes = sorted(e.name for e in os.scandir(self.split_dir) if e.is_dir())
+        if not self.classes:
+            raise DataError(f"{self.split_dir} has no class sub-folders; {_HINT}")
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        self.samples: list[tuple[Path, int]] = []
+        empty = []
+        for cls in self.classes:
+            before = len(self.samples)
+            for dirpath, _, files in sorted(os.walk(self.split_dir / cls, followlinks=True)):
+                for fname in sorted(files):
+                    if is_image_file(fname):
+                        self.samples.append((Path(dirpath) / fname, self.class_to_idx[cls]))
+            if len(self.samples) == before:
+                empty.append(cls)
+        if empty:
+            # torchvision refuses this too: an empty class would shift nothing but silently
+            # make a class unlearnable and unevaluable.
+            raise DataError(f"no images ({', '.join(IMAGE_EXTENSIONS)}) in class folder(s) "
+                            f"{', '.join(empty[:10])} under {self.split_dir}")
+        self.targets = [label for _, label in self.samples]
+        self.image_paths = [path for path, _ in self.samples]
+        self.stems = [p.relative_to(self.split_dir).with_suffix("").as_posix() for p in self.image_paths]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> tuple[Image.Image, int]:
+        return self.load_image(i), self.targets[i]
+
+    def __repr__(self) -> str:
+        return (f"ImageFolderDataset(root={str(self.root)!r}, split={self.split!r}, n={len(self)}, "
+                f"num_classes={self.num_classes})")
+
+    def load_image(self, i: int) -> Image.Image:
+        return load_rgb(self.image_paths[i])
+
+    def fingerprint(self) -> str:
+        """Hash of the split-relative file list, the labels and the split name."""
+        return _fingerprint({
+            "dataset": self.name, "split": self.split, "classes": self.classes,
+            "files": [p.relative_to(self.split_dir).as_posix() for p in self.image_paths],
+        })

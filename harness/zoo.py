@@ -1,0 +1,211 @@
+"""The model zoo: every published DINO / iBOT / CrIBo / SynCLR checkpoint as data
+(configs/zoo.yaml), listed with its official URL and imported into the harness format.
+
+Nothing is downloaded here: the user downloads the file from the URL shown by
+``zoo_list`` and ``zoo_import`` converts it (checking its sha256 when the zoo knows it).
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from harness.backbone import ARCHS
+from harness.config import CONFIG_ROOT, from_dict
+from harness.errors import CheckpointError, ConfigError
+from harness.importers import LAYOUTS, import_checkpoint
+from harness.io_utils import sha256_file
+
+ZOO_FILE = CONFIG_ROOT / "zoo.yaml"
+
+
+@dataclass
+class ZooEntry:
+    name: str
+    method: str
+    arch: str
+    patch_size: int
+    pretrain_data: str
+    layout: str
+    file: str
+    url: str
+    epochs: int | None = None
+    sha256: str | None = None
+    which: str = "teacher"  # full checkpoints: the branch the release's backbone is
+    claims: dict[str, float] = field(default_factory=dict)
+    source: str = ""
+
+    def __post_init__(self):
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"{self.name}: unknown layout {self.layout!r}; known: {', '.join(LAYOUTS)}")
+        if self.arch not in ARCHS:
+            raise ValueError(f"{self.name}: unknown arch {self.arch!r}; known: {', '.join(sorted(ARCHS))}")
+        if ARCHS[self.arch]["patch_size"] != self.patch_size:
+            raise ValueError(f"{self.name}: patch_size {self.patch_size} but {self.arch} has "
+                             f"{ARCHS[self.arch]['patch_size']}")
+        if self.which not in ("teacher", "student"):
+            raise ValueError(f"{self.name}: which must be teacher or student, found {self.which!r}")
+
+    @property
+    def needs_trust(self) -> bool:
+        """Full training checkpoints hold an argparse.Namespace: importing them needs trust."""
+        return self.layout in ("dino_full", "ibot_full", "cribo_full")
+
+    @property
+    def url_dir(self) -> str:
+        """The last folder of the URL (iBOT's files share a name and differ by folder)."""
+        parts = self.url.split("?")[0].rstrip("/").split("/")
+        return parts[-2] if len(parts) > 1 else ""
+
+
+@lru_cache(maxsize=4)
+def _load(path: str) -> dict[str, ZooEntry]:
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read the zoo file {p}: {exc}") from exc
+    entries: dict[str, ZooEntry] = {}
+    for i, raw in enumerate(data.get("checkpoints") or []):
+        entry = from_dict(ZooEntry, raw, str(p), f"checkpoints[{i}]")
+        if entry.name in entries:
+            raise ConfigError(f"{p}: zoo name {entry.name!r} appears twice")
+        entries[entry.name] = entry
+    return entries
+
+
+def load_zoo(path: str | Path | None = None) -> dict[str, ZooEntry]:
+    return dict(_load(str(Path(path or ZOO_FILE).resolve())))
+
+
+def zoo_entry(name: str, path: str | Path | None = None) -> ZooEntry:
+    zoo = load_zoo(path)
+    if name not in zoo:
+        close = difflib.get_close_matches(name, list(zoo), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"unknown zoo checkpoint {name!r}{hint} (`ssl-bench zoo list` shows all "
+                          f"{len(zoo)})")
+    return zoo[name]
+
+
+def zoo_list(method: str | None = None, path: str | Path | None = None) -> pd.DataFrame:
+    """One row per published checkpoint (optionally of one method)."""
+    rows = []
+    for e in load_zoo(path).values():
+        if method and e.method != method:
+            continue
+        rows.append({"name": e.name, "method": e.method, "arch": e.arch, "patch": e.patch_size,
+                     "pretrain_data": e.pretrain_data, "epochs": e.epochs, "layout": e.layout,
+                     "trust": "needed" if e.needs_trust else "", "file": e.file,
+                     "sha256": e.sha256 or "unknown",
+                     "claims": ", ".join(f"{k} {v:g}" for k, v in e.claims.items()), "url": e.url})
+    return pd.DataFrame(rows)
+
+
+def format_zoo(df: pd.DataFrame, urls: bool = True) -> str:
+    """Text for the terminal: a table, then the download URL of each checkpoint."""
+    if df.empty:
+        return "no checkpoints"
+    cols = ["name", "method", "arch", "pretrain_data", "epochs", "layout", "trust", "claims"]
+    table = df[cols].copy()
+    table["epochs"] = table["epochs"].map(lambda v: "-" if v is None or v != v else str(int(v)))
+    header = cols
+    rows = [[str(v) for v in r] for r in table.values]
+    widths = [max(len(x) for x in [h] + [r[j] for r in rows]) for j, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
+    if urls:
+        lines += ["", "Download (nothing is downloaded for you), then `ssl-bench zoo import NAME FILE`:"]
+        lines += [f"  {n:24s} {u}" for n, u in zip(df["name"], df["url"])]
+    return "\n".join(lines)
+
+
+def verify_file(entry: ZooEntry, file: str | Path) -> str:
+    """sha256 of the downloaded file; an error if the zoo knows another value."""
+    actual = sha256_file(Path(file))
+    if entry.sha256 and actual != entry.sha256.lower():
+        raise CheckpointError(
+            f"{file}: sha256 {actual} does not match {entry.sha256} recorded for {entry.name} "
+            f"({entry.url}). The download is corrupt or another file; download it again.")
+    return actual
+
+
+def zoo_import(name: str, file: str | Path, out_dir: str | Path, trust: bool = False,
+               zoo_path: str | Path | None = None, img_size: int | None = None) -> Path:
+    """Import a downloaded official file as ``<out_dir>/<name>.safetensors`` (+ ``.json``).
+
+    The zoo entry fixes layout, arch and branch, so a wrong file is an error, not a
+    silent mis-load. Returns the .safetensors path."""
+    entry = zoo_entry(name, zoo_path)
+    file = Path(file)
+    if not file.is_file():
+        raise CheckpointError(f"{file} not found; download {entry.name} from {entry.url}")
+    verify_file(entry, file)
+    meta = {"zoo_name": entry.name, "pretrain_data": entry.pretrain_data, "epochs": entry.epochs,
+            "source_url": entry.url, "claims": entry.claims}
+    _, report = import_checkpoint(file, Path(out_dir) / entry.name, layout=entry.layout, which=entry.which,
+                                  arch=entry.arch, img_size=img_size, trust=trust, meta=meta)
+    if report.method != entry.method:
+        raise CheckpointError(f"{file}: layout {entry.layout} gives method {report.method}, zoo says {entry.method}")
+    print(report.summary())
+    return Path(report.saved)
+
+
+# ----------------------------------------------------------------------------- lookup
+@dataclass
+class ZooLookup:
+    name: str
+    status: str  # "harness" | "official" | "missing" | "unknown"
+    path: Path | None
+    message: str
+    entry: ZooEntry | None = None
+
+
+def find_checkpoint(name: str, zoo_dir: str | Path | None, zoo_path: str | Path | None = None) -> ZooLookup:
+    """Where a zoo model is in ``zoo_dir``: an imported harness checkpoint ``<name>.safetensors``
+    (any name, also names not in the zoo file), else the official file at
+    ``<name>/<file>``, ``<url folder>/<file>`` or ``<file>``."""
+    entry = load_zoo(zoo_path).get(name)
+    if zoo_dir is None:
+        return ZooLookup(name, "missing", None, "no zoo directory given", entry)
+    zoo_dir = Path(zoo_dir)
+    for cand in (zoo_dir / f"{name}.safetensors", zoo_dir / name / f"{name}.safetensors"):
+        if cand.is_file() and cand.with_suffix(".json").is_file():
+            return ZooLookup(name, "harness", cand, f"harness checkpoint {cand}", entry)
+    if entry is None:
+        return ZooLookup(name, "unknown", None,
+                         f"{name!r} is neither in the zoo nor imported under {zoo_dir}", None)
+    candidates = [zoo_dir / name / entry.file, zoo_dir / entry.url_dir / entry.file, zoo_dir / entry.file]
+    for cand in candidates:
+        if cand.is_file():
+            return ZooLookup(name, "official", cand, f"official file {cand} (imported on first use)", entry)
+    return ZooLookup(name, "missing", None,
+                     f"checkpoint missing: download {entry.url} to {candidates[0]} (or run `ssl-bench zoo "
+                     f"import {name} FILE --out {zoo_dir}`)", entry)
+
+
+def zoo_model(name: str, zoo_dir: str | Path, trust: bool = False, zoo_path: str | Path | None = None):
+    """A ModelHandle for a zoo model found in ``zoo_dir``; an official file is imported into
+    ``<zoo_dir>/<name>.safetensors`` first (once)."""
+    from harness.models import ModelHandle
+
+    found = find_checkpoint(name, zoo_dir, zoo_path)
+    if found.status == "official":
+        zoo_import(name, found.path, zoo_dir, trust=trust, zoo_path=zoo_path)
+        found = find_checkpoint(name, zoo_dir, zoo_path)
+    if found.status != "harness":
+        raise CheckpointError(found.message)
+    return ModelHandle.from_checkpoint(found.path, name=name)
+
+
+__all__ = ["ZooEntry", "ZooLookup", "load_zoo", "zoo_entry", "zoo_list", "format_zoo", "verify_file",
+           "zoo_import", "find_checkpoint", "zoo_model"]
+
+
+def _unused(_: Any) -> None:  # pragma: no cover
+    pass

@@ -1,0 +1,67 @@
+from dataclasses import dataclass, field
+
+import pytest
+
+from harness.config import apply_overrides, fingerprint, from_dict, load_config
+from harness.errors import ConfigError
+
+
+@dataclass
+class Inner:
+    k: int = 20
+    temps: tuple[float, float] = (0.04, 0.07)
+
+
+@dataclass
+class Outer:
+    name: str = "x"
+    lr: float = 1e-3
+    inner: Inner = field(default_factory=Inner)
+    mode: str | None = None
+
+
+def test_base_inheritance_and_overrides(tmp_path):
+    (tmp_path / "base.yaml").write_text("a: 1\nb: {c: 2, d: 3}\n")
+    (tmp_path / "child.yaml").write_text("_base_: base.yaml\nb: {d: 4}\ne: 5\n")
+    cfg = load_config(tmp_path / "child.yaml")
+    assert cfg["a"] == 1 and cfg["b"] == {"c": 2, "d": 4} and cfg["e"] == 5
+    cfg = apply_overrides(cfg, ["b.c=1e-4", "f.g=[1, 2]", "a=true"])
+    assert cfg["b"]["c"] == 1e-4 and cfg["f"] == {"g": [1, 2]} and cfg["a"] is True
+
+
+def test_unknown_key_names_key_and_file(tmp_path):
+    (tmp_path / "bad.yaml").write_text("lr: 0.1\ninner: {k: 5, kk: 1}\n")
+    raw = load_config(tmp_path / "bad.yaml")
+    with pytest.raises(ConfigError) as exc:
+        from_dict(Outer, raw, raw["_source_"])
+    msg = str(exc.value)
+    assert "'kk'" in msg and "bad.yaml" in msg and "allowed keys" in msg
+
+
+def test_types_are_checked():
+    with pytest.raises(ConfigError, match="must be a number"):
+        from_dict(Outer, {"lr": "fast"})
+    with pytest.raises(ConfigError, match="must have 2 items"):
+        from_dict(Outer, {"inner": {"temps": [1.0]}})
+    cfg = from_dict(Outer, {"lr": 1, "inner": {"temps": [0.1, 0.2]}})
+    assert cfg.lr == 1.0 and cfg.inner.temps == (0.1, 0.2)
+
+
+def test_circular_base_is_an_error(tmp_path):
+    (tmp_path / "a.yaml").write_text("_base_: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("_base_: a.yaml\n")
+    with pytest.raises(ConfigError, match="circular"):
+        load_config(tmp_path / "a.yaml")
+
+
+def test_missing_file_is_an_error():
+    with pytest.raises(ConfigError, match="not found"):
+        load_config("definitely/not/here.yaml")
+
+
+def test_fingerprint_is_stable_and_order_free():
+    assert fingerprint({"a": 1, "b": [1, 2]}) == fingerprint({"b": [1, 2], "a": 1})
+    assert fingerprint({"a": 1}) != fingerprint({"a": 2})
+    assert fingerprint(Outer()) == fingerprint(Outer())
+    # a committed value: changing the hashing silently would orphan every cache and record
+    assert fingerprint({"k": 20, "temperature": 0.07}) == "0dbba8ba2fb59ec5"

@@ -1,0 +1,377 @@
+"""CrIBo: parity with the official implementation (golden numbers in
+tests/fixtures/cribo_parity.json) and the behaviours the issue names."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from methods.base import BackboneConfig, StepInfo
+from methods.cribo import (CrIBo, CrIBoConfig, CrIBoCropConfig, CrIBoDataset, bank_row_valid, cluster_tokens,
+                           enqueue, object_cross_image_loss, patch_coords, positional_cost, profile_step,
+                           retrieve_nearest, _pairwise_distances)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "cribo_parity.json"
+
+# ---------------------------------------------------------------------------- parity inputs
+# The reference script that produced the fixture imports these helpers, so both sides
+# see the same tensors; the fixture stores checksums of them to catch any drift.
+SCENARIOS = {
+    "main": dict(batch=4, grid=4, dim=24, k=6, queue=6, lambda_pos=1.0, steps=5, img=48,
+                 hidden=32, bottleneck=16, out=40, out_obj=48),
+    "small_queue": dict(batch=4, grid=4, dim=24, k=8, queue=3, lambda_pos=2.0, steps=3, img=48,
+                        hidden=32, bottleneck=16, out=40, out_obj=48),
+}
+TEMPS = dict(warmup_teacher_temp=0.04, teacher_temp=0.07, warmup_teacher_temp_obj=0.03, teacher_temp_obj=0.06,
+             warmup_teacher_temp_epochs=3, student_temp=0.1, student_temp_obj=0.12)
+
+
+def parity_inputs(sc: dict, step: int, scenario_seed: int = 0) -> dict:
+    """Tokens with spatially coherent 'objects': each image mixes 3 of 10 prototypes, a token's
+    prototype is fixed by its original-image x position, plus noise."""
+    protos = torch.randn(10, sc["dim"], generator=torch.Generator().manual_seed(7))
+    g = torch.Generator().manual_seed(1000 + 100 * scenario_seed + step)
+    b, grid, img = sc["batch"], sc["grid"], sc["img"]
+    coords = [[], []]
+    t_tokens = [[], []]
+    for i in range(b):
+        chosen = torch.randperm(10, generator=g)[:3]
+        for v in range(2):
+            h = int(torch.randint(16, img + 1, (1,), generator=g))
+            w = int(torch.randint(16, img + 1, (1,), generator=g))
+            top = int(torch.randint(0, img - h + 1, (1,), generator=g))
+            left = int(torch.randint(0, img - w + 1, (1,), generator=g))
+            flip = bool(torch.rand(1, generator=g) < 0.5)
+            xy = patch_coords(top, left, h, w, grid, flip)
+            region = (xy[:, 0] * 3 / img).long().clamp(0, 2)
+            tok = protos[chosen[region]] + 0.4 * torch.randn(grid * grid, sc["dim"], generator=g)
+            cls = torch.randn(1, sc["dim"], generator=g)
+            coords[v].append(xy)
+            t_tokens[v].append(torch.cat([cls, tok]))
+    teacher = torch.cat([torch.stack(t_tokens[0]), torch.stack(t_tokens[1])])  # (2B, 1+N, d)
+    student = teacher + 0.2 * torch.randn(teacher.shape, generator=g)
+    return {"teacher_tokens": teacher, "student_tokens": student,
+            "coords_v1": torch.stack(coords[0]), "coords_v2": torch.stack(coords[1])}
+
+
+def parity_head_state(sc: dict, seed: int) -> dict[str, torch.Tensor]:
+    """Weights for a DINO head with a second last layer (official names, both sides load them)."""
+    g = torch.Generator().manual_seed(seed)
+    d, hid, bot = sc["dim"], sc["hidden"], sc["bottleneck"]
+    st = {}
+    for idx, (o, i) in zip((0, 2, 4), ((hid, d), (hid, hid), (bot, hid))):
+        st[f"mlp.{idx}.weight"] = torch.randn(o, i, generator=g) / math.sqrt(i)
+        st[f"mlp.{idx}.bias"] = 0.05 * torch.randn(o, generator=g)
+    for name, out in (("last_layer", sc["out"]), ("last_layer_c", sc["out_obj"])):
+        st[f"{name}.weight_v"] = torch.randn(out, bot, generator=g)
+        st[f"{name}.weight_g"] = 0.5 + torch.rand(out, 1, generator=g)
+    return st
+
+
+def parity_bank_init(sc: dict) -> torch.Tensor:
+    return torch.rand(2, sc["k"] * sc["queue"], sc["dim"], generator=torch.Generator().manual_seed(5))
+
+
+def parity_cluster_seed(step: int, scenario_seed: int = 0) -> int:
+    return 2000 + 100 * scenario_seed + step
+
+
+def canonical_bank(bank: torch.Tensor, counts: torch.Tensor, ptr: int, k: int):
+    """Bank rows newest image first (the official queue's order) and the per-image counts."""
+    s = counts.shape[0]
+    order = [(ptr + j) % s for j in range(s)]
+    rows = torch.cat([torch.arange(o * k, o * k + int(counts[o])) for o in order])
+    return bank[:, rows], torch.stack([counts[o] for o in order])
+
+
+def bank_checksums(rows: torch.Tensor) -> list[float]:
+    w = torch.arange(1, rows.shape[1] + 1, dtype=torch.float64)[:, None]
+    return [float(rows.double().sum()), float((rows.double()[0] * w).sum()), float((rows.double()[1] * w).sum())]
+
+
+def input_checksum(inp: dict) -> float:
+    return float(sum(v.double().abs().sum() for v in inp.values()))
+
+
+# ---------------------------------------------------------------------------- building blocks
+class FixedTokens(nn.Module):
+    """Stands in for a backbone: returns given tokens whatever the input."""
+
+    num_prefix_tokens = 1
+
+    def __init__(self, tokens: torch.Tensor):
+        super().__init__()
+        self.tokens = tokens
+
+    def forward(self, x):
+        return self.tokens
+
+
+def parity_method(sc: dict, scenario_seed: int, official_quirks: bool) -> CrIBo:
+    cfg = CrIBoConfig(out_dim=sc["out"], out_dim_obj=sc["out_obj"], hidden_dim=sc["hidden"],
+                      bottleneck_dim=sc["bottleneck"], n_clusters=sc["k"], lambda_pos=sc["lambda_pos"],
+                      queue_size=sc["queue"], official_quirks=official_quirks,
+                      crops=CrIBoCropConfig(global_crops_size=sc["grid"] * 8), **TEMPS)
+    bb = BackboneConfig(arch="vit_cpu_tiny", img_size=sc["grid"] * 8, patch_size=8, embed_dim=sc["dim"],
+                        depth=1, num_heads=2)
+    m = CrIBo(cfg, bb)
+    m.teacher.head.load_state_dict(parity_head_state(sc, 11 + 10 * scenario_seed))
+    m.student.head.load_state_dict(parity_head_state(sc, 12 + 10 * scenario_seed))
+    bank = parity_bank_init(sc)
+    m.bank.copy_(bank)
+    m.bank_norms.copy_(bank.norm(dim=-1))
+    return m
+
+
+def run_parity(name: str, official_quirks: bool):
+    sc = SCENARIOS[name]
+    scenario_seed = list(SCENARIOS).index(name)
+    m = parity_method(sc, scenario_seed, official_quirks)
+    results = []
+    for t in range(sc["steps"]):
+        inp = parity_inputs(sc, t, scenario_seed)
+        m.teacher.backbone = FixedTokens(inp["teacher_tokens"])
+        m.student.backbone = FixedTokens(inp["student_tokens"])
+        m.cluster_generator = lambda step, t=t: torch.Generator().manual_seed(parity_cluster_seed(t, scenario_seed))
+        captured = {}
+        import methods.cribo as C
+        orig_cluster, orig_retrieve = C.cluster_tokens, C.retrieve_nearest
+
+        def spy_cluster(*a, **k):
+            captured["clusters"] = orig_cluster(*a, **k)
+            return captured["clusters"]
+
+        def spy_retrieve(*a, **k):
+            captured["found"] = orig_retrieve(*a, **k)
+            return captured["found"]
+
+        C.cluster_tokens, C.retrieve_nearest = spy_cluster, spy_retrieve
+        try:
+            b = sc["batch"]
+            batch = {"crops": [torch.zeros(b, 3, 8, 8)] * 2, "coords": [inp["coords_v1"], inp["coords_v2"]]}
+            step = StepInfo(step=t, epoch=t, steps_per_epoch=1, total_steps=5, lr=0.0, weight_decay=0.0,
+                            momentum=0.99)
+            with torch.no_grad():
+                losses = m.training_step(batch, step)
+        finally:
+            C.cluster_tokens, C.retrieve_nearest = orig_cluster, orig_retrieve
+        rows, counts = canonical_bank(m.bank, m.bank_counts, int(m.bank_ptr), sc["k"])
+        results.append({"inp": inp, "losses": {k: float(v) for k, v in losses.items()},
+                        "clusters": captured["clusters"], "found": captured["found"],
+                        "center": m.centering.center.flatten().clone(),
+                        "center_obj": m.centering_obj.center.flatten().clone(),
+                        "bank_counts": counts.tolist(), "bank_checksums": bank_checksums(rows)})
+    return results
+
+
+@pytest.fixture(scope="module")
+def golden():
+    return json.loads(FIXTURE.read_text())
+
+
+@pytest.fixture(scope="module")
+def parity_runs():
+    return {(name, quirks): run_parity(name, quirks) for name in SCENARIOS for quirks in (True, False)}
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+# ---------------------------------------------------------------------------- parity
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_parity_with_official_quirks(golden, parity_runs, name):
+    gold = golden["scenarios"][name]
+    assert gold["config"] == SCENARIOS[name]
+    tol = golden["tolerance_rel"]
+    for t, (g, r) in enumerate(zip(gold["steps"], parity_runs[(name, True)])):
+        assert _rel(input_checksum(r["inp"]), g["input_checksum"]) < 1e-9, "parity inputs drifted from the fixture"
+        cl, found = r["clusters"], r["found"]
+        assert cl.init_index.tolist() == g["init_index"], f"step {t}: initial centroids differ"
+        assert cl.labels.tolist() == g["labels"], f"step {t}: cluster assignments differ"
+        assert cl.valid.tolist() == g["valid"]
+        assert cl.objects_per_image.tolist() == g["objects_per_image"]
+        assert found.cycle_v1.tolist() == g["cycle_v1"] and found.cycle_v2.tolist() == g["cycle_v2"]
+        for key in ("loss_global", "loss_obj_cv", "loss_obj_ci"):
+            assert _rel(r["losses"][key], g[key]) < tol, (t, key, r["losses"][key], g[key])
+        assert r["losses"]["loss"] == pytest.approx(g["loss_global"] + g["loss_obj_cv"] + g["loss_obj_ci"], rel=tol)
+        torch.testing.assert_close(r["center"], torch.tensor(g["center"]), rtol=tol, atol=1e-7)
+        torch.testing.assert_close(r["center_obj"], torch.tensor(g["center_obj"]), rtol=tol, atol=1e-7)
+        assert r["bank_counts"] == g["bank_counts"], f"step {t}: bank order/counts differ"
+        for a, b in zip(r["bank_checksums"], g["bank_checksums"]):
+            assert _rel(a, b) < tol
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_parity_default_normalises_each_direction_by_its_own_count(golden, parity_runs, name):
+    """Paper intent: L_ci = (S12 / n1 + S21 / n2) / 2; official: (S12 / n1 + S21 / n1) / 2, skipped
+    when n1 = 0. S12, S21 are the masked cross-entropy sums taken from the official tensors."""
+    tol = golden["tolerance_rel"]
+    seen_difference = False
+    for t, (g, r) in enumerate(zip(golden["scenarios"][name]["steps"], parity_runs[(name, False)])):
+        n1, n2 = sum(g["cycle_v1"]), sum(g["cycle_v2"])
+        for key in ("loss_global", "loss_obj_cv"):  # untouched by the quirks in one process
+            assert _rel(r["losses"][key], g[key]) < tol
+        if g["epoch"] < 1:
+            assert r["losses"]["loss_obj_ci"] == 0.0 and g["loss_obj_ci"] == 0.0
+            continue
+        official = (g["ce12_sum"] / n1 + g["ce21_sum"] / n1) / 2 if n1 else 0.0
+        assert _rel(official, g["loss_obj_ci"]) < tol  # the fixture's sums explain the official value
+        intent = ((g["ce12_sum"] / n1 if n1 else 0.0) + (g["ce21_sum"] / n2 if n2 else 0.0)) / 2
+        assert _rel(r["losses"]["loss_obj_ci"], intent) < tol
+        seen_difference |= n1 != n2
+    assert seen_difference, "the scenario should exercise n1 != n2"
+
+
+# ---------------------------------------------------------------------------- clustering
+def _grid_coords(grid: int, cell: float = 8.0, x0: float = 0.0, y0: float = 0.0) -> torch.Tensor:
+    return patch_coords(int(y0), int(x0), int(grid * cell), int(grid * cell), grid, False)[None]
+
+
+def test_two_blobs_give_two_clusters():
+    grid, d = 4, 8
+    e = torch.eye(d)
+    coords1, coords2 = _grid_coords(grid), _grid_coords(grid, x0=8)  # view 2 shifted by one patch
+    g = torch.Generator().manual_seed(0)
+
+    def tokens(coords):
+        left = coords[0, :, 0] < 16  # original-image x: two halves, two "objects"
+        return (torch.where(left[:, None], e[0], e[1]) + 0.05 * torch.randn(grid * grid, d, generator=g))[None]
+
+    t1, t2 = tokens(coords1), tokens(coords2)
+    truth = torch.cat([coords1[0, :, 0] < 16, coords2[0, :, 0] < 16])
+    for seed in range(10):
+        cl = cluster_tokens(t1, t2, coords1, coords2, K=2, lambda_pos=1.0,
+                            generator=torch.Generator().manual_seed(seed))
+        labels = cl.labels[0]
+        assert len(set(labels[truth].tolist())) == 1 and len(set(labels[~truth].tolist())) == 1
+        assert labels[truth][0] != labels[~truth][0]
+        assert cl.valid.all()
+        # per-view l1-normalised columns
+        torch.testing.assert_close(cl.assign_v1.sum(1), torch.ones(1, 2))
+        torch.testing.assert_close(cl.assign_v2.sum(1), torch.ones(1, 2))
+
+
+def test_cluster_absent_from_one_view_is_discarded():
+    grid, d = 4, 8
+    e = torch.eye(d)
+    coords1, coords2 = _grid_coords(grid), _grid_coords(grid, cell=4)  # view 2 zooms on the left half
+    g = torch.Generator().manual_seed(1)
+    t1 = torch.where((coords1[0, :, 0] < 16)[:, None], e[0], e[1]) + 0.05 * torch.randn(16, d, generator=g)
+    t2 = e[0] + 0.05 * torch.randn(16, d, generator=g)
+    cl = cluster_tokens(t1[None], t2[None], coords1, coords2, K=2, lambda_pos=1.0,
+                        generator=torch.Generator().manual_seed(0))
+    assert cl.valid.tolist() in ([[True, False]], [[False, True]])
+    assert cl.objects_per_image.tolist() == [1]
+    from methods.cribo import object_representations
+    c1, c2 = object_representations(t1[None], t2[None], cl)
+    assert c1.shape == c2.shape == (1, d)
+    torch.testing.assert_close(c2[0], t2.mean(0))  # the kept object covers all of view 2
+    torch.testing.assert_close(c1[0], t1[coords1[0, :, 0] < 16].mean(0))
+
+
+def _official_positional_cost(dist, assignment):
+    """The official formula written out literally (einsum, 1e5 fill, mean for empty columns)."""
+    pos = torch.einsum("bNn,bnk->bNnk", dist, assignment)
+    tmp = (pos != 0).float().sum(dim=2, keepdim=True)
+    pos[(pos == 0) & (tmp != 0)] = 1e5
+    pos = pos.amin(dim=2)
+    avg = pos.mean(dim=(1, 2), keepdim=True).expand_as(pos)
+    pos[pos == 0.0] = avg[pos == 0.0]
+    return pos / pos.amax(dim=(-1, -2))[:, None, None]
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_positional_cost_matches_official_formula(ties):
+    g = torch.Generator().manual_seed(3)
+    b, n, k = 3, 20, 5
+    pos = torch.randint(0, 6, (b, n, 2), generator=g).float()  # repeated positions give zero distances
+    dist = _pairwise_distances(pos)
+    labels = torch.randint(0, k + 1, (b, n), generator=g)  # k = unassigned (first iteration)
+    a = torch.nn.functional.one_hot(labels, k + 1)[..., :k].float()
+    a[0, :, 3] = 0  # an empty cluster
+    if ties:
+        a[1, 0, :2] = 1  # a token in two clusters -> dense path
+    torch.testing.assert_close(positional_cost(dist, a), _official_positional_cost(dist, a.clone()))
+
+
+# ---------------------------------------------------------------------------- NN retrieval, cycle, bank
+def _unit(*v):
+    t = torch.tensor(v, dtype=torch.float32)
+    return t / t.norm()
+
+
+def test_cycle_consistency_constructed_case():
+    e1, e2, e3 = _unit(1, 0, 0), _unit(0, 1, 0), _unit(0, 0, 1)
+    batch_v1 = torch.stack([e1, e2])
+    batch_v2 = torch.stack([_unit(1, 0.2, 0), _unit(0.1, 1, 0)])
+    # row 0: (M1 = e1, M2 = e1) -> comes back to object 0: consistent
+    # row 1: (M1 = e2, M2 ~ e1)  -> object 1 lands on object 0: inconsistent
+    # row 2: holds a perfect match for everything but is not a valid row
+    m1 = torch.stack([e1, e2, e2 * 3])
+    m2 = torch.stack([e1 * 2, _unit(1, 0, 0.1), e2])
+    bank = torch.stack([m1, m2])
+    valid = torch.tensor([True, True, False])
+    found = retrieve_nearest(batch_v1, batch_v2, bank, bank.norm(dim=-1), valid)
+    assert found.index_v1.tolist() == [0, 1]
+    assert found.cycle_v1.tolist() == [True, False]
+    torch.testing.assert_close(found.nn_v1, m1[:2])  # un-normalised entries come back
+    # view 2: nn(c_2, M2) -> row 0 for both; M1[0] = e1 -> object 0 of view 1
+    assert found.index_v2.tolist() == [0, 0]
+    assert found.cycle_v2.tolist() == [True, False]
+
+    # Paper intent under data parallelism: the check runs against every rank's objects. Another
+    # rank holds e1 exactly, closer to M2[0] than this rank's object 0: the pair is no longer
+    # consistent, while the official local-batch check keeps it.
+    other = e1[None]
+    glob = retrieve_nearest(batch_v1, batch_v2, bank, bank.norm(dim=-1), valid,
+                            pool_v1=torch.cat([other, batch_v1]), pool_v2=torch.cat([other, batch_v2]), offset=1)
+    assert glob.cycle_v1.tolist() == [False, False]
+
+
+def test_bank_fifo_order_and_variable_counts():
+    s, k, d = 3, 2, 1
+    bank = torch.full((2, s * k, d), -1.0)
+    norms, counts, ptr = bank.norm(dim=-1), torch.full((s,), k), torch.zeros((), dtype=torch.long)
+
+    def add(image_ids, image_counts):
+        objs = torch.tensor([10.0 * i + j for i, c in zip(image_ids, image_counts) for j in range(c)]).reshape(-1, d)
+        enqueue(bank, norms, counts, ptr, objs, -objs, torch.tensor(image_counts))
+
+    def content():
+        rows, c = canonical_bank(bank, counts, int(ptr), k)
+        return rows[0, :, 0].tolist(), c.tolist()
+
+    add([1, 2], [1, 2])  # newest first, then the oldest surviving initial slot
+    assert content() == ([10.0, 20.0, 21.0, -1.0, -1.0], [1, 2, 2])
+    add([3], [0])  # an image without objects takes a slot, holds nothing
+    assert content() == ([10.0, 20.0, 21.0], [0, 1, 2])
+    add([4, 5], [2, 1])
+    assert content() == ([40.0, 41.0, 50.0], [2, 1, 0])
+    # stale rows of a slot written with fewer objects are not valid
+    valid = bank_row_valid(counts, k)
+    assert int(valid.sum()) == 3
+    found = retrieve_nearest(torch.tensor([[1.0]]), torch.tensor([[-1.0]]), bank, norms, valid)
+    assert float(found.nn_v1) in (40.0, 41.0, 50.0)
+    add([6, 7, 8, 9], [1, 1, 2, 1])  # more images than slots: the first S are kept
+    assert content() == ([60.0, 70.0, 80.0, 81.0], [1, 1, 2])
+    torch.testing.assert_close(bank[1], -bank[0])
+    torch.testing.assert_close(norms, bank.norm(dim=-1))
+
+
+def test_cross_image_loss_quirk_when_first_direction_is_empty():
+    g = torch.Generator().manual_seed(0)
+    student = torch.randn(6, 5, generator=g)
+    t1 = torch.softmax(torch.randn(3, 5, generator=g), -1)
+    t2 = torch.softmax(torch.randn(3, 5, generator=g), -1)
+    none, some = torch.tensor([False, False, False]), torch.tensor([True, False, True])
+    assert float(object_cross_image_loss(student, t1, t2, none, some, 0.1, official_quirks=True)) == 0.0
+    s1 = (student[:3] / 0.1).log_softmax(-1)
+    expected = (-(t2 * s1).sum(-1))[some].mean() / 2
+    got = object_cross_image_loss(student, t1, t2, none, some, 0.1, official_quirks=False)
+    torch.testing.assert_close(got, expected)

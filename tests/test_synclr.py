@@ -1,0 +1,218 @@
+"""SynCLR: loss / Sinkhorn-Knopp / head parity with google-research/syn-rep-learn, caption batches,
+training behaviour, EMA, export, configs."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from harness.config import from_dict, load_config
+from harness.registry import METHODS
+from methods.base import BackboneConfig, StepInfo
+from methods.shared import MultiCropConfig, sinkhorn_knopp
+from methods.synclr import (MLPHead, SynCLR, SynCLRConfig, caption_batches, local_own_keys, masked_patch_loss,
+                            multi_positive_contrastive)
+from test_methods_shared import RTOL, load_fixture
+
+TINY_BACKBONE = BackboneConfig(arch="vit_cpu_tiny", drop_path_rate=0.0, embed_dim=32, depth=1)
+TINY_CROPS = MultiCropConfig(global_crops_number=1, global_crops_size=32, local_crops_size=16, local_crops_number=2,
+                             global_recipe_order="random", blur_p_global1=0.0, blur_p_global2=0.0,
+                             blur_p_local=0.0)
+
+
+def tiny_synclr(**kw) -> SynCLR:
+    base = dict(images_per_caption=2, contrast_mlp_dim=32, contrast_output_dim=16, dino_mlp_dim=32,
+                dino_output_dim=48, dino_bottleneck_dim=16, warmup_teacher_temp_epochs=0.0, crops=TINY_CROPS)
+    base.update(kw)
+    return SynCLR(SynCLRConfig(**base), TINY_BACKBONE)
+
+
+def step_info(step: int = 0, momentum: float = 0.9) -> StepInfo:
+    return StepInfo(step=step, epoch=0, steps_per_epoch=10, total_steps=100, lr=1e-3, weight_decay=0.04,
+                    momentum=momentum)
+
+
+def make_caption_root(root, groups: int = 4, renders: int = 3, size: int = 40):
+    rng = np.random.default_rng(0)
+    (root / "captions" / "images").mkdir(parents=True)
+    lines = []
+    for g in range(groups):
+        images = []
+        for r in range(renders):
+            name = f"images/g{g}_r{r}.png"
+            Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(root / "captions" / name)
+            images.append(name)
+        lines.append(json.dumps({"caption": f"caption {g}", "group_id": g, "images": images}))
+    (root / "captions" / "captions.jsonl").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def batch_from(m: SynCLR, root, batch_size: int = 8, seed: int = 0) -> dict:
+    ds = m.build_dataset(root, seed=seed)
+    idx = m.global_batches(ds, 0, batch_size, seed)[0]
+    return m.collate([ds[i] for i in idx])
+
+
+# ----------------------------------------------------------------------------- parity
+@pytest.mark.parametrize("case", [0, 1, 2])
+def test_contrastive_loss_matches_official(case):
+    gold = load_fixture("synclr_golden.json")["contrastive"][case]
+    bs, n_img, n_local = gold["bs"], gold["n_img"], gold["n_local"]
+    torch.manual_seed(gold["seed"])
+    n_g = bs * n_img
+    q = torch.randn(n_g * (1 + n_local), 16)
+    k = torch.randn(n_g, 16)
+    ids = torch.arange(bs).long() * 7 + 3
+    t_lab = ids.repeat(n_img)
+    s_lab = torch.cat([t_lab, ids.repeat(n_img * n_local)])
+    local_exclude = local_own_keys(bs, n_img, 1, n_local) if gold["avoid_local_global_same"] else \
+        torch.full((n_g * n_local,), -1)
+    out = multi_positive_contrastive(q, k, s_lab, t_lab, torch.cat([torch.arange(n_g), local_exclude]), n_g,
+                                     gold["temperature"])
+    assert out["contrast_global"].item() == pytest.approx(gold["global"], rel=RTOL)
+    assert out["contrast_local"].item() == pytest.approx(gold["local"], rel=RTOL)
+    assert out["contrast"].item() == pytest.approx(gold["total"], rel=RTOL)
+
+
+@pytest.mark.parametrize("case", [0, 1])
+def test_sinkhorn_knopp_matches_official(case):
+    gold = load_fixture("synclr_golden.json")["sinkhorn"][case]
+    torch.manual_seed(gold["seed"])
+    logits = torch.randn(gold["n"], gold["K"])
+    q = sinkhorn_knopp(logits, gold["temp"], 3)
+    np.testing.assert_allclose(q.numpy(), gold["ibot_targets"], rtol=RTOL, atol=1e-7)
+    np.testing.assert_allclose(q.numpy(), gold["dino_targets"], rtol=RTOL, atol=1e-7)
+    np.testing.assert_allclose(sinkhorn_knopp(logits, gold["temp"], 3, n_samples=gold["n"]).numpy(),
+                               gold["ibot_targets"], rtol=RTOL, atol=1e-7)
+
+
+def test_masked_patch_loss_with_sinkhorn_targets_matches_official():
+    gold = load_fixture("synclr_golden.json")["ibot"]
+    torch.manual_seed(5)
+    masks = torch.zeros(6, 16, dtype=torch.bool)
+    for i in range(3):
+        masks[i, torch.randperm(16)[: [8, 5, 11][i]]] = True
+    idx = masks.flatten().nonzero().flatten()
+    teacher = torch.randn(6, 16, 24)
+    student = torch.randn(6, 16, 24)
+    targets = sinkhorn_knopp(teacher.flatten(0, 1)[idx], 0.06, 3, n_samples=idx.numel())
+    loss = masked_patch_loss(student.flatten(0, 1)[idx], targets, masks, n_masked_samples=3)
+    assert idx.numel() == gold["n_masked"]
+    assert loss.item() == pytest.approx(gold["loss"], rel=RTOL)
+
+
+@pytest.mark.parametrize("case", [0, 1, 2, 3])
+def test_mlp_heads_match_official(case):
+    gold = load_fixture("synclr_golden.json")["heads"][case]
+    head = MLPHead(gold["num_layers"], gold["input_dim"], 10, 6, norm=gold["norm"])
+    named = dict(head.named_parameters())
+    named.update(dict(head.named_buffers()))
+    assert sorted(named) == gold["names"]
+    torch.manual_seed(6)
+    with torch.no_grad():
+        for k in sorted(named):
+            t = named[k]
+            if t.dtype != torch.float32:
+                continue
+            if "running_var" in k:
+                t.fill_(1)
+            elif "running_mean" in k:
+                t.fill_(0)
+            else:
+                t.copy_(torch.randn(t.shape) * 0.5)
+    head.train()
+    torch.manual_seed(7)
+    y = head(torch.randn(5, gold["input_dim"]))
+    np.testing.assert_allclose(y.detach().numpy(), gold["output"], rtol=RTOL, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- data
+def test_caption_batches_hold_whole_captions():
+    members = [[0, 1, 2], [3, 4, 5, 6], [7, 8], [9, 10, 11]]
+    batches = caption_batches(members, 2, 4, seed=0, epoch=0)
+    assert len(batches) == 2
+    owner = {i: g for g, ms in enumerate(members) for i in ms}
+    for b in batches:
+        assert len(b) == 4 and len(set(b)) == 4
+        assert owner[b[0]] == owner[b[1]] and owner[b[2]] == owner[b[3]] and owner[b[0]] != owner[b[2]]
+    assert caption_batches(members, 2, 4, seed=0, epoch=0) == batches
+    assert caption_batches(members, 2, 4, seed=0, epoch=1) != batches
+    with pytest.raises(Exception, match="multiple of images_per_caption"):
+        caption_batches(members, 2, 5, seed=0, epoch=0)
+
+
+def test_collate_layout_and_masks(tmp_path):
+    root = make_caption_root(tmp_path)
+    m = tiny_synclr(images_per_caption=2, mask_ratio=[0.1, 0.5])
+    batch = batch_from(m, root, batch_size=8)
+    assert batch["global"].shape == (8, 3, 32, 32) and batch["local"].shape == (16, 3, 16, 16)
+    gl = batch["global_labels"]
+    assert torch.equal(gl[:4], gl[4:]) and len(set(gl[:4].tolist())) == 4  # view-major, caption-minor
+    assert torch.equal(batch["local_labels"][:4], gl[:4])
+    assert batch["masks"].shape == (8, 4, 4) and batch["n_masked_crops"] == 4
+    assert batch["masks"][:4].flatten(1).any(1).all() and not batch["masks"][4:].any()
+    own = batch["local_own_key"]
+    assert torch.equal(gl[own], batch["local_labels"])
+    again = batch_from(m, root, batch_size=8)
+    assert torch.equal(again["masks"], batch["masks"]) and torch.equal(again["global"], batch["global"])
+
+
+# ----------------------------------------------------------------------------- method
+def test_synclr_registered_and_configs_validate():
+    assert METHODS.get("synclr") is SynCLR
+    for name in ("synclr_cpu", "synclr_vit_b16"):
+        cfg = load_config(f"methods/{name}.yaml")
+        assert cfg["method"]["name"] == "synclr"
+        parsed = from_dict(SynCLRConfig, {k: v for k, v in cfg["method"].items() if k != "name"}, source=name)
+        from_dict(BackboneConfig, cfg["backbone"], source=name)
+        assert cfg["train"]["batch_size"] % parsed.images_per_caption == 0
+    b16 = from_dict(SynCLRConfig, {k: v for k, v in load_config("methods/synclr_vit_b16.yaml")["method"].items()
+                                   if k != "name"})
+    assert b16.contrast_temperature == 0.08 and b16.dino_output_dim == 65536 and b16.sinkhorn_iterations == 3
+    with pytest.raises(Exception):
+        SynCLRConfig(images_per_caption=1, crops=MultiCropConfig(global_crops_number=1))
+
+
+def test_synclr_trains_and_ema_skips_student_only_parts(tmp_path):
+    root = make_caption_root(tmp_path)
+    torch.manual_seed(0)
+    m = tiny_synclr()
+    m.train()
+    batch = batch_from(m, root)
+    opt = torch.optim.AdamW([p for _, p in m.trainable_parameters()], lr=1e-3)
+    losses = []
+    for it in range(6):
+        out = m.training_step(batch, step_info(it))
+        assert {"loss", "contrast", "contrast_global", "contrast_local", "ibot"} <= set(out)
+        assert all(torch.isfinite(v) for v in out.values())
+        opt.zero_grad()
+        out["loss"].backward()
+        opt.step()
+        m.on_step_end(step_info(it))
+        losses.append(out["loss"].item())
+    assert losses[-1] < losses[0]
+    assert m.student.backbone.mask_token.grad.abs().sum() > 0
+    teacher_names = dict(m.teacher.named_parameters())
+    assert not any(k.startswith("pred.") for k in teacher_names) and "backbone.mask_token" not in teacher_names
+    assert "mask_token" not in m.export_backbone()
+    # EMA: only parameters the teacher has, student untouched
+    before_s = {k: v.clone() for k, v in m.student.state_dict().items()}
+    before_t = {k: v.clone() for k, v in teacher_names.items()}
+    m.on_step_end(step_info(momentum=0.5))
+    assert all(torch.equal(v, before_s[k]) for k, v in m.student.state_dict().items())
+    for k, v in m.teacher.named_parameters():
+        torch.testing.assert_close(v, 0.5 * before_t[k] + 0.5 * before_s[k])
+
+
+def test_synclr_avoid_local_global_same_and_determinism(tmp_path):
+    root = make_caption_root(tmp_path)
+    values = []
+    for avoid in (False, True, True):
+        torch.manual_seed(0)
+        m = tiny_synclr(avoid_local_global_same=avoid)
+        m.train()
+        values.append(m.training_step(batch_from(m, root), step_info())["contrast_local"].item())
+    assert values[1] == values[2] and values[0] != values[1]
