@@ -46,17 +46,19 @@ class RandomResizedCropFlip:
 
     def crop_box(self, width: int, height: int, g: torch.Generator) -> tuple[int, int, int, int]:
         area = height * width
-        log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+        # float32 log / exp as torchvision computes them, so the boxes are the same as
+        # torchvision's for the same random stream (tests/test_linear_probe.py)
+        log_ratio = torch.log(torch.tensor(self.ratio))
         for _ in range(10):
             target_area = area * torch.empty(1).uniform_(self.scale[0], self.scale[1], generator=g).item()
-            aspect = math.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=g).item())
+            aspect = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=g)).item()
             w = int(round(math.sqrt(target_area * aspect)))
             h = int(round(math.sqrt(target_area / aspect)))
             if 0 < w <= width and 0 < h <= height:
                 i = int(torch.randint(0, height - h + 1, (1,), generator=g))
                 j = int(torch.randint(0, width - w + 1, (1,), generator=g))
                 return i, j, h, w
-        in_ratio = width / height
+        in_ratio = float(width) / float(height)
         if in_ratio < min(self.ratio):
             w, h = width, int(round(width / min(self.ratio)))
         elif in_ratio > max(self.ratio):

@@ -186,6 +186,10 @@ class LinearProbe(Protocol):
             if steps == 0:
                 raise ConfigError(f"batch_size {c.batch_size} with drop_last leaves no step for {n_train} "
                                   f"training images; lower batch_size or set drop_last: false")
+            if c.batchnorm and not c.drop_last and n_train % c.batch_size == 1:
+                raise ConfigError(f"{n_train} training images with batch_size {c.batch_size} leave a last batch "
+                                  f"of one image, which BatchNorm cannot normalise; set drop_last: true or "
+                                  f"change batch_size")
             train_y = torch.from_numpy(splits.train_labels)
 
             if c.cached_features:

@@ -26,6 +26,7 @@ import csv
 import logging
 import math
 import os
+import pickle
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -420,27 +421,46 @@ def register_metric() -> None:
     _METRIC_REGISTERED = True
 
 
+def _history_buffer_getattr(obj, name: str):
+    """``getattr`` as mmengine's checkpoints need it, and nothing more.
+
+    ``HistoryBuffer.__getstate__`` pickles its statistics methods, which pickle writes as
+    ``getattr(HistoryBuffer, "min")`` etc. Allow-listing the real ``builtins.getattr`` would
+    let a checkpoint fetch any attribute of any object it can build; this one only hands
+    out HistoryBuffer's registered statistics methods.
+    """
+    from mmengine.logging.history_buffer import HistoryBuffer
+
+    if obj is HistoryBuffer and isinstance(name, str) and name in HistoryBuffer._statistics_methods:
+        return getattr(HistoryBuffer, name)
+    raise pickle.UnpicklingError(
+        f"getattr({obj!r}, {name!r}) is not allowed when loading an mmengine checkpoint")
+
+
 def weights_only_globals() -> list:
     """What mmengine's checkpoints hold besides tensors, for torch's weights-only unpickler.
 
     mmengine 0.10.7 calls ``torch.load`` without ``weights_only``; torch >= 2.6 then refuses
-    its checkpoints (message-hub history buffers, numpy scalars and arrays). Allowing exactly
-    these types -- scoped to our runs, see :func:`mmengine_checkpoint_loading` -- keeps the
-    weights-only safety instead of turning it off.
+    its checkpoints (message-hub history buffers holding numpy arrays and scalars, and their
+    statistics methods). Allowing exactly these -- scoped to our runs, see
+    :func:`mmengine_checkpoint_loading` -- keeps weights-only loading on.
     """
     import numpy as np
     from mmengine.logging.history_buffer import HistoryBuffer
 
-    allowed: list = [HistoryBuffer, np.ndarray, np.dtype, np.core.multiarray._reconstruct]
-    allowed += [type(np.dtype(t)) for t in ("float64", "float32", "int64", "int32", "bool")]
-    allowed += [np.float64, np.float32, np.int64, np.int32, np.bool_]
-    try:  # numpy >= 2 pickles arrays through numpy._core
-        import numpy._core.multiarray as _ma
-
-        allowed.append(_ma._reconstruct)
-    except ImportError:
-        pass
-    allowed.append(np.core.multiarray.scalar)
+    try:
+        from numpy._core import multiarray as ma
+    except ImportError:  # numpy < 2
+        from numpy.core import multiarray as ma
+    allowed: list = [HistoryBuffer, np.ndarray, np.dtype, ma._reconstruct, ma.scalar]
+    # numpy >= 1.25 rebuilds a dtype through its class (numpy.dtypes.Float64DType, ...)
+    allowed += sorted({type(np.dtype(t)) for t in ("float64", "float32", "float16", "int64", "int32",
+                                                   "int16", "int8", "uint8", "bool")}, key=str)
+    # checkpoints written under numpy 1.x name these numpy.core.multiarray.*
+    allowed += [(ma._reconstruct, "numpy.core.multiarray._reconstruct"),
+                (ma.scalar, "numpy.core.multiarray.scalar")]
+    allowed += [(_history_buffer_getattr, "builtins.getattr"),
+                (_history_buffer_getattr, "__builtin__.getattr")]
     return allowed
 
 

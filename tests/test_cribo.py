@@ -375,3 +375,188 @@ def test_cross_image_loss_quirk_when_first_direction_is_empty():
     expected = (-(t2 * s1).sum(-1))[some].mean() / 2
     got = object_cross_image_loss(student, t1, t2, none, some, 0.1, official_quirks=False)
     torch.testing.assert_close(got, expected)
+
+
+# ---------------------------------------------------------------------------- data
+def _coordinate_images(root: Path, n: int = 3, size: int = 64) -> None:
+    from PIL import Image
+
+    y, x = np.mgrid[0:size, 0:size]
+    arr = np.stack([4 * x, 4 * y, np.zeros_like(x)], -1).astype(np.uint8)
+    (root / "cls").mkdir(parents=True)
+    for i in range(n):
+        Image.fromarray(arr).save(root / "cls" / f"{i}.png")
+
+
+def test_dataset_coordinates_follow_the_crop(tmp_path):
+    _coordinate_images(tmp_path)
+    crops = CrIBoCropConfig(global_crops_size=64, color_jitter_p=0.0, grayscale_p=0.0, blur_p_global1=0.0,
+                            blur_p_global2=0.0, solarize_p_global2=0.0, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+    ds = CrIBoDataset(sorted(tmp_path.rglob("*.png")), crops, patch_size=8, seed=0)
+    flips = set()
+    for epoch in range(4):
+        ds.set_epoch(epoch)
+        for i in range(len(ds)):
+            sample = ds[i]
+            for crop, xy in zip(sample["crops"], sample["coords"]):
+                # the crop's pixels are 4 x original coordinates; patch means give the patch centres
+                patch_mean = crop[:2].reshape(2, 8, 8, 8, 8).mean(dim=(2, 4)) * 255 / 4  # (2, 8, 8)
+                measured = patch_mean.permute(1, 2, 0).reshape(-1, 2)
+                assert (measured - xy).abs().max() < 0.6
+                flips.add(bool(xy[0, 0] > xy[1, 0]))
+    assert flips == {True, False}
+
+
+def test_dataset_is_deterministic_per_seed_epoch_index(tmp_path):
+    _coordinate_images(tmp_path, n=2)
+    crops = CrIBoCropConfig(global_crops_size=32)
+    ds = CrIBoDataset(sorted(tmp_path.rglob("*.png")), crops, patch_size=8, seed=3)
+    a, b = ds[1], ds[1]
+    torch.manual_seed(123)  # the global RNG plays no part
+    c = ds[1]
+    for x, y, z in zip(a["crops"] + a["coords"], b["crops"] + b["coords"], c["crops"] + c["coords"]):
+        assert torch.equal(x, y) and torch.equal(x, z)
+    ds.set_epoch(1)
+    assert not torch.equal(ds[1]["coords"][0], a["coords"][0])
+    batch = CrIBo.collate(None, [a, b])
+    assert batch["crops"][0].shape == (2, 3, 32, 32) and batch["coords"][1].shape == (2, 16, 2)
+
+
+# ---------------------------------------------------------------------------- the method
+def tiny_method(seed: int = 0, **over) -> CrIBo:
+    kw = dict(out_dim=64, out_dim_obj=48, hidden_dim=64, bottleneck_dim=32, n_clusters=4, queue_size=16,
+              warmup_teacher_temp=0.04, teacher_temp=0.04, warmup_teacher_temp_obj=0.04, teacher_temp_obj=0.04,
+              warmup_teacher_temp_epochs=0, crops=CrIBoCropConfig(global_crops_size=32))
+    kw.update(over)
+    torch.manual_seed(seed)
+    return CrIBo(CrIBoConfig(**kw), BackboneConfig(arch="vit_cpu_tiny", img_size=32, depth=1, embed_dim=32,
+                                                   num_heads=2, drop_path_rate=0.0))
+
+
+def tiny_batch(seed: int = 0, b: int = 8) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    imgs = torch.randn(b, 3, 48, 48, generator=g)
+    crops, coords = [[], []], [[], []]
+    for i in range(b):
+        for v in range(2):
+            h, w = (int(torch.randint(24, 49, (1,), generator=g)) for _ in range(2))
+            top, left = int(torch.randint(0, 49 - h, (1,), generator=g)), int(torch.randint(0, 49 - w, (1,), generator=g))
+            crops[v].append(torch.nn.functional.interpolate(imgs[i:i + 1, :, top:top + h, left:left + w], size=32,
+                                                            mode="bilinear")[0])
+            coords[v].append(patch_coords(top, left, h, w, 4, False))
+    return {"crops": [torch.stack(c) for c in crops], "coords": [torch.stack(c) for c in coords]}
+
+
+def _step(t: int, epoch: int = 1, total: int = 100) -> StepInfo:
+    return StepInfo(step=t, epoch=epoch, steps_per_epoch=10, total_steps=total, lr=1e-3, weight_decay=0.0,
+                    momentum=0.99)
+
+
+def _train(m: CrIBo, batch: dict, steps, opt=None, epoch: int = 1):
+    opt = opt or torch.optim.AdamW([p for _, p in m.trainable_parameters()], lr=1e-3, weight_decay=0.0)
+    out = []
+    for t in steps:
+        losses = m.training_step(batch, _step(t, epoch))
+        opt.zero_grad(set_to_none=True)
+        losses["loss"].backward()
+        opt.step()
+        m.on_step_end(_step(t, epoch))
+        out.append({k: float(v) for k, v in losses.items()})
+    return out, opt
+
+
+def test_losses_finite_and_decreasing_on_a_fixed_batch():
+    m = tiny_method()
+    batch = tiny_batch()
+    hist, _ = _train(m, batch, range(12))
+    assert set(hist[0]) == {"loss", "loss_global", "loss_obj_cv", "loss_obj_ci"}
+    assert all(math.isfinite(v) for h in hist for v in h.values())
+    assert hist[-1]["loss"] < 0.9 * hist[0]["loss"], [h["loss"] for h in hist]
+    assert hist[-1]["loss_obj_ci"] > 0  # the cross-image term is on after epoch 0
+    assert 0 < m.stats["objects_per_image"] <= 4
+
+
+def test_cross_image_loss_is_off_in_epoch_zero():
+    m = tiny_method()
+    losses = m.training_step(tiny_batch(), _step(0, epoch=0))
+    assert float(losses["loss_obj_ci"]) == 0.0 and float(losses["loss_obj_cv"]) > 0
+
+
+def test_training_is_deterministic():
+    runs = []
+    for _ in range(2):
+        m = tiny_method(seed=5)
+        hist, _ = _train(m, tiny_batch(1), range(3))
+        runs.append((hist, m.state_dict()))
+    assert runs[0][0] == runs[1][0]
+    for k, v in runs[0][1].items():
+        assert torch.equal(v, runs[1][1][k]), k
+
+
+def test_state_dict_resume_is_exact():
+    batch = tiny_batch(2, b=4)  # 4 images per step fill the 16-slot bank in 4 steps: the ring wraps
+    ref = tiny_method(seed=1)
+    hist_ref, _ = _train(ref, batch, range(6))
+    first = tiny_method(seed=1)
+    _, opt = _train(first, batch, range(3))
+    state = {"method": first.state_dict(), "optimizer": opt.state_dict()}
+    for key in ("bank", "bank_norms", "bank_counts", "bank_ptr", "cluster_seed", "centering.center",
+                "centering_obj.center"):
+        assert key in state["method"]
+    resumed = tiny_method(seed=99)  # different init, bank, seed: all overwritten by the state
+    resumed.load_state_dict(state["method"])
+    opt2 = torch.optim.AdamW([p for _, p in resumed.trainable_parameters()], lr=1e-3, weight_decay=0.0)
+    opt2.load_state_dict(state["optimizer"])
+    hist, _ = _train(resumed, batch, range(3, 6), opt2)
+    assert hist == hist_ref[3:]
+    assert int(resumed.bank_ptr) == int(ref.bank_ptr)
+    assert torch.equal(resumed.bank, ref.bank)
+
+
+def test_profile_step_reports_the_cribo_specific_shares():
+    m = tiny_method()
+    prof = profile_step(m, tiny_batch(), _step(0))
+    for key in ("clustering", "nn_bank", "obj_proj"):
+        assert 0 < prof[key] < prof["total"]
+        assert 0 < prof[f"share_{key}"] < 1
+    assert m.profile is False and prof["share_cribo"] < 1
+
+
+def test_last_layers_are_frozen_together_and_ema_covers_the_object_head():
+    m = tiny_method()
+    frozen = [n for n, _ in m.trainable_parameters() if m.is_last_layer(n)]
+    assert any("last_layer_c" in n for n in frozen) and any(n.startswith("head.last_layer.") for n in frozen)
+    before = m.teacher.head.last_layer_c.weight_v.clone()
+    with torch.no_grad():
+        m.student.head.last_layer_c.weight_v.add_(1.0)
+    m.on_step_end(_step(0))
+    torch.testing.assert_close(m.teacher.head.last_layer_c.weight_v, before + 0.01)
+
+
+@pytest.mark.parametrize("name", ["cribo_cpu", "cribo_vit_s16_in1k", "cribo_vit_s16_coco", "cribo_vit_b16_in1k"])
+def test_configs_load(name):
+    from harness.config import from_dict, load_config
+    from harness.engine import load_pretrain_config
+
+    cfg = load_pretrain_config(load_config(f"methods/{name}.yaml"), name)
+    spec = dict(cfg.method)
+    assert spec.pop("name") == "cribo"
+    c = from_dict(CrIBoConfig, spec, name, "method")
+    expected = {"cribo_cpu": (8, 2.0, 512), "cribo_vit_s16_in1k": (32, 1.0, 25000),
+                "cribo_vit_s16_coco": (64, 2.0, 25000), "cribo_vit_b16_in1k": (32, 1.0, 25000)}[name]
+    assert (c.n_clusters, c.lambda_pos, c.queue_size) == expected
+    if name == "cribo_cpu":
+        from harness.engine import build_method
+
+        m = build_method(cfg, name)
+        assert m.bank.shape == (2, 512 * 8, 64)
+
+
+def test_unknown_key_and_bad_crops_are_config_errors():
+    from harness.config import from_dict
+    from harness.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="n_tokens"):
+        from_dict(CrIBoConfig, {"n_tokens": 32})
+    with pytest.raises(ConfigError, match="local crops"):
+        from_dict(CrIBoConfig, {"crops": {"local_crops_number": 2}})

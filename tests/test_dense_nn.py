@@ -255,7 +255,7 @@ def test_float16_bank_and_ivfpq_agree_with_exact_on_separated_data():
     _, i32 = exact.search(q, 1)
     _, i16 = half.search(q, 1)
     assert (i32 == i16).mean() > 0.95
-    ivf = BankIndex(16, IndexSpec(kind="ivfpq", nlist=16, pq_m=4, nprobe=4))
+    ivf = BankIndex(16, IndexSpec(kind="ivfpq", nlist=16, pq_m=4, pq_nbits=4, nprobe=4))
     ivf.train(x)
     ivf.add(x)
     _, ii = ivf.search(q, 5)

@@ -94,6 +94,15 @@ def test_other_seed_other_bytes(tiny, tiny_seed1):
         assert (tiny / rel).read_bytes() != (tiny_seed1 / rel).read_bytes(), rel
 
 
+def test_process_pool_writes_the_same_bytes(tiny, tmp_path, monkeypatch):
+    monkeypatch.setattr(syn, "_POOL_MIN_JOBS", 0)  # force the pool even for tiny
+    pooled = generate(tmp_path / "pooled", preset="tiny", seed=0, progress=False, workers=2)
+    files = sorted(p.relative_to(tiny) for p in tiny.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(pooled) for p in pooled.rglob("*") if p.is_file())
+    for rel in files:
+        assert (tiny / rel).read_bytes() == (pooled / rel).read_bytes(), rel
+
+
 def test_idempotent_and_refuses_other_dataset(tiny):
     before = (tiny / "meta.json").stat().st_mtime_ns
     assert generate(tiny, preset="tiny", seed=0, progress=False) == tiny

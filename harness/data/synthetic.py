@@ -506,6 +506,9 @@ def _caption_job(root: Path, seed: int, cfg: SynthPreset, g: int, k: int, things
     return rel
 
 
+# Below this many images a process pool costs more than it saves.
+_POOL_MIN_JOBS = 500
+
 _JOBS = {"scene": _scene_job, "object": _object_job, "caption": _caption_job}
 
 
@@ -519,7 +522,7 @@ def _run_jobs(root, seed, cfg, jobs: list[tuple], workers: int, bar) -> list[str
     import multiprocessing as mp
 
     fn = functools.partial(_run_job, root, seed, cfg)
-    if workers <= 1 or len(jobs) < 500:  # a pool costs more than it saves on tiny sets
+    if workers <= 1 or len(jobs) < _POOL_MIN_JOBS:
         out = []
         for job in jobs:
             out.append(fn(job))
