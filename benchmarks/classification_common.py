@@ -106,14 +106,14 @@ def target_rank(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
     Classes are ordered by score, highest first; exactly equal scores are ordered by the
     lower class index first (the order a stable descending sort gives). A row with a
-    non-finite score gets rank = number of classes (never a hit): a diverged head is wrong.
+    non-finite score gets a rank no k reaches (never a hit): a diverged head is wrong.
     """
     s_t = scores.gather(1, targets.view(-1, 1))
     c = scores.shape[1]
     before = torch.arange(c, device=scores.device).view(1, -1) < targets.view(-1, 1)
     rank = (scores > s_t).sum(1) + ((scores == s_t) & before).sum(1)
     finite = torch.isfinite(scores).all(1)
-    return torch.where(finite, rank, torch.full_like(rank, c))
+    return torch.where(finite, rank, torch.full_like(rank, torch.iinfo(rank.dtype).max))
 
 
 def topk_hits(scores: torch.Tensor, targets: torch.Tensor, ks=(1, 5), require_positive: bool = False) -> dict[int, int]:

@@ -51,7 +51,7 @@ class GridSGD:
     """torch.optim.SGD (dampening 0, no Nesterov) with one learning rate per head."""
 
     def __init__(self, heads: LinearHeads, lrs: torch.Tensor, momentum: float = 0.9, weight_decay: float = 0.0):
-        self.heads, self.lrs = heads, lrs.to(heads.weight.dtype)
+        self.heads, self.lrs = heads, lrs.to(heads.weight.device, heads.weight.dtype)
         self.momentum, self.weight_decay = momentum, weight_decay
         self.buffers: dict[str, torch.Tensor] = {}
 
@@ -86,8 +86,8 @@ def evaluate_heads(heads: LinearHeads, x: torch.Tensor, y: torch.Tensor, chunk: 
     was_training = heads.training
     heads.eval()
     h = heads.num_heads
-    top1 = torch.zeros(h, dtype=torch.int64)
-    top5 = torch.zeros(h, dtype=torch.int64)
+    top1 = torch.zeros(h, dtype=torch.int64, device=x.device)
+    top5 = torch.zeros(h, dtype=torch.int64, device=x.device)
     for a in range(0, x.shape[0], chunk):
         logits = heads(x[a:a + chunk].float())  # (H, b, C)
         t = y[a:a + chunk]
@@ -134,7 +134,7 @@ def train_grid(heads: LinearHeads, opt: GridSGD, batches: Callable[[int], Iterab
     n_val = val_x.shape[0]
     for epoch in range(epochs):
         heads.train()
-        loss_sum = torch.zeros(heads.num_heads, dtype=torch.float64)
+        loss_sum = torch.zeros(heads.num_heads, dtype=torch.float64, device=heads.weight.device)
         n_steps = 0
         for x, y in batches(epoch):
             if schedule == "cosine_epoch":

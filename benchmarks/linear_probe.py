@@ -178,9 +178,11 @@ class LinearProbe(Protocol):
             def probe_input(cls, patch_mean):
                 return assemble(cls, patch_mean, n_last_blocks=n_blocks, avgpool=avgpool, layout=c.feature_layout)
 
+            # heads train where the backbone lives (CPU here; a CUDA backbone keeps them on GPU)
+            device = next(backbone.parameters()).device
             f_val = extract_features(model, splits.val, self.val_transform(), desc="linear val", **fkw)
-            val_x = probe_input(f_val.cls, f_val.patch_mean)
-            val_y = torch.from_numpy(splits.val_labels)
+            val_x = probe_input(f_val.cls, f_val.patch_mean).to(device)
+            val_y = torch.from_numpy(splits.val_labels).to(device)
             n_train = len(splits.train)
             steps = steps_per_epoch(n_train, c.batch_size, c.drop_last)
             if steps == 0:
@@ -198,7 +200,8 @@ class LinearProbe(Protocol):
                 def batches(epoch: int):
                     for idx in epoch_batches(n_train, c.batch_size, c.seed, epoch, c.drop_last):
                         rows = np.sort(idx.numpy())  # memmap reads in file order; batch order is irrelevant
-                        yield probe_input(f_train.cls[rows], f_train.patch_mean[rows]), train_y[rows]
+                        yield (probe_input(f_train.cls[rows], f_train.patch_mean[rows]).to(device),
+                               train_y[rows].to(device))
             else:
                 data = AugmentedImages(splits.train, splits.train_labels, self.train_transform(), c.seed)
 
@@ -207,14 +210,14 @@ class LinearProbe(Protocol):
                     for images, labels in tqdm(loader, desc=f"linear epoch {epoch + 1}/{c.epochs}",
                                                disable=not c.progress, leave=False):
                         with torch.no_grad():
-                            cls, pm = batch_features(backbone, images, n_last_blocks=n_blocks,
-                                                     precision=c.precision)
-                        yield probe_input(cls, pm), labels
+                            cls, pm = batch_features(backbone, images.to(device, non_blocking=True),
+                                                     n_last_blocks=n_blocks, precision=c.precision)
+                        yield probe_input(cls, pm), labels.to(device)
 
             lrs = self.lrs()
             heads = LinearHeads(len(lrs), val_x.shape[1], splits.num_classes, batchnorm=c.batchnorm,
-                                init_std=c.init_std, generator=seeded_generator(c.seed, _STREAM_INIT))
-            opt = GridSGD(heads, torch.tensor(lrs, dtype=torch.float64), momentum=c.momentum,
+                                init_std=c.init_std, generator=seeded_generator(c.seed, _STREAM_INIT)).to(device)
+            opt = GridSGD(heads, torch.tensor(lrs, dtype=torch.float64, device=device), momentum=c.momentum,
                           weight_decay=c.weight_decay)
             hist = train_grid(heads, opt, batches, val_x, val_y, epochs=c.epochs, steps_per_epoch=steps,
                               schedule=c.lr_schedule, eval_every=c.eval_every,

@@ -97,8 +97,10 @@ DATASETS: dict[str, SegDataset] = {
     "coco_stuff164k": SegDataset("coco_stuff164k", "COCOStuffDataset", 171, 160_000, False, "coco_stuff",
                                  seg_map_suffix="_labelTrainIds.png"),
 }
+# synth_*: SynthScenes' copies of the layouts (any root with a SynthScenes meta.json is read
+# with its own class names whatever the name used).
 ALIASES = {"voc": "voc12aug", "ade": "ade20k", "coco_stuff": "coco_stuff164k",
-           "pascal_context_60": "pascal_context"}
+           "pascal_context_60": "pascal_context", "synth_ade": "ade20k", "synth_voc": "voc12aug"}
 
 
 def dataset_spec(name: str) -> SegDataset:
@@ -198,6 +200,10 @@ def resolve_data(name: str, data_root: str | Path) -> ResolvedData:
 
     meta = find_synth_meta(base, levels=2)
     classes = None
+    if name.startswith("synth_") and not meta:
+        raise DataError(f"dataset {name!r} is SynthScenes' {spec.name} layout, but {base} has no "
+                        f"SynthScenes meta.json; generate one with `ssl-bench data synth --out DIR` "
+                        f"or name the real dataset ({spec.name})")
     if meta:
         names = meta.get("classes", {}).get("ade20k" if spec.layout == "ade" else "voc")
         if not names or spec.layout not in ("ade", "voc"):
@@ -431,7 +437,8 @@ def _history_buffer_getattr(obj, name: str):
     """
     from mmengine.logging.history_buffer import HistoryBuffer
 
-    if obj is HistoryBuffer and isinstance(name, str) and name in HistoryBuffer._statistics_methods:
+    allowed = {"min", "max", "current", "mean", *HistoryBuffer._statistics_methods}
+    if obj is HistoryBuffer and isinstance(name, str) and name in allowed:
         return getattr(HistoryBuffer, name)
     raise pickle.UnpicklingError(
         f"getattr({obj!r}, {name!r}) is not allowed when loading an mmengine checkpoint")
@@ -487,7 +494,8 @@ def run_one(cfg: SegConfig, data: ResolvedData, *, backbone: dict, decode_head: 
     with mmengine_checkpoint_loading():
         runner.train()
         metrics = runner.test()
-    return {"lr": lr, "metrics": {k: float(v) for k, v in metrics.items()}, "csv": str(csv_path),
+    # mmseg reports percentages rounded to 2 decimals (as float32 / numpy scalars)
+    return {"lr": lr, "metrics": {k: round(float(v), 2) for k, v in metrics.items()}, "csv": str(csv_path),
             "work_dir": str(work_dir), "iters": cfg.iters}
 
 
@@ -608,3 +616,45 @@ class SegProtocolBase:
         if int(os.environ.get("RANK", "0")) != 0:
             return []  # one set of records per run, written by rank 0
         return to_results(runs, self.cfg)
+
+
+# ============================================================================ CPU smoke
+def cpu_pretrained_checkpoint(method_config: str = "methods/dino_cpu.yaml", preset: str = "small") -> Path:
+    """The default suite's CPU-pretrained checkpoint on SynthScenes (pretrained once, cached)."""
+    from harness.data.synthetic import default_root, generate
+    from harness.suite import ModelEntry, pretrained_checkpoint
+
+    root = generate(default_root(preset, 0), preset=preset, seed=0, progress=False)
+    name = Path(method_config).stem.split("_")[0]
+    return pretrained_checkpoint(ModelEntry(name=name, pretrain=method_config), root,
+                                 f"synthscenes-{preset}", progress=False)
+
+
+def smoke(checkpoint: str | Path | None, layout: Literal["ade", "voc"] = "ade", *,
+          protocol: str = "seg_linear", preset: str = "small", iters: int | None = None,
+          lrs: list[float] | None = None, work_root: str | Path | None = None) -> float:
+    """CPU check on SynthScenes: the protocol's ``synth`` preset on a checkpoint (or on
+    the random-init ``vit_cpu_tiny`` when ``checkpoint`` is None); prints and returns the
+    mIoU of the best lr."""
+    from harness.data.synthetic import default_root, generate
+    from harness.models import ModelHandle
+    from harness.paths import home
+    from harness.registry import PROTOCOLS
+
+    root = generate(default_root(preset, 0), preset=preset, seed=0, progress=False)
+    model = (ModelHandle.from_checkpoint(checkpoint) if checkpoint
+             else ModelHandle.random_init("vit_cpu_tiny", seed=0))
+    values: dict[str, Any] = {"dataset": f"synth_{layout}"}
+    if iters is not None:
+        values["iters"] = iters
+    if lrs is not None:
+        values["lrs"] = list(lrs)
+    proto = PROTOCOLS.get(protocol).from_preset("synth", values)
+    work = Path(work_root) if work_root else home() / "mmseg-smoke"
+    proto.cfg.work_dir = str(work / model.cache_key[:16] / f"{protocol}-{proto.fingerprint()}")
+    results = proto.run(model, root)
+    best = next(r for r in results if r.variant.get("lr") == "best")
+    print(f"[smoke] {protocol} on SynthScenes-{preset} ({layout} layout), "
+          f"{'checkpoint ' + str(checkpoint) if checkpoint else 'random init'}: "
+          f"mIoU {best.metrics['mIoU']:.2f} (lr {best.params['best_lr']:g}, {proto.cfg.iters} iters)")
+    return float(best.metrics["mIoU"])

@@ -117,7 +117,7 @@ class ImportReport:
         if self.pos_embed:
             lines.append(f"  position embeddings {self.pos_embed}")
         if self.unpickled:
-            lines.append("  file was fully unpickled (trusted); re-save it with the harness format")
+            lines.append("  file was fully unpickled (trusted by the caller)")
         if self.saved:
             lines.append(f"  saved as {self.saved}")
         return "\n".join(lines)

@@ -322,8 +322,9 @@ class MultiCropAugmentation:
 
     Per crop, in the official order: RandomResizedCrop (bicubic) -> horizontal flip ->
     colour jitter (random order of the four ops, p ``color_jitter_p``) -> grayscale ->
-    Gaussian blur -> solarize -> normalise. Operations run on uint8 tensors through
-    torchvision.transforms.v2.functional with parameters drawn from the given RNG.
+    Gaussian blur -> solarize -> normalise. The crop is resized from the uint8 image, the
+    rest runs on float tensors through torchvision.transforms.v2.functional with
+    parameters drawn from the given RNG.
     The Gaussian blur uses a kernel of 2 ceil(3 sigma) + 1 (PIL's GaussianBlur(radius)
     in the official code has no kernel size).
     """
@@ -354,6 +355,9 @@ class MultiCropAugmentation:
         top, left, h, w = random_resized_crop_params(rng, x.shape[-2], x.shape[-1], scale)
         x = TF.resized_crop(x, top, left, h, w, [size, size], interpolation=InterpolationMode.BICUBIC,
                             antialias=True)
+        # colour ops run in float in [0, 1] (one conversion instead of one per op; the official
+        # PIL pipeline rounds to uint8 between ops, a difference below one grey level)
+        x = TF.to_dtype(x, torch.float32, scale=True)
         if rng.random() < c.flip_p:
             x = TF.horizontal_flip(x)
         if rng.random() < c.color_jitter_p:
@@ -365,8 +369,7 @@ class MultiCropAugmentation:
             k = min(2 * math.ceil(3 * sigma) + 1, (min(x.shape[-2:]) - 1) // 2 * 2 + 1)
             x = TF.gaussian_blur(x, [k, k], [sigma, sigma])
         if solarize_p > 0 and rng.random() < solarize_p:
-            x = TF.solarize(x, 128)
-        x = TF.to_dtype(x, torch.float32, scale=True)
+            x = TF.solarize(x, 128 / 255)  # PIL ImageOps.solarize: invert pixels >= 128
         return TF.normalize(x, list(c.mean), list(c.std))
 
     def _color_jitter(self, x: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:

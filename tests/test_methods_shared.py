@@ -162,8 +162,10 @@ def test_block_mask_statistics_match_ibot_loader(grid):
     masked = ratios[ratios > 0]
     assert abs((ratios == 0).mean() - gold["frac_unmasked"]) < 0.04
     assert abs(masked.mean() - gold["mean_masked_ratio"]) < 0.01
-    assert abs(masked.min() - gold["min_masked_ratio"]) <= 0.03
-    assert abs(masked.max() - gold["max_masked_ratio"]) <= 0.03
+    # extremes of 1,500 draws: within 3 patches (the exact test above pins the algorithm)
+    tol = 3 / (grid[0] * grid[1])
+    assert abs(masked.min() - gold["min_masked_ratio"]) <= tol
+    assert abs(masked.max() - gold["max_masked_ratio"]) <= tol
 
 
 def test_block_mask_options():

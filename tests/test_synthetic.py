@@ -227,8 +227,10 @@ def test_colour_does_not_predict_class():
     pred = np.argmin(((x[test][:, None] - centroids[None]) ** 2).sum(-1), axis=1)
     accuracy = (pred == y[test]).mean()
     assert accuracy < 0.2, accuracy
-    # Per-class mean colours all lie close to the overall mean (uniform random colours).
-    spread = np.abs(centroids - x.mean(0)).max()
+    # Per-class mean colours (50 objects each) all lie close to the overall mean; the
+    # standard error of one class mean is about 7 grey levels.
+    class_means = np.stack([x[y == c].mean(0) for c in range(12)])
+    spread = np.abs(class_means - x.mean(0)).max()
     assert spread < 30, spread
 
 

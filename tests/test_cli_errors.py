@@ -1,0 +1,95 @@
+"""Bad input gives one clear error (exit code 2, message on stderr) and writes no result."""
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from harness.backbone import create_backbone
+from harness.checkpoints import save_checkpoint
+from harness.cli import main
+
+
+def _no_records(home: Path) -> bool:
+    runs = home / "results" / "runs"
+    return not runs.exists() or not any(runs.iterdir())
+
+
+def _eval(args, capsys):
+    rc = main(["--threads", "1", "eval", *args])
+    return rc, capsys.readouterr().err
+
+
+KNN = ["--protocol", "knn", "--preset", "synth", "--dataset", "imagefolder", "--set", "progress=false"]
+
+
+def test_missing_data_root(isolated_home, capsys):
+    rc, err = _eval(KNN + ["--data-root", str(isolated_home / "nowhere"), "--random-init", "vit_cpu_tiny"],
+                    capsys)
+    assert rc == 2 and "nowhere" in err and "does not exist" in err
+    assert _no_records(isolated_home)
+
+
+def test_corrupt_image(isolated_home, synth_tiny, capsys):
+    root = isolated_home / "imagenet"
+    shutil.copytree(synth_tiny / "imagenet", root)
+    victim = sorted((root / "val").rglob("*.jpg"))[2]
+    victim.write_bytes(victim.read_bytes()[:100])
+    rc, err = _eval(KNN + ["--data-root", str(root), "--random-init", "vit_cpu_tiny"], capsys)
+    assert rc == 2 and victim.name in err
+    assert _no_records(isolated_home)
+
+
+def test_mask_with_out_of_range_label(isolated_home, synth_tiny, capsys):
+    root = isolated_home / "synth"
+    shutil.copytree(synth_tiny / "VOC2012", root / "VOC2012")
+    if (synth_tiny / "meta.json").exists():
+        shutil.copy(synth_tiny / "meta.json", root / "meta.json")
+    # a validation mask: val always reads SegmentationClass (train may read SegmentationClassAug)
+    masks = sorted((root / "VOC2012" / "SegmentationClass").glob("val*.png"))
+    m = Image.open(masks[0])
+    arr = np.array(m)
+    arr[0, 0] = 200
+    out = Image.fromarray(arr, mode="P")
+    out.putpalette(m.getpalette())
+    out.save(masks[0])
+    rc, err = _eval(["--protocol", "dense_nn", "--preset", "cribo", "--dataset", "voc",
+                     "--data-root", str(root), "--random-init", "vit_cpu_tiny",
+                     "--set", "fractions=[1/1]", "--set", "seeds=[42]", "--set", "progress=false"], capsys)
+    assert rc == 2 and "200" in err and masks[0].stem in err
+    assert _no_records(isolated_home)
+
+
+def test_unknown_protocol_setting(isolated_home, synth_tiny, capsys):
+    rc, err = _eval(KNN + ["--data-root", str(synth_tiny / "imagenet"), "--random-init", "vit_cpu_tiny",
+                           "--set", "neighbours=20"], capsys)
+    assert rc == 2 and "'neighbours'" in err and "allowed keys" in err
+    assert _no_records(isolated_home)
+
+
+def test_unknown_protocol_and_method_names(isolated_home, synth_tiny, capsys, tmp_path):
+    rc, err = _eval(["--protocol", "nope", "--dataset", "voc", "--data-root", str(synth_tiny),
+                     "--random-init", "vit_cpu_tiny"], capsys)
+    assert rc == 2 and "unknown protocol 'nope'" in err and "dense_nn" in err
+    cfg = tmp_path / "m.yaml"
+    cfg.write_text("method: {name: mae}\n")
+    rc = main(["pretrain", str(cfg), "--data-root", str(synth_tiny), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "unknown method 'mae'" in err and "dino" in err
+    cfg.write_text("method: {name: dino, teacher_tmp: 0.04}\n")
+    rc = main(["pretrain", str(cfg), "--data-root", str(synth_tiny), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'teacher_tmp'" in err and "m.yaml" in err
+
+
+def test_checkpoint_of_another_architecture(isolated_home, synth_tiny, capsys):
+    b = create_backbone("vit_cpu_tiny", embed_dim=96, num_heads=3)
+    path = save_checkpoint(isolated_home / "ck", b.state_dict(),
+                           {"method": "dino", "arch": "vit_cpu_tiny", "arch_kwargs": {
+                               **b.arch_kwargs, "embed_dim": 64, "num_heads": 2}})
+    rc, err = _eval(KNN + ["--data-root", str(synth_tiny / "imagenet"), "--checkpoint", str(path)], capsys)
+    assert rc == 2 and "does not fit architecture" in err and "shape mismatches" in err
+    assert _no_records(isolated_home)

@@ -1,0 +1,80 @@
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from harness.config import fingerprint
+from harness.data.transforms import PatchMultipleResize, ResizeCenterCrop
+from harness.features import extract_features
+from harness.models import ModelHandle
+
+
+class ImageList:
+    """A minimal image source: the contract extract_features needs."""
+
+    def __init__(self, sizes, seed=0):
+        rng = np.random.default_rng(seed)
+        self.images = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in sizes]
+
+    def __len__(self):
+        return len(self.images)
+
+    def load_image(self, i):
+        return self.images[i]
+
+    def fingerprint(self):
+        return fingerprint([np.asarray(im).tobytes().hex()[:64] for im in self.images])
+
+
+@pytest.fixture
+def model():
+    return ModelHandle.random_init("vit_cpu_tiny", seed=3)
+
+
+def test_features_equal_direct_forward_and_cache_is_reused(tmp_path, model):
+    src = ImageList([(64, 64)] * 5)
+    tf = ResizeCenterCrop(resize=64, crop=64)
+    fs = extract_features(model, src, tf, n_last_blocks=2, patches=True, batch_size=2,
+                          cache_dir=tmp_path, progress=False)
+    assert not fs.from_cache and fs.cls.shape == (5, 2, 64)
+    x = torch.stack([tf(src.load_image(i)) for i in range(5)])
+    with torch.no_grad():
+        ref = model.backbone.get_features(x, n_last_blocks=2)
+    np.testing.assert_allclose(fs.cls, ref.cls.numpy(), atol=1e-5)
+    np.testing.assert_allclose(fs.patches(3), ref.patches[3].numpy(), atol=1e-5)
+    np.testing.assert_allclose(fs.patch_mean, ref.patches.mean(dim=(2, 3)).numpy(), atol=1e-5)
+    again = extract_features(model, src, tf, n_last_blocks=2, patches=True, cache_dir=tmp_path,
+                             progress=False)
+    assert again.from_cache and again.key == fs.key
+    np.testing.assert_array_equal(again.cls, fs.cls)
+    # another transform, layer choice or weights is another key
+    other = extract_features(model, src, ResizeCenterCrop(resize=72, crop=64), n_last_blocks=2,
+                             patches=True, cache_dir=tmp_path, progress=False)
+    assert not other.from_cache and other.key != fs.key
+    model2 = ModelHandle.random_init("vit_cpu_tiny", seed=4)
+    assert extract_features(model2, src, tf, n_last_blocks=2, patches=True, cache_dir=tmp_path,
+                            progress=False).key != fs.key
+
+
+def test_variable_sizes_keep_dataset_order(tmp_path, model):
+    src = ImageList([(64, 64), (40, 72), (64, 64), (40, 72), (33, 70)])
+    tf = PatchMultipleResize(patch_size=8)
+    fs = extract_features(model, src, tf, patches=True, batch_size=5, cache_dir=tmp_path, progress=False)
+    assert [tuple(g) for g in fs.grids] == [(8, 8), (5, 9), (8, 8), (5, 9), (4, 9)]
+    for i in range(5):
+        with torch.no_grad():
+            ref = model.backbone.get_features(tf(src.load_image(i))[None])
+        np.testing.assert_allclose(fs.patches(i), ref.patches[0].numpy(), atol=1e-5)
+
+
+def test_failed_extraction_leaves_no_cache_entry(tmp_path, model):
+    class Broken(ImageList):
+        def load_image(self, i):
+            if i == 3:
+                raise OSError("corrupt")
+            return super().load_image(i)
+
+    with pytest.raises(OSError):
+        extract_features(model, Broken([(64, 64)] * 5), ResizeCenterCrop(64, 64), cache_dir=tmp_path,
+                         progress=False, batch_size=2)
+    assert list(tmp_path.iterdir()) == []

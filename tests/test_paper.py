@@ -1,0 +1,229 @@
+"""Paper tables: the published numbers' schema and spot values, the FLOPs estimate, the
+dry-run plan of the real tables, and reproduce() end to end with a fake protocol (the
+zoo lookup, checkpoint loading, harness.evaluate, records and the comparison are real)."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+import pandas as pd
+import pytest
+import torch
+
+from benchmarks.base import Protocol, ProtocolResult
+from harness.backbone import ARCHS
+from harness.checkpoints import save_checkpoint
+from harness.leaderboard import build_leaderboard
+from harness.models import ModelHandle
+from harness.paper import (CSV_COLUMNS, PAPER_DIR, list_tables, load_table, paper_numbers, read_paper_csv,
+                           reproduce, vit_flops)
+from harness.registry import DATASETS, register_protocol
+from harness.results import iter_records
+from harness.zoo import load_zoo
+
+KNOWN_PROTOCOLS = {"dense_nn", "knn", "linear", "seg_linear", "segmenter"}
+
+
+# ----------------------------------------------------------------------------- published numbers
+def test_paper_csv_schema():
+    zoo = load_zoo()
+    files = sorted(PAPER_DIR.glob("*.csv"))
+    assert {f.stem for f in files} == {"cribo_table1", "cribo_table2", "cribo_table3", "ibot_imagenet",
+                                       "dino_imagenet", "synclr_imagenet"}
+    for f in files:
+        df = read_paper_csv(f)
+        assert list(df.columns) == CSV_COLUMNS
+        assert set(df["protocol"]) <= KNOWN_PROTOCOLS, f
+        assert df["value"].between(0, 100).all(), f
+        assert set(df["zoo_name"]) - {""} <= set(zoo), f
+        assert not df.duplicated(["table", "row", "protocol", "dataset", "variant", "metric"]).any(), f
+        assert all(v == "" or "=" in v for v in df["variant"]), f
+    for name in list_tables():
+        load_table(name)  # every spec loads and describes its CSV's protocols and datasets
+
+
+def _value(df, **kw):
+    sel = df
+    for k, v in kw.items():
+        sel = sel[sel[k] == v]
+    assert len(sel) == 1, (kw, len(sel))
+    return float(sel["value"].iloc[0])
+
+
+def test_paper_spot_values():
+    t1 = paper_numbers("cribo-table1")
+    assert len(t1) == 94 and t1["row"].nunique() == 12  # Hummingbird has no 1/8 numbers
+    assert _value(t1, method="CrIBo", arch="ViT-B/16", dataset="voc", variant="fraction=1/1") == 74.9
+    assert _value(t1, method="DINO", pretrain_data="COCO", dataset="ade20k", variant="fraction=1/128") == 6.1
+    assert _value(t1, method="TimeT", dataset="voc", variant="fraction=1/8") == 56.0
+    assert _value(t1, method="CrIBo", pretrain_data="IN1K", arch="ViT-S/16", dataset="ade20k",
+                  variant="fraction=1/64") == 16.5
+    assert t1[(t1["method"] == "Hummingbird") & (t1["variant"] == "fraction=1/8")].empty
+    row = t1[(t1["method"] == "CrIBo") & (t1["pretrain_data"] == "COCO")]
+    assert set(row["zoo_name"]) == {"cribo_vits16_coco"} and row["epochs"].iloc[0] == "300"
+    t2 = paper_numbers("cribo-table2")
+    assert len(t2) == 48
+    assert _value(t2, method="CrIBo", arch="ViT-S/8", dataset="pascal_context") == 40.6
+    assert _value(t2, method="DINO", arch="ViT-B/16", dataset="coco_stuff164k") == 31.9
+    t3 = paper_numbers("cribo-table3")
+    assert len(t3) == 44 and set(t3["protocol"]) == {"segmenter"}
+    assert _value(t3, method="MAE", arch="ViT-B/16", dataset="ade20k") == 46.4
+    assert _value(t3, method="CrIBo", pretrain_data="COCO", dataset="voc") == 74.2
+    ib = paper_numbers("ibot-imagenet")
+    assert _value(ib, zoo_name="ibot_vitl16", protocol="linear") == 81.0
+    assert _value(ib, zoo_name="ibot_vitb16_pt22k", protocol="knn") == 71.1
+    dn = paper_numbers("dino-imagenet")
+    assert _value(dn, arch="ViT-B/8", protocol="knn") == 77.4 and _value(dn, arch="ViT-S/16", protocol="linear") == 77.0
+    assert _value(paper_numbers("synclr-imagenet"), arch="ViT-L/14") == 83.0
+    assert len(paper_numbers()) == 94 + 48 + 44 + 14 + 8 + 2
+
+
+def test_vit_flops():
+    # ViT-B/16 at 224: 17.6 GMACs; ViT-S/16: 4.6 GMACs (the usual published figures)
+    assert vit_flops(ARCHS["vit_base_patch16_224"], 224, 224) / 2e9 == pytest.approx(17.6, rel=0.01)
+    assert vit_flops(ARCHS["vit_small_patch16_224"], 224, 224) / 2e9 == pytest.approx(4.6, rel=0.01)
+
+
+def test_dry_run_real_table(capsys, tmp_path):
+    res = reproduce("cribo-table1", None, tmp_path / "zoo", dry_run=True)
+    text = capsys.readouterr().out
+    assert res.cells is None and len(res.jobs) == 10  # 5 zoo checkpoints x (VOC, ADE20K)
+    for name in ("cribo_vits16_coco", "cribo_vits16_in1k", "cribo_vitb16_in1k", "dino_vits16", "dino_vitb16"):
+        assert name in text
+    assert "dense_nn[cribo]" in text and "368x496" in text and "PFLOP" in text
+    assert "https://rdr.kuleuven.be/api/access/datafile/159667" in text  # where to get what is missing
+    assert "no public checkpoint" in text and "Hummingbird" in text
+    job = next(j for j in res.jobs if j.zoo_name == "dino_vits16" and j.dataset == "voc")
+    # ViT-S/16 on 368x496 (713 patches) over 10,582 + 1,449 images
+    assert job.cost.images == 10582 + 1449
+    assert job.cost.flops == pytest.approx(vit_flops(ARCHS["vit_small_patch16_224"], 368, 496) * 12031)
+    # an official full checkpoint present but untrusted is flagged, not run
+    (tmp_path / "zoo" / "cribo_vits16_coco").mkdir(parents=True)
+    (tmp_path / "zoo" / "cribo_vits16_coco" / "vits16-coco.pth").write_bytes(b"x")
+    res = reproduce("cribo-table1", None, tmp_path / "zoo", dry_run=True, models=["cribo_vits16_coco"], echo=None)
+    assert {j.status for j in res.jobs} == {"needs --trust-checkpoint"}
+
+
+# ----------------------------------------------------------------------------- fake protocol
+@dataclass
+class FakeConfig:
+    dataset: str = "voc"
+    val_split: str = "val"
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+
+
+@register_protocol("fake_probe")
+class FakeProbe(Protocol):
+    """Reads the real dataset (so a missing one fails as it would), and reports a number
+    that the test can predict from the checkpoint: 50 + sum(cls_token), +-0.4 per seed."""
+
+    Config = FakeConfig
+
+    def run(self, model, data_root):
+        ds = DATASETS.get(self.cfg.dataset)(data_root, self.cfg.val_split)
+        assert len(ds) > 0
+        base = 50.0 + float(model.backbone.cls_token.detach().sum())
+        out = []
+        for frac in ("1/2", "1/1"):
+            seeds = self.cfg.seeds if frac != "1/1" else [None]
+            for s in seeds:
+                v = base + (0.4 * (s - 1) if s is not None else 0.0)
+                out.append(ProtocolResult({"mIoU": v, "pixel_accuracy": 90.0}, self.cfg.dataset, self.cfg.val_split,
+                                          seed=s, variant={"fraction": frac}))
+        return out
+
+
+@pytest.fixture(scope="module")
+def synth_root(tmp_path_factory):
+    from harness.data.synthetic import generate
+
+    root = tmp_path_factory.mktemp("synth")
+    generate(root, preset="tiny", seed=0, progress=False)
+    return root
+
+
+def _tiny_checkpoint(zoo_dir, name, cls_value):
+    handle = ModelHandle.random_init("vit_cpu_tiny", seed=1)
+    state = handle.backbone.backbone_state_dict()
+    state["cls_token"] = torch.full_like(state["cls_token"], cls_value)
+    save_checkpoint(zoo_dir / name, state, {"method": "random_init", "arch": "vit_cpu_tiny",
+                                            "arch_kwargs": handle.backbone.arch_kwargs})
+    return 50.0 + float(state["cls_token"].sum())
+
+
+def _write_table(tmp_path, cells):
+    rows = []
+    for i, (zoo, proto, ds, variant, value) in enumerate(cells):
+        rows.append(dict(paper="Fake (2024)", table="Table 9", row=i + 1, method=f"M{i}", arch="ViT-T/8",
+                         pretrain_data="synthetic", epochs=1, protocol=proto, dataset=ds, variant=variant,
+                         metric="mIoU", value=round(value, 4), zoo_name=zoo))
+    pd.DataFrame(rows, columns=CSV_COLUMNS).to_csv(tmp_path / "fake.csv", index=False)
+    (tmp_path / "fake-table.yaml").write_text("""
+title: Fake table
+csv: fake.csv
+protocols:
+  fake_probe: {preset: null, tolerance: 1.0, input: native, passes: {train: 1, val: 1}}
+  absent_probe: {preset: null}
+datasets:
+  synth_voc: {reader: voc, root: ".", train_split: trainaug, val_split: val, n_train: 24, n_val: 12,
+              native_hw: [64, 64]}
+  synth_ade: {reader: ade20k, root: "no_such_folder", val_split: validation}
+""")
+    return tmp_path / "fake-table.yaml"
+
+
+def test_reproduce_pipeline_with_fake_protocol(tmp_path, synth_root, capsys):
+    zoo_dir = tmp_path / "zoo"
+    a = _tiny_checkpoint(zoo_dir, "tiny_a", 0.0)
+    b = _tiny_checkpoint(zoo_dir, "tiny_b", 0.02)  # 64 dims -> +1.28
+    table = _write_table(tmp_path, [
+        ("tiny_a", "fake_probe", "synth_voc", "fraction=1/2", a + 0.5),    # inside 2 std (0.8)
+        ("tiny_a", "fake_probe", "synth_voc", "fraction=1/1", a + 0.9),    # one run: inside tolerance 1.0
+        ("tiny_b", "fake_probe", "synth_voc", "fraction=1/2", b + 3.0),    # differs
+        ("tiny_a", "fake_probe", "synth_voc", "fraction=1/64", 10.0),      # variant the run does not produce
+        ("tiny_gone", "fake_probe", "synth_voc", "fraction=1/2", 10.0),    # checkpoint missing
+        ("", "fake_probe", "synth_voc", "fraction=1/2", 10.0),             # no public checkpoint
+        ("tiny_a", "fake_probe", "synth_ade", "fraction=1/2", 10.0),       # dataset missing
+        ("tiny_a", "absent_probe", "synth_voc", "fraction=1/2", 10.0),     # protocol not registered
+    ])
+    runs = tmp_path / "runs"
+    res = reproduce(table, synth_root, zoo_dir, runs_dir=runs, out_dir=tmp_path / "out")
+    text = capsys.readouterr().out
+    c = res.cells.set_index("row")
+    assert c.at["1", "measured"] == pytest.approx(a) and c.at["1", "n"] == 3
+    assert c.at["1", "std"] == pytest.approx(0.4) and c.at["1", "delta"] == pytest.approx(-0.5, abs=1e-3)
+    assert c.at["1", "verdict"] == "ok (within 2 std)"
+    assert c.at["2", "n"] == 1 and c.at["2", "verdict"] == "ok (within ±1)"
+    assert c.at["3", "measured"] == pytest.approx(b) and c.at["3", "verdict"].startswith("DIFFERS")
+    assert c.at["4", "verdict"] == "not measured"
+    assert c.at["5", "verdict"] == "missing checkpoint"
+    assert c.at["6", "verdict"] == "no public checkpoint"
+    assert c.at["7", "verdict"] == "missing dataset" and "ADE20K root" in c.at["7", "note"]
+    assert c.at["8", "verdict"] == "protocol unavailable"
+    assert "measured vs paper" in text and "DIFFERS" in text and "a + " not in text
+    assert "missing dataset" in text and "protocol unavailable" in text
+    # the records are real result records: a leaderboard reads them, a second run reuses them
+    recs = list(iter_records(runs))
+    assert len(recs) == 2 * 4 and {r["model"]["name"] for r in recs} == {"tiny_a", "tiny_b"}
+    assert not build_leaderboard(recs).empty
+    again = reproduce(table, synth_root, zoo_dir, runs_dir=runs, echo=None)
+    assert again.cells.set_index("row").at["1", "note"].endswith("(stored records)")
+    assert len(list(iter_records(runs))) == 8
+    saved = pd.read_csv(res.csv)
+    assert {"paper", "value", "measured", "delta", "verdict"} <= set(saved.columns)
+    # dry run of the same table: the plan, nothing run
+    dry = reproduce(table, synth_root, zoo_dir, dry_run=True, echo=None)
+    assert dry.cells is None and "fake_probe" in dry.text and "imported" in dry.text
+
+
+def test_reproduce_cli(tmp_path, capsys):
+    from harness import paper
+
+    parser = argparse.ArgumentParser()
+    paper.add_cli(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["reproduce", "cribo-table1", "--dry-run", "--zoo-dir", str(tmp_path)])
+    assert args.func(args) == 0
+    assert "CrIBo Table 1" in capsys.readouterr().out
+    args = parser.parse_args(["paper", "synclr-imagenet"])
+    assert args.func(args) == 0
+    assert "83.0" in capsys.readouterr().out

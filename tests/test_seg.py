@@ -1,0 +1,327 @@
+"""The mmseg protocols (seg_linear, segmenter) and their bridge.
+
+Fast tests that need the mmseg stack skip when it is not installed
+(`bash scripts/install_mmcv.sh`); the converter, config and dependency-error tests run
+without it. `-m slow` runs the SynthScenes smokes (pretrained > random init).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import mmseg_bridge as mb
+from benchmarks import seg_common as sc
+from harness.backbone import create_backbone
+from harness.errors import CheckpointError, ConfigError, DataError, MissingDependencyError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _have_mmseg() -> bool:
+    try:
+        sc.require_mmseg()
+        return True
+    except MissingDependencyError:
+        return False
+
+
+needs_mmseg = pytest.mark.skipif(not _have_mmseg(), reason="mmseg stack not installed "
+                                 "(bash scripts/install_mmcv.sh)")
+
+
+def _tiny_backbone(seed: int = 0):
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return create_backbone("vit_cpu_tiny").eval()
+
+
+def _dino_layout(sd: dict) -> dict:
+    """A DINO/CrIBo teacher checkpoint: 'backbone.' prefix plus projection-head keys."""
+    out = {f"backbone.{k}": v for k, v in sd.items()}
+    out["head.mlp.0.weight"] = torch.zeros(8, 64)
+    out["head.last_layer.weight_g"] = torch.zeros(8, 1)
+    return out
+
+
+# ============================================================================ converter
+def test_key_map_covers_dino_layout():
+    sd = _tiny_backbone().backbone_state_dict()
+    conv = mb.convert_state_dict(_dino_layout(sd))
+    assert len(conv) == len(sd)  # every backbone key mapped once, head keys dropped
+    depth = 3
+    expected = {"cls_token", "pos_embed", "patch_embed.projection.weight", "patch_embed.projection.bias",
+                "ln1.weight", "ln1.bias"}
+    for i in range(depth):
+        for mm in ("ln1", "ln2", "attn.attn.out_proj", "ffn.layers.0.0", "ffn.layers.1"):
+            expected |= {f"layers.{i}.{mm}.weight", f"layers.{i}.{mm}.bias"}
+        expected |= {f"layers.{i}.attn.attn.in_proj_weight", f"layers.{i}.attn.attn.in_proj_bias"}
+    assert set(conv) == expected
+    # values and shapes are carried unchanged
+    assert torch.equal(conv["layers.1.attn.attn.in_proj_weight"], sd["blocks.1.attn.qkv.weight"])
+    assert conv["layers.2.ffn.layers.0.0.weight"].shape == sd["blocks.2.mlp.fc1.weight"].shape
+    assert torch.equal(conv["ln1.weight"], sd["norm.weight"])
+    assert torch.equal(conv["layers.0.ln2.bias"], sd["blocks.0.norm2.bias"])
+
+
+@pytest.mark.parametrize("key", ["reg_token", "fc_norm.weight", "blocks.0.ls1.gamma"])
+def test_unknown_keys_are_errors(key):
+    sd = dict(_tiny_backbone().backbone_state_dict())
+    sd[key] = torch.zeros(1)
+    with pytest.raises(CheckpointError, match=re.escape(key)):
+        mb.convert_state_dict(sd)
+
+
+def test_backbone_kwargs_read_off_the_weights():
+    sd = _tiny_backbone().backbone_state_dict()
+    kw = mb.backbone_kwargs(sd, num_heads=2, crop_size=64, drop_path_rate=0.0)
+    assert (kw["embed_dims"], kw["num_layers"], kw["patch_size"], kw["mlp_ratio"]) == (64, 3, 8, 4)
+    assert kw["out_indices"] == [2] and kw["final_norm"] and kw["with_cls_token"]
+    assert kw["patch_bias"] is True  # mmseg 1.2.2's ViT defaults to no patch bias
+    with pytest.raises(CheckpointError, match="multiple of the patch size"):
+        mb.backbone_kwargs(sd, num_heads=2, crop_size=60, drop_path_rate=0.0)
+
+
+# ============================================================================ config
+def test_config_defaults_and_fingerprint():
+    from benchmarks.seg_linear import SegLinear
+    from benchmarks.segmenter import Segmenter
+
+    lin = SegLinear.from_preset("paper", {"dataset": "ade20k"})
+    assert lin.cfg.iters == 160_000 and lin.cfg.lrs == [8e-4, 3e-4, 1e-4, 8e-5]
+    assert lin.cfg.mean == [127.5] * 3 and lin.cfg.std == [127.5] * 3
+    assert SegLinear.from_preset("paper", {"dataset": "voc"}).cfg.iters == 80_000
+    seg = Segmenter.from_preset("paper", {"dataset": "ade20k"})
+    assert seg.cfg.lrs == [8e-5, 3e-5, 1e-5, 8e-6] and seg.cfg.eta_min_ratio == 0.1
+    fp = lin.fingerprint()
+    for change in ({"crop_size": 256}, {"lrs": [1e-4]}, {"mean": [123.675, 116.28, 103.53]},
+                   {"iters": 1000}, {"dataset": "voc12aug"}, {"batch_size": 16}):
+        assert SegLinear.from_preset("paper", {"dataset": "ade20k", **change}).fingerprint() != fp, change
+    for same in ({"num_workers": 8}, {"work_dir": "/elsewhere"}, {"log_interval": 1}):
+        assert SegLinear.from_preset("paper", {"dataset": "ade20k", **same}).fingerprint() == fp, same
+    # the head is part of the fingerprint: same settings, other protocol
+    assert Segmenter({"dataset": "ade20k", "lrs": lin.cfg.lrs, "drop_path_rate": 0.0}).fingerprint() != fp
+    with pytest.raises(ConfigError, match="unknown"):
+        SegLinear.from_preset("paper", {"dataset": "cityscapes"})
+
+
+def test_dataset_layouts_resolve(tmp_path):
+    synth = _synth_root(tmp_path)
+    ade = sc.resolve_data("synth_ade", synth)
+    assert ade.root.name == "ADEChallengeData2016" and ade.num_classes == 16
+    assert ade.train[0]["reduce_zero_label"] is True
+    voc = sc.resolve_data("voc", synth)
+    assert voc.num_classes == 16 and voc.train_lists == ["trainaug.txt"]
+    assert voc.val["ann_file"].endswith("val.txt") and voc.train[0]["reduce_zero_label"] is False
+    with pytest.raises(DataError, match="ADE20K"):
+        sc.resolve_data("ade20k", tmp_path / "nowhere")
+
+
+# ============================================================================ dependency
+def test_missing_mmcv_ops_is_a_clear_error(monkeypatch, tmp_path):
+    from benchmarks.seg_linear import SegLinear
+    from harness.models import ModelHandle
+
+    monkeypatch.setitem(sys.modules, "mmcv.ops", None)  # as if the compiled ops were absent
+    with pytest.raises(MissingDependencyError, match=re.escape("scripts/install_mmcv.sh")):
+        sc.require_mmseg()
+    proto = SegLinear.from_preset("synth", {"dataset": "synth_ade", "work_dir": str(tmp_path / "w")})
+    with pytest.raises(MissingDependencyError, match="mmcv"):
+        proto.run(ModelHandle.random_init("vit_cpu_tiny"), tmp_path)
+
+
+def test_harness_never_imports_mmseg():
+    code = ("import sys, harness.cli, harness.evaluate, benchmarks.seg_linear, benchmarks.segmenter;"
+            "from harness.registry import PROTOCOLS;"
+            "p = PROTOCOLS.get('seg_linear').from_preset('paper', {'dataset': 'ade20k'}); p.fingerprint();"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('mmseg', 'mmcv', 'mmengine'));"
+            "print(bad); sys.exit(1 if bad else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ============================================================================ mmseg side
+def _synth_root(tmp_path: Path) -> Path:
+    from harness.data.synthetic import generate
+
+    return generate(tmp_path / "synth", preset="tiny", seed=0, progress=False)
+
+
+def _small_ade(tmp_path: Path, n_train: int = 8, n_val: int = 2) -> Path:
+    """SynthScenes tiny, ADE layout, trimmed to a few images (keeps the runner tests fast)."""
+    src = _synth_root(tmp_path) / "ADEChallengeData2016"
+    dst = tmp_path / "ade" / "ADEChallengeData2016"
+    for split, n in (("training", n_train), ("validation", n_val)):
+        for kind, ext in (("images", ".jpg"), ("annotations", ".png")):
+            (dst / kind / split).mkdir(parents=True)
+            for p in sorted((src / kind / split).glob(f"*{ext}"))[:n]:
+                shutil.copy(p, dst / kind / split / p.name)
+    shutil.copy(src.parent / "meta.json", dst.parent / "meta.json")
+    return dst.parent
+
+
+@needs_mmseg
+def test_mmseg_features_equal_harness_patch_tokens(tmp_path):
+    from mmseg.registry import MODELS
+
+    mb.register_mmseg_modules()
+    bb = _tiny_backbone(1)
+    sd = bb.backbone_state_dict()
+    x = torch.randn(2, 3, 64, 64)  # already normalised: both models see the same tensor
+    path = mb.save_converted(_dino_layout(sd), tmp_path / "w.safetensors")
+    vit = MODELS.build(dict(type="SslBenchViT", weights=str(path), frozen=True,
+                            **mb.backbone_kwargs(sd, 2, 64, 0.0)))
+    vit.init_weights()
+    with torch.no_grad():
+        ours = vit(x)[0]                                        # (B, d, h, w)
+        ref = bb.get_features(x, n_last_blocks=1, norm=True).patches[:, 0].permute(0, 3, 1, 2)
+    assert ours.shape == (2, 64, 8, 8)
+    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+
+    # At another crop the position embeddings are resized once, at load, as mmseg does
+    # (bicubic, align_corners=False, to the exact grid); the CLS position is kept.
+    path = mb.save_converted(sd, tmp_path / "w128.safetensors")
+    vit128 = MODELS.build(dict(type="SslBenchViT", weights=str(path), **mb.backbone_kwargs(sd, 2, 128, 0.0)))
+    vit128.init_weights()
+    grid = sd["pos_embed"][:, 1:].reshape(1, 8, 8, 64).permute(0, 3, 1, 2)
+    want = torch.nn.functional.interpolate(grid, size=(16, 16), mode="bicubic", align_corners=False)
+    torch.testing.assert_close(vit128.pos_embed[:, 1:], want.flatten(2).transpose(1, 2), atol=0, rtol=0)
+    assert torch.equal(vit128.pos_embed[:, :1], sd["pos_embed"][:, :1])
+
+
+@needs_mmseg
+def test_strict_loading_names_the_keys(tmp_path):
+    from mmseg.registry import MODELS
+
+    mb.register_mmseg_modules()
+    sd = dict(_tiny_backbone().backbone_state_dict())
+    kw = mb.backbone_kwargs(sd, 2, 64, 0.0)
+    del sd["blocks.2.mlp.fc2.bias"]
+    path = mb.save_converted(sd, tmp_path / "w.safetensors")
+    vit = MODELS.build(dict(type="SslBenchViT", weights=str(path), **kw))
+    with pytest.raises(CheckpointError, match=re.escape("layers.2.ffn.layers.1.bias")):
+        vit.init_weights()
+
+
+@needs_mmseg
+def test_frozen_backbone_stays_in_eval_mode():
+    from mmseg.registry import MODELS
+
+    mb.register_mmseg_modules()
+    sd = _tiny_backbone().backbone_state_dict()
+    vit = MODELS.build(dict(type="SslBenchViT", frozen=True, **mb.backbone_kwargs(sd, 2, 64, 0.5)))
+    vit.train()  # what mmengine's loop calls every iteration
+    assert not any(m.training for m in vit.modules())  # so DropPath (rate 0.5 here) is off
+    assert not any(p.requires_grad for p in vit.parameters())
+    x = torch.randn(2, 3, 64, 64)
+    torch.testing.assert_close(vit(x)[0], vit(x)[0], atol=0, rtol=0)
+    unfrozen = MODELS.build(dict(type="SslBenchViT", frozen=False, **mb.backbone_kwargs(sd, 2, 64, 0.5)))
+    assert unfrozen.train().training
+
+
+class _StopAt:
+    """Build configs with a hook that interrupts training after ``iters`` iterations."""
+
+    def __init__(self, iters: int):
+        self.iters = iters
+        self._build = sc.build_mmseg_config
+
+    def __call__(self, *args, **kwargs):
+        cfg = self._build(*args, **kwargs)
+        cfg.custom_hooks = [dict(type="SslBenchStopHook", at=self.iters)]
+        return cfg
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _register_stop_hook():
+    from mmengine.hooks import Hook
+    from mmengine.registry import HOOKS
+
+    class SslBenchStopHook(Hook):
+        def __init__(self, at: int):
+            self.at = at
+
+        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            if runner.iter + 1 >= self.at:
+                raise _Interrupted(f"stopped after iteration {runner.iter + 1}")
+
+    HOOKS.register_module(name="SslBenchStopHook", module=SslBenchStopHook, force=True)
+
+
+@needs_mmseg
+def test_linear_training_keeps_backbone_bit_identical_and_resumes_weights_only(tmp_path, monkeypatch):
+    """One short seg_linear run, interrupted after 2 of 4 iterations and resumed.
+
+    - the resume goes through torch's weights-only loading (mmengine's torch.load has no
+      weights_only argument), inside the scoped allow-list;
+    - after training, every backbone weight equals the converted pretrained weight
+      bit for bit, while the head has moved.
+    """
+    from benchmarks.seg_linear import SegLinear
+
+    _register_stop_hook()
+    data = _small_ade(tmp_path)
+    bb = _tiny_backbone(2)
+    sd = bb.backbone_state_dict()
+    cfg = SegLinear.Config(dataset="synth_ade", crop_size=64, iters=4, lrs=[1e-2], batch_size=2,
+                           num_workers=0, checkpoint_interval=2, log_interval=1)
+    work = tmp_path / "work"
+    monkeypatch.setattr(sc, "build_mmseg_config", _StopAt(3))
+    with pytest.raises(_Interrupted):
+        sc.run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
+    run_dir = work / "lr0.01"
+    ckpt2 = run_dir / "iter_2.pth"
+    assert ckpt2.is_file() and not (run_dir / "iter_4.pth").exists()
+    # torch's default (weights-only) load refuses mmengine's checkpoint without the allow-list ...
+    with pytest.raises(Exception, match="[Ww]eights only load failed"):
+        torch.load(ckpt2)
+    with sc.mmengine_checkpoint_loading():  # ... and reads it with it
+        assert torch.load(ckpt2)["meta"]["iter"] == 2
+
+    monkeypatch.setattr(sc, "build_mmseg_config", _StopAt(10**9))
+    runs = sc.run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
+    logs = "".join(p.read_text() for p in run_dir.glob("*/*.log"))
+    assert "resumed epoch: 0, iter: 2" in logs
+    assert set(runs[0]["metrics"]) >= {"mIoU", "mAcc", "aAcc"}
+    table = Path(runs[0]["csv"]).read_text().splitlines()
+    assert table[0].startswith("class,IoU") and len(table) == 1 + 16
+
+    with sc.mmengine_checkpoint_loading():
+        final = torch.load(run_dir / "iter_4.pth")
+    assert final["meta"]["iter"] == 4
+    state = final["state_dict"]
+    converted = mb.convert_state_dict(sd)
+    backbone = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
+    assert set(backbone) == set(converted)
+    for k, v in converted.items():
+        assert torch.equal(backbone[k], v), f"frozen backbone weight {k} changed"
+    # the head started from mmseg's init (bias 0) and has moved
+    assert state["decode_head.conv_seg.bias"].abs().sum() > 0
+
+
+# ============================================================================ slow: smokes
+@pytest.mark.slow
+@needs_mmseg
+@pytest.mark.parametrize("layout", ["ade", "voc"])
+def test_smoke_linear_pretrained_beats_random(layout):
+    ckpt = os.environ.get("SSL_BENCH_SEG_CHECKPOINT") or str(sc.cpu_pretrained_checkpoint())
+    pre = sc.smoke(ckpt, layout)
+    rnd = sc.smoke(None, layout)
+    print(f"seg_linear {layout}: pretrained mIoU {pre:.2f} vs random init {rnd:.2f}")
+    assert pre > rnd
+
+
+@pytest.mark.slow
+@needs_mmseg
+def test_smoke_segmenter_runs():
+    miou = sc.smoke(None, "ade", protocol="segmenter", iters=50)
+    assert 0.0 <= miou <= 100.0
