@@ -101,6 +101,7 @@ class Config:
     batch_size: int = 32
     num_workers: int = 0
     search_chunk: int = 8192
+    search_device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = None
     memory_budget_gb: float | None = None
     artifacts_dir: str | None = None
@@ -161,7 +162,8 @@ def core_settings(cfg: Config, num_classes: int, ignore_index: int, patch_size: 
         upsample=cfg.upsample, bank_ignore=resolve_bank_ignore(cfg.bank_ignore, cfg.dataset),
         memory_size=cfg.memory_size,
         index=IndexSpec(kind=cfg.index, dtype=cfg.bank_dtype, nlist=cfg.ivf_nlist, pq_m=cfg.pq_m,
-                        pq_nbits=cfg.pq_nbits, nprobe=cfg.nprobe, train_size=cfg.ivf_train_size),
+                        pq_nbits=cfg.pq_nbits, nprobe=cfg.nprobe, train_size=cfg.ivf_train_size,
+                        device=cfg.search_device),
         search_chunk=cfg.search_chunk)
 
 
@@ -257,7 +259,7 @@ class DenseNN(Protocol):
     Config = Config
     PRESETS = PRESETS
     DEFAULT_PRESET = "cribo"
-    NOT_IN_FINGERPRINT = ("batch_size", "num_workers", "search_chunk", "threads", "memory_budget_gb",
+    NOT_IN_FINGERPRINT = ("batch_size", "num_workers", "search_chunk", "search_device", "threads", "memory_budget_gb",
                           "artifacts_dir", "write_subsets", "progress")
 
     # ------------------------------------------------------------------ settings

@@ -4,9 +4,11 @@ interface: ``add`` L2-normalised bank rows in chunks, ``search`` queries in chun
 
 - ``exact`` / float32: ``IndexFlatIP`` (what open-hummingbird-eval's faiss path builds,
   there on GPU: `hbird/nn/search_faiss.py`, `GpuIndexFlatIP`);
-- ``exact`` / float16: ``IndexScalarQuantizer(QT_fp16, inner product)``: the same exhaustive
-  search over vectors stored in half precision (half the memory; scores differ from
-  float32 by the fp16 rounding of the bank);
+- ``exact`` / float16, or any exact search on a CUDA device: the bank is a torch tensor (half
+  precision: half the memory) searched by blocked matmul + top-k (bank blocks upcast to
+  float32 on the fly); the same exhaustive search, at BLAS speed (faiss's fp16 scalar
+  quantizer scans without BLAS and is two orders of magnitude slower on CPU), and on a GPU
+  when one is there (faiss-cpu has no GPU path);
 - ``ivfpq``: ``IndexIVFPQ`` (inner product) trained on a seeded sample of the bank; approximate,
   for banks that do not fit; its mIoU deviation from exact search is measured by
   ``benchmarks/perf/dense_nn_bench.py``.
@@ -30,6 +32,8 @@ class IndexSpec:
     nprobe: int = 32
     train_size: int = 131072
     seed: int = 0
+    device: str = "auto"         # exact search: "auto" (cuda if available) | "cpu" | "cuda"
+    block: int = 262144          # torch backend: bank rows per matmul block
 
 
 def _faiss():
@@ -44,14 +48,16 @@ class BankIndex:
         if threads:
             faiss.omp_set_num_threads(int(threads))
         self.dim, self.spec = dim, spec
+        self.torch_bank: TorchExact | None = None
         if spec.kind == "exact":
-            if spec.dtype == "float32":
-                self.index = faiss.IndexFlatIP(dim)
-            elif spec.dtype == "float16":
-                self.index = faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_fp16,
-                                                        faiss.METRIC_INNER_PRODUCT)
-            else:
+            if spec.dtype not in ("float32", "float16"):
                 raise ConfigError(f"bank_dtype must be 'float32' or 'float16', found {spec.dtype!r}")
+            device = _resolve_device(spec.device)
+            if spec.dtype == "float32" and device == "cpu":
+                self.index = faiss.IndexFlatIP(dim)
+            else:
+                self.index = None
+                self.torch_bank = TorchExact(dim, spec.dtype, device, spec.block)
         elif spec.kind == "ivfpq":
             if dim % spec.pq_m:
                 raise ConfigError(f"ivfpq: pq_m ({spec.pq_m}) must divide the feature dimension ({dim})")
@@ -63,11 +69,13 @@ class BankIndex:
 
     @property
     def ntotal(self) -> int:
+        if self.torch_bank is not None:
+            return self.torch_bank.ntotal
         return int(self.index.ntotal)
 
     @property
     def needs_training(self) -> bool:
-        return not self.index.is_trained
+        return self.torch_bank is None and not self.index.is_trained
 
     def train(self, sample: np.ndarray) -> None:
         """ivfpq: train the coarse quantizer and the product quantizer on a bank sample."""
@@ -89,6 +97,9 @@ class BankIndex:
     def add(self, rows: np.ndarray) -> None:
         if self.needs_training:
             raise RuntimeError("ivfpq index used before train()")
+        if self.torch_bank is not None:
+            self.torch_bank.add(rows)
+            return
         self.index.add(np.ascontiguousarray(rows, dtype=np.float32))
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -97,13 +108,17 @@ class BankIndex:
             raise ConfigError(f"the memory bank holds {self.ntotal} patches, fewer than k={k}; "
                               f"lower k or use a larger fraction")
         q = np.ascontiguousarray(queries, dtype=np.float32)
+        if self.torch_bank is not None:
+            return self.torch_bank.search(q, k)
         sims, idx = self.index.search(q, k)
         return sims, idx
 
     def reconstruct(self, ids: np.ndarray) -> np.ndarray:
         """Stored bank rows (float32) for ``ids`` (any shape) -> ids.shape + (dim,)."""
         flat = np.ascontiguousarray(ids.reshape(-1), dtype=np.int64)
-        if self.spec.kind == "exact" and self.spec.dtype == "float32":
+        if self.torch_bank is not None:
+            out = self.torch_bank.reconstruct(flat)
+        elif self.spec.kind == "exact" and self.spec.dtype == "float32":
             faiss = _faiss()
             xb = faiss.rev_swig_ptr(self.index.get_xb(), self.index.ntotal * self.dim)
             out = np.asarray(xb).reshape(self.index.ntotal, self.dim)[flat]
@@ -117,4 +132,72 @@ class BankIndex:
         per = {"float32": 4, "float16": 2}.get(self.spec.dtype, 4)
         if self.spec.kind == "ivfpq":
             return int(self.index.ntotal) * (self.spec.pq_m * self.spec.pq_nbits // 8 + 8)
-        return int(self.index.ntotal) * self.dim * per
+        return self.ntotal * self.dim * per
+
+
+def _resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("search_device 'cuda' was asked for but torch sees no CUDA device")
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"search_device must be 'auto', 'cpu' or 'cuda', found {device!r}")
+    return device
+
+
+class TorchExact:
+    """Exhaustive inner-product search over a torch bank, in blocks (exact top-k)."""
+
+    def __init__(self, dim: int, dtype: str, device: str, block: int):
+        import torch
+
+        self.dim, self.device, self.block = dim, device, int(block)
+        self.dtype = torch.float16 if dtype == "float16" else torch.float32
+        self._chunks: list = []
+        self._bank = None
+
+    @property
+    def ntotal(self) -> int:
+        if self._bank is not None:
+            return int(self._bank.shape[0])
+        return int(sum(c.shape[0] for c in self._chunks))
+
+    def add(self, rows: np.ndarray) -> None:
+        import torch
+
+        self._chunks.append(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32)).to(self.dtype).to(self.device))
+        self._bank = None
+
+    def bank(self):
+        import torch
+
+        if self._bank is None:
+            self._bank = torch.cat(self._chunks) if len(self._chunks) != 1 else self._chunks[0]
+            self._chunks = [self._bank]
+        return self._bank
+
+    def search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        bank = self.bank()
+        qt = torch.from_numpy(q).to(self.device)
+        best_s = best_i = None
+        for start in range(0, bank.shape[0], self.block):
+            blk = bank[start:start + self.block].float()
+            sims = qt @ blk.T
+            s, i = torch.topk(sims, min(k, blk.shape[0]), dim=1)
+            i = i + start
+            if best_s is not None:
+                s = torch.cat([best_s, s], 1)
+                i = torch.cat([best_i, i], 1)
+                s, j = torch.topk(s, k, dim=1)
+                i = torch.gather(i, 1, j)
+            best_s, best_i = s, i
+        return best_s.cpu().numpy(), best_i.cpu().numpy().astype(np.int64)
+
+    def reconstruct(self, ids: np.ndarray) -> np.ndarray:
+        import torch
+
+        return self.bank()[torch.from_numpy(ids).to(self.device)].float().cpu().numpy()

@@ -230,7 +230,8 @@ def register_mmseg_modules() -> None:
             self._is_init = True
 
         def train(self, mode: bool = True):
-            return super().train(mode and not self.frozen)
+            super().train(mode and not self.frozen)
+            return self
 
         def forward(self, inputs):
             if self.frozen:

@@ -385,7 +385,9 @@ def build_mmseg_config(cfg: SegConfig, data: ResolvedData, *, backbone: dict, de
     if cfg.val_interval:
         d.update(val_cfg=dict(type="ValLoop"), val_dataloader=d["test_dataloader"],
                  val_evaluator=dict(type="IoUMetric", iou_metrics=["mIoU"]))
-    return Config(d)
+    # yapf formatting of the dumped config costs seconds per checkpoint (mmengine stores the
+    # config text in every checkpoint); the unformatted text is the same config.
+    return Config(d, format_python_code=False)
 
 
 # ============================================================================ mmseg-side pieces
@@ -489,7 +491,6 @@ def run_one(cfg: SegConfig, data: ResolvedData, *, backbone: dict, decode_head: 
     experiment = f"{tag}_lr{lr:g}_{uuid.uuid4().hex[:6]}"
     mm_cfg = build_mmseg_config(cfg, data, backbone=backbone, decode_head=decode_head, lr=lr,
                                 work_dir=work_dir, csv_path=csv_path, experiment=experiment)
-    mm_cfg.dump(str(work_dir / "mmseg_config.py"))
     runner = Runner.from_cfg(mm_cfg)
     with mmengine_checkpoint_loading():
         runner.train()

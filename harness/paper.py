@@ -323,7 +323,7 @@ def plan(table: str | Path | Table, data_root: str | Path | dict | None = None,
             job.message = (f"{lookup.path} is a full training checkpoint (Python objects inside): check its "
                            f"origin ({lookup.entry.url}), then pass --trust-checkpoint")
         elif job.protocol_status != "ok":
-            job.status, job.message = "protocol unavailable", job.protocol_status
+            job.status, job.message = "protocol unavailable", job.protocol_status[len("unavailable: "):]
         elif job.data_status.startswith("missing"):
             job.status, job.message = "missing dataset", f"{dataset}: {job.data_status[len('missing: '):]}"
         elif roots[dataset] is None:
@@ -379,7 +379,7 @@ def format_plan(tab: Table, jobs: list[Job], data_root=None, zoo_dir=None) -> st
         found = {"harness": "imported", "official": "official file", "missing": "MISSING",
                  "unknown": "MISSING"}[j.lookup.status]
         body.append([str(i), j.zoo_name, j.arch or "?", found, proto, j.dataset, data, str(len(j.cells)), inp,
-                     f"{j.cost.gflops_per_image:.1f}" if j.cost.gflops_per_image else "n/a",
+                     f"{j.cost.gflops_per_image:.3g}" if j.cost.gflops_per_image else "n/a",
                      f"{j.cost.images:,.0f}" if j.cost.images else "n/a", _fmt_flops(j.cost.flops), j.status])
         total += j.cost.flops or 0.0
     out.append(_text_table(header, body, right={0, 7, 9, 10, 11}) if body else "(nothing to run)")

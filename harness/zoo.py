@@ -147,7 +147,10 @@ def zoo_import(name: str, file: str | Path, out_dir: str | Path, trust: bool = F
     verify_file(entry, file)
     meta = {"zoo_name": entry.name, "pretrain_data": entry.pretrain_data, "epochs": entry.epochs,
             "source_url": entry.url, "claims": entry.claims}
-    _, report = import_checkpoint(file, Path(out_dir) / entry.name, layout=entry.layout, which=entry.which,
+    # `which` picks a branch of a full training checkpoint; a backbone-only file (e.g. iBOT's
+    # checkpoint_student.pth) already is the branch the entry names.
+    which = entry.which if LAYOUTS[entry.layout].student_container else "teacher"
+    _, report = import_checkpoint(file, Path(out_dir) / entry.name, layout=entry.layout, which=which,
                                   arch=entry.arch, img_size=img_size, trust=trust, meta=meta)
     if report.method != entry.method:
         raise CheckpointError(f"{file}: layout {entry.layout} gives method {report.method}, zoo says {entry.method}")

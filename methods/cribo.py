@@ -515,13 +515,13 @@ class CrIBo(Method):
                                  objects_per_image: torch.Tensor) -> Retrieval:
         """NN retrieval in the banks (before this batch enters them), cycle check, then FIFO update
         with the objects of every rank's images."""
-        counts_all = D.all_gather_cat(objects_per_image.to(torch.long))
+        counts_all = D.all_gather_variable(objects_per_image.to(torch.long))
         if self.cfg.official_quirks or not D.is_dist():
             pool_v1 = pool_v2 = None
             offset = 0
         else:  # the paper's batch: every rank's objects
             pool_v1, pool_v2 = D.all_gather_variable(obj_v1), D.all_gather_variable(obj_v2)
-            per_rank = counts_all.view(D.world_size(), -1).sum(1)
+            per_rank = D.all_gather_cat(torch.tensor([len(obj_v1)], device=obj_v1.device))
             offset = int(per_rank[:D.rank()].sum())
         valid = bank_row_valid(self.bank_counts, self.cfg.n_clusters)
         found = retrieve_nearest(obj_v1, obj_v2, self.bank, self.bank_norms, valid, pool_v1, pool_v2, offset)

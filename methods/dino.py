@@ -10,19 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
-from harness import distributed as D
-from harness.errors import ConfigError
 from harness.registry import register_method
 from methods.base import BackboneConfig, Method, StepInfo
 from methods.shared import (Centering, DINOHead, MultiCropAugmentation, MultiCropConfig, MultiCropDataset,
-                            collate_crops, forward_by_resolution, list_pretrain_images,
-                            multicrop_cross_entropy, teacher_temp_schedule)
+                            TeacherTemperature, check_crop_sizes, collate_crops, forward_by_resolution,
+                            list_pretrain_images, maybe_sync_batchnorm, multicrop_cross_entropy)
 
 
 @dataclass
@@ -63,45 +59,11 @@ class DINOLoss(nn.Module):
         return loss
 
 
-def maybe_sync_batchnorm(*modules: nn.Module) -> list[nn.Module]:
-    """The official code converts head BatchNorms to SyncBatchNorm under DDP (GPU only)."""
-    if D.is_dist() and torch.cuda.is_available():
-        return [nn.SyncBatchNorm.convert_sync_batchnorm(m) for m in modules]
-    return list(modules)
-
-
-def check_crop_sizes(crops: MultiCropConfig, patch_size: int) -> None:
-    for name in ("global_crops_size", "local_crops_size"):
-        size = getattr(crops, name)
-        if size % patch_size:
-            raise ConfigError(f"crops.{name} = {size} is not a multiple of the patch size {patch_size}; "
-                              f"pick a multiple of {patch_size}")
-
-
-class TeacherTemperature:
-    """Per-step teacher temperature, built once the engine's step counts are known."""
-
-    def __init__(self, warmup_temp: float, temp: float, warmup_epochs: float, **kwargs):
-        self.args = (warmup_temp, temp, warmup_epochs)
-        self.kwargs = kwargs
-        self._key: tuple | None = None
-        self._values: np.ndarray | None = None
-
-    def __call__(self, step: StepInfo) -> float:
-        key = (step.steps_per_epoch, step.total_steps)
-        if key != self._key:
-            epochs = -(-step.total_steps // max(1, step.steps_per_epoch))
-            self._values = teacher_temp_schedule(*self.args, epochs=epochs,
-                                                 steps_per_epoch=step.steps_per_epoch, **self.kwargs)
-            self._key = key
-        return float(self._values[min(step.step, len(self._values) - 1)])
-
-
 @register_method("dino")
 class DINO(Method):
     Config = DINOConfig
 
-    def __init__(self, cfg: DINOConfig, backbone_cfg: BackboneConfig, schedule: Any = None):
+    def __init__(self, cfg: DINOConfig, backbone_cfg: BackboneConfig):
         super().__init__(cfg, backbone_cfg)
         student_bb = backbone_cfg.build(student=True)
         teacher_bb = backbone_cfg.build(student=False)
@@ -117,7 +79,6 @@ class DINO(Method):
                              cfg.student_temp, cfg.center_momentum)
         self.teacher_temp = TeacherTemperature(cfg.warmup_teacher_temp, cfg.teacher_temp,
                                                cfg.warmup_teacher_temp_epochs)
-        self.schedule = schedule
 
     # ---- data ---------------------------------------------------------------
     def build_dataset(self, data_root: Path, seed: int) -> MultiCropDataset:

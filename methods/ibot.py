@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -19,10 +18,10 @@ from torch import nn
 from harness.errors import ConfigError
 from harness.registry import register_method
 from methods.base import BackboneConfig, Method, StepInfo
-from methods.dino import TeacherTemperature, check_crop_sizes, maybe_sync_batchnorm
 from methods.shared import (BlockMaskGenerator, Centering, DINOHead, MultiCropAugmentation, MultiCropConfig,
-                            MultiCropDataset, WeightNormLinear, collate_crops, forward_by_resolution,
-                            list_pretrain_images, multicrop_cross_entropy)
+                            MultiCropDataset, TeacherTemperature, WeightNormLinear, check_crop_sizes, collate_crops,
+                            forward_by_resolution, list_pretrain_images, maybe_sync_batchnorm,
+                            multicrop_cross_entropy)
 
 
 def _ibot_crops() -> MultiCropConfig:
@@ -139,7 +138,7 @@ class iBOTLoss(nn.Module):
 class iBOT(Method):
     Config = iBOTConfig
 
-    def __init__(self, cfg: iBOTConfig, backbone_cfg: BackboneConfig, schedule: Any = None):
+    def __init__(self, cfg: iBOTConfig, backbone_cfg: BackboneConfig):
         super().__init__(cfg, backbone_cfg)
         student_bb = backbone_cfg.build(student=True, use_mask_token=True)  # iBOT's `masked_embed`
         teacher_bb = backbone_cfg.build(student=False)
@@ -163,7 +162,6 @@ class iBOT(Method):
         self.mask_generator = BlockMaskGenerator(cfg.pred_ratio, cfg.pred_ratio_var, cfg.pred_aspect_ratio,
                                                  cfg.pred_shape, cfg.pred_start_epoch)
         self.patch_size = student_bb.patch_size
-        self.schedule = schedule
 
     # ---- data ---------------------------------------------------------------
     def _masks(self, crops: list[torch.Tensor], rng, epoch: int) -> dict:

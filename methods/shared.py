@@ -22,6 +22,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from harness import distributed as D
 from harness.errors import ConfigError, DataError
+from methods.base import StepInfo
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -230,6 +231,25 @@ def teacher_temp_schedule(warmup_temp: float, temp: float, warmup_epochs: float,
         np.ones(epochs - warmup_epochs - start_epoch) * temp,
     ))
     return np.repeat(per_epoch, steps_per_epoch)
+
+
+class TeacherTemperature:
+    """Per-step teacher temperature, built once the engine's step counts are known."""
+
+    def __init__(self, warmup_temp: float, temp: float, warmup_epochs: float, **kwargs):
+        self.args = (warmup_temp, temp, warmup_epochs)
+        self.kwargs = kwargs
+        self._key: tuple | None = None
+        self._values: np.ndarray | None = None
+
+    def __call__(self, step: StepInfo) -> float:
+        key = (step.steps_per_epoch, step.total_steps)
+        if key != self._key:
+            epochs = -(-step.total_steps // max(1, step.steps_per_epoch))
+            self._values = teacher_temp_schedule(*self.args, epochs=epochs,
+                                                 steps_per_epoch=step.steps_per_epoch, **self.kwargs)
+            self._key = key
+        return float(self._values[min(step.step, len(self._values) - 1)])
 
 
 # ============================================================================ multi-crop
@@ -576,3 +596,19 @@ def forward_by_resolution(backbone: nn.Module, crops: Sequence[torch.Tensor],
         outs.append(out[:, 0] if cls_only else out)
         start = end
     return torch.cat(outs)
+
+
+def maybe_sync_batchnorm(*modules: nn.Module) -> list[nn.Module]:
+    """The official code converts head BatchNorms to SyncBatchNorm under DDP (GPU only)."""
+    if D.is_dist() and torch.cuda.is_available():
+        return [nn.SyncBatchNorm.convert_sync_batchnorm(m) for m in modules]
+    return list(modules)
+
+
+def check_crop_sizes(crops: MultiCropConfig, patch_size: int) -> None:
+    """Crops must tile into whole patches."""
+    for name in ("global_crops_size", "local_crops_size"):
+        size = getattr(crops, name)
+        if size % patch_size:
+            raise ConfigError(f"crops.{name} = {size} is not a multiple of the patch size {patch_size}; "
+                              f"pick a multiple of {patch_size}")

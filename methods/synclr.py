@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -25,9 +24,8 @@ from harness import distributed as D
 from harness.errors import ConfigError, DataError
 from harness.registry import register_method
 from methods.base import BackboneConfig, Method, StepInfo
-from methods.dino import TeacherTemperature, check_crop_sizes, maybe_sync_batchnorm
-from methods.shared import (BlockMaskGenerator, DINOHead, MultiCropAugmentation, MultiCropConfig, forward_by_resolution,
-                            sample_rng, sinkhorn_knopp)
+from methods.shared import (BlockMaskGenerator, DINOHead, MultiCropAugmentation, MultiCropConfig, MultiCropDataset,
+                            TeacherTemperature, check_crop_sizes, maybe_sync_batchnorm, sample_rng, sinkhorn_knopp)
 
 
 def _synclr_crops() -> MultiCropConfig:
@@ -164,7 +162,7 @@ def masked_patch_loss(student_logits: torch.Tensor, teacher_targets: torch.Tenso
 
 
 # ============================================================================ data
-class CaptionImageDataset(torch.utils.data.Dataset):
+class CaptionImageDataset(MultiCropDataset):
     """The images of every caption group (with at least ``images_per_caption`` images),
     each cut into 1 global + n local crops and labelled with its group's position.
     :meth:`SynCLR.global_batches` draws n captions x m images per batch; augmentations
@@ -172,25 +170,13 @@ class CaptionImageDataset(torch.utils.data.Dataset):
 
     def __init__(self, groups: list[tuple[Path, ...]], augmentation: MultiCropAugmentation, seed: int,
                  loader=None):
-        self.paths = [p for g in groups for p in g]
+        super().__init__([p for g in groups for p in g], augmentation, seed, loader=loader)
         self.labels = [i for i, g in enumerate(groups) for _ in g]
         self.members: list[list[int]] = []  # dataset indices of each group's images
         start = 0
         for g in groups:
             self.members.append(list(range(start, start + len(g))))
             start += len(g)
-        self.augmentation = augmentation
-        self.seed = seed
-        self.epoch = 0
-        if loader is None:
-            from harness.data.io import load_rgb as loader
-        self.loader = loader
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def __len__(self) -> int:
-        return len(self.paths)
 
     def __getitem__(self, index: int) -> dict:
         rng = sample_rng(self.seed, self.epoch, index)
@@ -253,7 +239,7 @@ def local_own_keys(n_captions: int, images_per_caption: int, n_global: int, n_lo
 class SynCLR(Method):
     Config = SynCLRConfig
 
-    def __init__(self, cfg: SynCLRConfig, backbone_cfg: BackboneConfig, schedule: Any = None):
+    def __init__(self, cfg: SynCLRConfig, backbone_cfg: BackboneConfig):
         super().__init__(cfg, backbone_cfg)
         student_bb = backbone_cfg.build(student=True, use_mask_token=True)
         teacher_bb = backbone_cfg.build(student=False)
@@ -276,7 +262,6 @@ class SynCLR(Method):
                                                cfg.warmup_teacher_temp_epochs, per_step=True)
         self.patch_size = student_bb.patch_size
         self.mask_generator = BlockMaskGenerator(0.0, pred_shape="rand")
-        self.schedule = schedule
 
     def is_last_layer(self, name: str) -> bool:
         return "dino_head.last_layer" in name
@@ -314,7 +299,8 @@ class SynCLR(Method):
                "local_own_key": local_own_keys(bs, m, n_g, n_l)}
         # masks from a batch RNG seeded by the samples' own RNGs (deterministic, order-aware)
         rng = np.random.default_rng([s["mask_seed"] for s in samples])
-        b, h, w = global_crops.shape[0], global_crops.shape[-2] // self.patch_size, global_crops.shape[-1] // self.patch_size
+        b = global_crops.shape[0]
+        h, w = global_crops.shape[-2] // self.patch_size, global_crops.shape[-1] // self.patch_size
         n_masked = int(b * cfg.mask_probability)
         ratios = cfg.mask_ratio if isinstance(cfg.mask_ratio, list) else [cfg.mask_ratio]
         masks = np.zeros((b, h, w), dtype=bool)
@@ -347,17 +333,19 @@ class SynCLR(Method):
         s_tokens = self.student.backbone(g, mask=masks)
         s_cls = [s_tokens[:, 0]]
         local = batch.get("local")
-        if local is not None and len(local):
-            s_cls.append(forward_by_resolution(self.student.backbone, [local], cls_only=True))
+        if local is not None and len(local):  # local crops: never masked, [CLS] only
+            s_cls.append(self.student.backbone(local)[:, 0])
         anchors = self.student.pred(self.student.proj(torch.cat(s_cls)))
         n_global_rows = g.shape[0]
         q_labels = torch.cat([batch["global_labels"], batch["local_labels"]])
-        own_global = torch.arange(n_global_rows)
-        own_local = batch["local_own_key"] if cfg.avoid_local_global_same else \
-            torch.full((anchors.shape[0] - n_global_rows,), -1, dtype=torch.long)
-        out = multi_positive_contrastive(anchors, keys, q_labels.to(anchors.device), batch["global_labels"].to(keys.device),
-                                         torch.cat([own_global, own_local]).to(anchors.device), n_global_rows,
-                                         cfg.contrast_temperature)
+        if cfg.avoid_local_global_same:
+            own_local = batch["local_own_key"]
+        else:
+            own_local = torch.full((anchors.shape[0] - n_global_rows,), -1, dtype=torch.long)
+        exclude = torch.cat([torch.arange(n_global_rows), own_local])  # a global anchor's own EMA crop
+        out = multi_positive_contrastive(anchors, keys, q_labels.to(anchors.device),
+                                         batch["global_labels"].to(keys.device), exclude.to(anchors.device),
+                                         n_global_rows, cfg.contrast_temperature)
         if do_ibot:
             s_logits = self.student.dino_head(s_tokens[:, 1:].flatten(0, 1)[idx])
             ibot = masked_patch_loss(s_logits, targets, masks_flat, batch["n_masked_crops"], cfg.student_temp)

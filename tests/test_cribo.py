@@ -574,3 +574,64 @@ def test_unknown_key_and_bad_crops_are_config_errors():
         from_dict(CrIBoConfig, {"n_tokens": 32})
     with pytest.raises(ConfigError, match="local crops"):
         from_dict(CrIBoConfig, {"crops": {"local_crops_number": 2}})
+
+
+# ---------------------------------------------------------------------------- two processes
+def _rank_objects(rank: int):
+    g = torch.Generator().manual_seed(40 + rank)
+    counts = torch.tensor([2, 3] if rank == 0 else [1, 4, 2])  # ranks hold different object counts
+    n = int(counts.sum())
+    base = torch.randn(n, 32, generator=g)
+    return base, base + 0.3 * torch.randn(n, 32, generator=g), counts
+
+
+def _ddp_worker(rank: int, world: int, rdv: str, out_dir: str):
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{rdv}", rank=rank, world_size=world)
+    try:
+        result = {}
+        for quirks in (False, True):
+            m = tiny_method(seed=0, official_quirks=quirks)
+            # earlier objects of both ranks in the bank, so retrieval finds real neighbours
+            for r in range(world):
+                v1, v2, c = _rank_objects(r)
+                enqueue(m.bank, m.bank_norms, m.bank_counts, m.bank_ptr, v1 + 0.1, v2 - 0.1, c)
+            v1, v2, c = _rank_objects(rank)
+            found = m.retrieve_and_update_bank(v1, v2, c)
+            result[quirks] = {"cycle_v1": found.cycle_v1, "cycle_v2": found.cycle_v2, "bank": m.bank.clone(),
+                              "counts": m.bank_counts.clone(), "ptr": m.bank_ptr.clone()}
+        torch.save(result, f"{out_dir}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_ranks_share_the_bank_and_check_cycles_against_the_global_batch(tmp_path):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_ddp_worker, args=(2, str(tmp_path / "rdv"), str(tmp_path)), nprocs=2, join=True)
+    res = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    objs = [_rank_objects(r) for r in range(2)]
+    all_v1, all_v2 = torch.cat([o[0] for o in objs]), torch.cat([o[1] for o in objs])
+    offsets = [0, len(objs[0][0])]
+    for quirks in (False, True):
+        ref = tiny_method(seed=0, official_quirks=quirks)
+        for v1, v2, c in objs:
+            enqueue(ref.bank, ref.bank_norms, ref.bank_counts, ref.bank_ptr, v1 + 0.1, v2 - 0.1, c)
+        valid = bank_row_valid(ref.bank_counts, 4)
+        expect = []
+        for r, (v1, v2, _) in enumerate(objs):
+            if quirks:  # official: the cycle check sees this rank's objects only
+                expect.append(retrieve_nearest(v1, v2, ref.bank, ref.bank_norms, valid))
+            else:
+                expect.append(retrieve_nearest(v1, v2, ref.bank, ref.bank_norms, valid, all_v1, all_v2, offsets[r]))
+        enqueue(ref.bank, ref.bank_norms, ref.bank_counts, ref.bank_ptr, all_v1, all_v2,
+                torch.cat([o[2] for o in objs]))
+        for r in range(2):
+            got = res[r][quirks]
+            assert torch.equal(got["bank"], ref.bank) and torch.equal(got["counts"], ref.bank_counts)
+            assert int(got["ptr"]) == int(ref.bank_ptr)
+            assert torch.equal(got["cycle_v1"], expect[r].cycle_v1)
+            assert torch.equal(got["cycle_v2"], expect[r].cycle_v2)

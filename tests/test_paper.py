@@ -227,3 +227,55 @@ def test_reproduce_cli(tmp_path, capsys):
     args = parser.parse_args(["paper", "synclr-imagenet"])
     assert args.func(args) == 0
     assert "83.0" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- real protocols
+def test_reproduce_small_table_with_real_protocols(tmp_path, synth_root, monkeypatch):
+    """knn and dense_nn (the real modules) on SynthScenes with random-init zoo entries."""
+    monkeypatch.setenv("SSL_BENCH_HOME", str(tmp_path / "home"))  # feature cache
+    monkeypatch.setenv("SSL_BENCH_RESULTS", str(tmp_path / "results"))  # protocol artifacts
+    import benchmarks.dense_nn  # noqa: F401  (registers the protocols)
+    import benchmarks.knn  # noqa: F401
+
+    zoo_dir = tmp_path / "zoo"
+    for name, seed in (("rand_a", 0), ("rand_b", 1)):
+        h = ModelHandle.random_init("vit_cpu_tiny", seed=seed)
+        save_checkpoint(zoo_dir / name, h.backbone.backbone_state_dict(),
+                        {"method": "random_init", "arch": "vit_cpu_tiny", "arch_kwargs": h.backbone.arch_kwargs})
+    rows = []
+    for zoo in ("rand_a", "rand_b"):
+        for frac in ("1/2", "1/1"):
+            rows.append(("dense_nn", "voc", f"fraction={frac}", "mIoU", 20.0, zoo))
+        rows.append(("knn", "imagenet", "k=20", "top1", 10.0, zoo))
+    pd.DataFrame([dict(paper="Small (2024)", table="Table 1", row=i // 3 + 1, method="random", arch="ViT-T/8",
+                       pretrain_data="-", epochs=0, protocol=p, dataset=d, variant=v, metric=m, value=val,
+                       zoo_name=z) for i, (p, d, v, m, val, z) in enumerate(rows)],
+                 columns=CSV_COLUMNS).to_csv(tmp_path / "small.csv", index=False)
+    (tmp_path / "small.yaml").write_text("""
+title: Small table on SynthScenes
+csv: small.csv
+protocols:
+  dense_nn:
+    preset: cribo
+    values: {fractions: ["1/2", "1/1"], seeds: [42, 400], progress: false, write_subsets: false}
+    tolerance: 100
+  knn:
+    preset: synth
+    values: {ks: [10, 20], progress: false, cache: false}
+    tolerance: 100
+    input: 64
+datasets:
+  voc: {reader: voc, root: ".", train_split: trainaug, val_split: val, n_train: 24, n_val: 12, native_hw: [64, 64]}
+  imagenet: {reader: imagenet, root: imagenet, train_split: train, val_split: val, n_train: 24, n_val: 12}
+""")
+    res = reproduce(tmp_path / "small.yaml", synth_root, zoo_dir, runs_dir=tmp_path / "runs", echo=None)
+    assert all(j.status == "done" for j in res.jobs), [(j.zoo_name, j.status, j.message) for j in res.jobs]
+    c = res.cells
+    assert c["n"].min() >= 1 and not c["measured"].isna().any()
+    half = c[(c["variant"] == "fraction=1/2")]
+    assert (half["n"] == 2).all()  # two subset seeds
+    assert c["verdict"].str.startswith("ok").all()  # tolerance 100: the point is the plumbing
+    lb = build_leaderboard(list(iter_records(tmp_path / "runs")))
+    col = [k for k in lb.columns if k[0] == "knn" and k[3] == "feature=cls,k=20" and k[4] == "top1" and k[6] == "mean"]
+    knn_a = c[(c["zoo_name"] == "rand_a") & (c["protocol"] == "knn")]["measured"].iloc[0]
+    assert lb.loc["rand_a", col[0]] == pytest.approx(knn_a)

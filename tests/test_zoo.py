@@ -56,7 +56,7 @@ def tiny_zoo(tmp_path):
     from test_importers import make_layout
 
     files = {}
-    for layout in ("dino_pretrain", "cribo_full"):
+    for layout in ("dino_pretrain", "cribo_full", "ibot_student_flat"):
         obj, teacher, _ = make_layout(layout, torch.Generator().manual_seed(0))
         files[layout] = tmp_path / f"{layout}.pth"
         torch.save(obj, files[layout])
@@ -67,6 +67,7 @@ def tiny_zoo(tmp_path):
         dict(entry, name="tiny_dino_badsha", layout="dino_pretrain", sha256="0" * 64),
         dict(entry, name="tiny_cribo", method="cribo", layout="cribo_full", file="tiny-cribo.pth"),
         dict(entry, name="tiny_wrong_arch", layout="dino_pretrain", arch="vit_small_patch8_224"),
+    dict(entry, name="tiny_ibot_student", method="ibot", layout="ibot_teacher", which="student"),  # as the 22K files
     ]}
     path = tmp_path / "zoo.yaml"
     path.write_text(yaml.safe_dump(zoo))
@@ -88,7 +89,9 @@ def test_zoo_import(tmp_path, tiny_zoo):
     with pytest.raises(CheckpointError, match="--trust-checkpoint"):
         zoo_import("tiny_cribo", files["cribo_full"], tmp_path / "zoo", zoo_path=zoo_path)
     out = zoo_import("tiny_cribo", files["cribo_full"], tmp_path / "zoo", trust=True, zoo_path=zoo_path)
-    assert load_checkpoint(out)[1]["method"] == "cribo"
+    assert load_checkpoint(out)[1]["method"] == "cribo" and load_checkpoint(out)[1]["branch"] == "teacher"
+    out = zoo_import("tiny_ibot_student", files["ibot_student_flat"], tmp_path / "zoo", zoo_path=zoo_path)
+    assert load_checkpoint(out)[1]["import_report"]["dropped"] == {"masked_embed": 1}
     with pytest.raises(CheckpointError, match="layout cribo_full expects the backbone under"):  # wrong file
         zoo_import("tiny_cribo", files["dino_pretrain"], tmp_path / "zoo2", trust=True, zoo_path=zoo_path)
 

@@ -7,10 +7,12 @@ from harness.data.captions import CaptionGroups, Group
 from harness.data.classification import ImageFolderDataset
 from harness.data.io import load_label_png, load_rgb
 from harness.data.segmentation import ADE20KSegmentation, SegmentationDataset, VOCSegmentation
-from harness.data.synthetic import PRESETS, SynthPreset, default_root, generate, pretrain_image_paths
+from harness.data.synthetic import (
+    PRESETS, SynthPreset, default_root, generate, load_meta, pretrain_image_paths,
+)
 
 __all__ = [
     "ADE20KSegmentation", "CaptionGroups", "Group", "ImageFolderDataset", "PRESETS",
     "SegmentationDataset", "SynthPreset", "VOCSegmentation", "default_root", "generate",
-    "load_label_png", "load_rgb", "pretrain_image_paths",
+    "load_label_png", "load_meta", "load_rgb", "pretrain_image_paths",
 ]

@@ -221,7 +221,7 @@ def _paint(img: np.ndarray, where: np.ndarray | None, weight: np.ndarray, a, b) 
 
 
 @dataclass
-class _Drawn:
+class DrawnImage:
     image: np.ndarray                 # (S, S, 3) uint8
     label: np.ndarray                 # (S, S) uint8, SEG_CLASSES index per pixel
     objects: list[dict]               # in drawing order; visible pixels after occlusion
@@ -283,12 +283,12 @@ def _place(rng, size, things, radius_range, centre_jitter=None, min_visible=0.4,
     return best[1], best[2], best[3]
 
 
-def _draw(rng, size, things: list[int], stuff: list[int], radius_range, centre_jitter=None) -> _Drawn:
+def _draw(rng, size, things: list[int], stuff: list[int], radius_range, centre_jitter=None) -> DrawnImage:
     u = size / 64.0
     img, label, bg_means = _draw_background(rng, size, stuff)
     specs, masks, visible = _place(rng, size, things, radius_range, centre_jitter)
     objects = []
-    for (t, *_), mask, vis in zip(specs, masks, visible):
+    for (t, *_), mask in zip(specs, masks):
         a, b = _colour_pair(rng, bg_means)
         _paint(img, mask, _THING_TEXTURES[TEXTURES[t % 3]](rng, size, u), a, b)
         label[mask] = NUM_STUFF + t
@@ -300,7 +300,7 @@ def _draw(rng, size, things: list[int], stuff: list[int], radius_range, centre_j
     # Mild sensor noise so that flat colour areas are not trivially compressible/matchable.
     img += rng.normal(0.0, 3.0, size=img.shape).astype(np.float32)
     image = np.clip(np.rint(img), 0, 255).astype(np.uint8)
-    return _Drawn(image, label, objects, [STUFF_CLASSES[s] for s in stuff])
+    return DrawnImage(image, label, objects, [STUFF_CLASSES[s] for s in stuff])
 
 
 def _scene_radius_range(size: int, n_objects: int) -> tuple[float, float]:
@@ -310,7 +310,7 @@ def _scene_radius_range(size: int, n_objects: int) -> tuple[float, float]:
     return 8.0 * u, d_max / 2 * u
 
 
-def draw_scene(seed: int, split: str, index: int, size: int, max_objects: int = 4) -> _Drawn:
+def draw_scene(seed: int, split: str, index: int, size: int, max_objects: int = 4) -> DrawnImage:
     """Scene ``index`` of ``split``: 1..max_objects distinct things on one or two stuffs."""
     rng = np.random.default_rng([seed, _PART_SCENE[split], index])
     n = int(rng.integers(1, max_objects + 1))
@@ -324,7 +324,7 @@ def object_class(split: str, index: int) -> int:
     return index % len(THING_CLASSES)
 
 
-def draw_object(seed: int, split: str, index: int, size: int) -> _Drawn:
+def draw_object(seed: int, split: str, index: int, size: int) -> DrawnImage:
     """Object-centric image: one large, roughly centred object on one stuff background."""
     rng = np.random.default_rng([seed, _PART_OBJECT[split], index])
     stuff = [int(rng.integers(NUM_STUFF))]
@@ -356,7 +356,7 @@ def caption_specs(seed: int, count: int, max_objects: int = 3) -> list[tuple[lis
     return specs
 
 
-def draw_caption_render(seed: int, group: int, render: int, things, stuff, size: int) -> _Drawn:
+def draw_caption_render(seed: int, group: int, render: int, things, stuff, size: int) -> DrawnImage:
     """One rendering of a caption: same classes, new layout, sizes, colours and drawing order."""
     rng = np.random.default_rng([seed, _PART_CAPTION_RENDER, group, render])
     order = [things[i] for i in rng.permutation(len(things))]
