@@ -165,6 +165,16 @@ class Trainer:
         self.log_path = self.out_dir / "log.jsonl"
 
     # ------------------------------------------------------------------ checkpoints
+    # Settings that do not change the trajectory: a run may resume with other values
+    # (e.g. a larger max_steps continues the same schedule).
+    RESUMABLE_CHANGES = ("max_steps", "checkpoint_every", "log_every", "num_workers")
+
+    def _identity(self) -> str:
+        d = to_dict(self.cfg)
+        for k in self.RESUMABLE_CHANGES:
+            d["train"].pop(k, None)
+        return json.dumps(d, sort_keys=True)
+
     @property
     def resume_path(self) -> Path:
         return self.out_dir / "resume.pt"
@@ -174,7 +184,7 @@ class Trainer:
             return
         state = {"method": self.method.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "step": self.step, "torch_rng": torch.get_rng_state(),
-                 "config": json.dumps(to_dict(self.cfg))}
+                 "config": self._identity()}
         atomic_write(self.resume_path, lambda p: torch.save(state, p))
 
     def try_resume(self) -> bool:
@@ -182,7 +192,7 @@ class Trainer:
             return False
         # weights-only: the resume file holds only tensors, numbers and strings
         state = torch.load(self.resume_path, map_location="cpu", weights_only=True)
-        if state["config"] != json.dumps(to_dict(self.cfg)):
+        if state["config"] != self._identity():
             raise ConfigError(f"{self.resume_path} was written by a different configuration; "
                               "use another output directory or delete it to start over")
         self.method.load_state_dict(state["method"])
