@@ -182,20 +182,25 @@ class TorchExact:
         import torch
 
         bank = self.bank()
-        qt = torch.from_numpy(q).to(self.device)
-        best_s = best_i = None
-        for start in range(0, bank.shape[0], self.block):
-            blk = bank[start:start + self.block].float()
-            sims = qt @ blk.T
-            s, i = torch.topk(sims, min(k, blk.shape[0]), dim=1)
-            i = i + start
-            if best_s is not None:
-                s = torch.cat([best_s, s], 1)
-                i = torch.cat([best_i, i], 1)
-                s, j = torch.topk(s, k, dim=1)
-                i = torch.gather(i, 1, j)
-            best_s, best_i = s, i
-        return best_s.cpu().numpy(), best_i.cpu().numpy().astype(np.int64)
+        block = min(self.block, bank.shape[0])
+        # keep the (queries x block) similarity matrix near 256 MiB on CPU (4 GiB on GPU)
+        max_elems = 2**30 if self.device == "cuda" else 2**26
+        q_step = max(1, max_elems // block)
+        out_s, out_i = [], []
+        for qs in range(0, len(q), q_step):
+            qt = torch.from_numpy(q[qs:qs + q_step]).to(self.device)
+            best_s = best_i = None
+            for start in range(0, bank.shape[0], block):
+                blk = bank[start:start + block].float()
+                s, i = torch.topk(qt @ blk.T, min(k, blk.shape[0]), dim=1)
+                i = i + start
+                if best_s is not None:
+                    s, j = torch.topk(torch.cat([best_s, s], 1), k, dim=1)
+                    i = torch.gather(torch.cat([best_i, i], 1), 1, j)
+                best_s, best_i = s, i
+            out_s.append(best_s.cpu())
+            out_i.append(best_i.cpu())
+        return torch.cat(out_s).numpy(), torch.cat(out_i).numpy().astype(np.int64)
 
     def reconstruct(self, ids: np.ndarray) -> np.ndarray:
         import torch

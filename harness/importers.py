@@ -109,7 +109,7 @@ class ImportReport:
 
     def summary(self) -> str:
         lines = [f"{self.source}: layout {self.layout} ({self.branch}), arch {self.arch}, "
-                 f"{self.loaded} backbone tensors loaded, all backbone weights present"]
+                 f"{self.loaded} backbone tensors"]
         for pattern, keys in self.dropped.items():
             lines.append(f"  dropped {len(keys):4d} key(s) matching {pattern!r}")
         if self.not_read:

@@ -280,6 +280,11 @@ def format_console(df: pd.DataFrame) -> str:
     labels = display_labels(df)
     table = formatted(df, headline_only=True)
     shown = [c for c in column_keys(df) if labels[c] in table.columns]
+    # Sweeps that also report their best (segmentation: lr=<value> and lr=best): the
+    # console shows the best only; the files keep every learning rate.
+    best = {(c[0], c[1], c[2], c[4], c[5]) for c in shown if parse_variant(c[3]).get("lr") == "best"}
+    shown = [c for c in shown if (c[0], c[1], c[2], c[4], c[5]) not in best
+             or parse_variant(c[3]).get("lr") in (None, "best")]
     blocks = []
     for protocol in dict.fromkeys(c[0] for c in shown):
         keys = [c for c in shown if c[0] == protocol]
@@ -352,6 +357,7 @@ document.querySelectorAll('th.sort').forEach(function (th) {
     var rows = Array.prototype.slice.call(body.rows);
     rows.sort(function (a, b) {
       var x = a.cells[col].dataset.v, y = b.cells[col].dataset.v;
+      if (col === 0) return asc ? x.localeCompare(y) : y.localeCompare(x);
       var nx = parseFloat(x), ny = parseFloat(y);
       if (isNaN(nx) && isNaN(ny)) return asc ? x.localeCompare(y) : y.localeCompare(x);
       if (isNaN(nx)) return 1; if (isNaN(ny)) return -1;
@@ -492,7 +498,7 @@ def plot_fraction_curves(df: pd.DataFrame, out_dir: Path, protocol: str = "dense
 
 def write_leaderboard(df_or_records: pd.DataFrame | list[dict], out_dir: str | Path) -> dict[str, Path]:
     """Write leaderboard.csv (wide, means), leaderboard_long.csv (mean/std/n/fingerprint per
-    cell), fingerprints.csv, leaderboard.md, leaderboard.html and PNG plots into ``out_dir``.
+    cell), leaderboard_fingerprints.csv, leaderboard.md, leaderboard.html and PNG plots into ``out_dir``.
     Returns {name: path}; plot names are ``plot_<protocol>`` and ``curve_<file stem>``."""
     df = df_or_records if isinstance(df_or_records, pd.DataFrame) else build_leaderboard(list(df_or_records))
     out = Path(out_dir)
@@ -504,7 +510,7 @@ def write_leaderboard(df_or_records: pd.DataFrame | list[dict], out_dir: str | P
     wide.index.name = "model"
     paths["csv"] = atomic_write_text(out / "leaderboard.csv", wide.to_csv())
     paths["long_csv"] = atomic_write_text(out / "leaderboard_long.csv", long_table(df).to_csv(index=False))
-    paths["fingerprints_csv"] = atomic_write_text(out / "fingerprints.csv",
+    paths["fingerprints_csv"] = atomic_write_text(out / "leaderboard_fingerprints.csv",
                                                   fingerprint_table(df).to_csv(index=False))
     paths["md"] = atomic_write_text(out / "leaderboard.md", to_markdown(df))
     paths["html"] = atomic_write_text(out / "leaderboard.html", to_html(df))

@@ -1,6 +1,8 @@
 """A model to evaluate: a backbone plus the identity that keys caches and records."""
 from __future__ import annotations
 
+import hashlib
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -9,7 +11,6 @@ import torch
 
 from harness.backbone import ViTBackbone, create_backbone
 from harness.checkpoints import load_backbone
-from harness.config import fingerprint
 
 
 @dataclass
@@ -20,11 +21,17 @@ class ModelHandle:
 
     @property
     def cache_key(self) -> str:
-        """Identity of the weights: the checkpoint's sha256, or the random-init recipe."""
+        """Identity of the weights: the checkpoint's sha256, else a hash of the tensors
+        themselves (so two different in-memory models can never share cached features)."""
         if self.meta.get("sha256"):
             return self.meta["sha256"]
-        return "random-" + fingerprint({"arch": self.backbone.arch, "kwargs": self.backbone.arch_kwargs,
-                                        "seed": self.meta.get("init_seed")})
+        if "_weights_hash" not in self.meta:
+            h = hashlib.sha256()
+            for name, t in sorted(self.backbone.state_dict().items()):
+                h.update(name.encode())
+                h.update(t.detach().cpu().contiguous().numpy().tobytes())
+            self.meta["_weights_hash"] = "weights-" + h.hexdigest()
+        return self.meta["_weights_hash"]
 
     def record_info(self) -> dict[str, Any]:
         """The `model` block of a result record."""

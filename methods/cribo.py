@@ -193,11 +193,15 @@ def draw_initial_centroids(batch: int, n_tokens: int, k: int, generator: torch.G
 
 
 def _pairwise_distances(pos: torch.Tensor) -> torch.Tensor:
-    # the official formula (not cdist, whose matmul form rounds differently)
-    return torch.sqrt(torch.sum((pos[:, None, :, :] - pos[:, :, None, :]) ** 2, dim=-1))
+    """(B, n, n) Euclidean distances, rounded as the official sqrt(sum((p_j - p_i)^2)) (a sum of
+    two squares is one addition either way); not cdist, whose matmul form rounds differently."""
+    x, y = pos[..., 0], pos[..., 1]
+    dx = x[:, None, :] - x[:, :, None]
+    dy = y[:, None, :] - y[:, :, None]
+    return torch.sqrt(dx * dx + dy * dy)
 
 
-def positional_cost(dist: torch.Tensor, assignment: torch.Tensor) -> torch.Tensor:
+def positional_cost(dist: torch.Tensor, assignment: torch.Tensor, no_zero: torch.Tensor | None = None) -> torch.Tensor:
     """Distance from each token to the nearest *other* token of each cluster, (B, n, K).
 
     Official rules (``Clustering.compute_assignments``): distances of 0 (the token itself, or a
@@ -207,7 +211,8 @@ def positional_cost(dist: torch.Tensor, assignment: torch.Tensor) -> torch.Tenso
     """
     b, n, k = assignment.shape
     member = assignment > 0
-    no_zero = torch.where(dist == 0, torch.full_like(dist, float("inf")), dist)
+    if no_zero is None:  # ``dist`` with its zeros as +inf; constant over the iterations
+        no_zero = dist.masked_fill(dist == 0, float("inf"))
     if bool((member.sum(-1) <= 1).all()):
         # each token in at most one cluster: a scatter-min over the members, O(B n^2)
         labels = torch.where(member.any(-1), member.float().argmax(-1), torch.full_like(member[..., 0], k,
@@ -218,6 +223,10 @@ def positional_cost(dist: torch.Tensor, assignment: torch.Tensor) -> torch.Tenso
     else:  # ties in the hard assignment: the official dense form, O(B n^2 K)
         cost = torch.where(member[:, None, :, :], no_zero[..., None], torch.full_like(no_zero[..., None],
                                                                                       float("inf"))).amin(2)
+    return _fill_and_scale(cost)
+
+
+def _fill_and_scale(cost: torch.Tensor) -> torch.Tensor:
     empty = torch.isinf(cost)
     cost = cost.masked_fill(empty, 0.0)
     avg = cost.mean(dim=(1, 2), keepdim=True).expand_as(cost)
@@ -267,9 +276,14 @@ def cluster_tokens(tokens_v1: torch.Tensor, tokens_v2: torch.Tensor, coords_v1: 
     r = torch.ones(b, n, 1, device=x.device) / n
     c = torch.ones(b, 1, K, device=x.device) / K
     dist = _pairwise_distances(pos)
-    for _ in range(n_iters):
+    no_zero = dist.masked_fill(dist == 0, float("inf"))
+    for it in range(n_iters):
         sim = torch.bmm(x, centroids.transpose(1, 2))
-        cost = -sim + lambda_pos * positional_cost(dist, assignment)
+        if it == 0:  # one token per cluster: the positional cost is a gather of its distances
+            pos_cost = _fill_and_scale(no_zero.gather(2, init_index[:, None, :].expand(b, n, K)))
+        else:
+            pos_cost = positional_cost(dist, assignment, no_zero)
+        cost = -sim + lambda_pos * pos_cost
         if cost_minmax == "batch":
             lo, hi = cost.min(), cost.max()
         else:
@@ -317,44 +331,39 @@ def bank_row_valid(bank_counts: torch.Tensor, k: int) -> torch.Tensor:
     return (torch.arange(k, device=bank_counts.device)[None, :] < bank_counts[:, None]).flatten()
 
 
-def _nearest(queries_n: torch.Tensor, keys: torch.Tensor, key_norms: torch.Tensor | None,
-             key_valid: torch.Tensor | None) -> torch.Tensor:
-    sim = queries_n @ keys.T
-    if key_norms is not None:
-        sim = sim / key_norms.clamp_min(1e-12)[None, :]
-    if key_valid is not None:
+def _nearest(queries_n: torch.Tensor, keys_n: torch.Tensor, key_valid: torch.Tensor | None = None) -> torch.Tensor:
+    sim = queries_n @ keys_n.T
+    if key_valid is not None and not bool(key_valid.all()):
         sim = sim.masked_fill(~key_valid[None, :], float("-inf"))
     return sim.argmax(dim=-1)
 
 
 @torch.no_grad()
-def retrieve_nearest(obj_v1: torch.Tensor, obj_v2: torch.Tensor, bank: torch.Tensor, bank_norms: torch.Tensor,
+def retrieve_nearest(obj_v1: torch.Tensor, obj_v2: torch.Tensor, bank: torch.Tensor, bank_unit: torch.Tensor,
                      bank_valid: torch.Tensor, pool_v1: torch.Tensor | None = None,
                      pool_v2: torch.Tensor | None = None, offset: int = 0) -> Retrieval:
     """Cosine nearest neighbours of this rank's teacher objects in the banks, and the cycle check.
 
-    ``bank`` (2, R, d) un-normalised entries of M1 and M2, ``bank_norms`` (2, R) their norms,
-    ``bank_valid`` (R,). View 1: j = nn(c_1, M1); the object passes when nn(M2[j], B_2) is
-    itself, B_2 = ``pool_v2`` (the batch's view-2 objects; this rank's by default, the
-    all-gathered batch with ``offset`` = index of this rank's first object in it).
-    View 2 symmetrically with M2, M1 and B_1.
+    ``bank`` (2, R, d) un-normalised entries of M1 and M2, ``bank_unit`` the same l2-normalised
+    (what the official code computes from the whole queue at every step), ``bank_valid`` (R,).
+    View 1: j = nn(c_1, M1); the object passes when nn(M2[j], B_2) is itself, B_2 = ``pool_v2``
+    (the batch's view-2 objects: this rank's by default; the all-gathered batch with ``offset`` =
+    index of this rank's first object in it). View 2 symmetrically with M2, M1 and B_1.
     """
     pool_v1 = obj_v1 if pool_v1 is None else pool_v1
     pool_v2 = obj_v2 if pool_v2 is None else pool_v2
     q1, q2 = F.normalize(obj_v1.float(), dim=-1), F.normalize(obj_v2.float(), dim=-1)
-    idx1 = _nearest(q1, bank[0], bank_norms[0], bank_valid)
-    idx2 = _nearest(q2, bank[1], bank_norms[1], bank_valid)
-    back1 = bank[1][idx1] / bank_norms[1][idx1].clamp_min(1e-12)[:, None]
-    back2 = bank[0][idx2] / bank_norms[0][idx2].clamp_min(1e-12)[:, None]
+    idx1 = _nearest(q1, bank_unit[0], bank_valid)
+    idx2 = _nearest(q2, bank_unit[1], bank_valid)
     own = torch.arange(len(obj_v1), device=obj_v1.device) + offset
-    cycle1 = _nearest(back1, F.normalize(pool_v2.float(), dim=-1), None, None) == own
-    cycle2 = _nearest(back2, F.normalize(pool_v1.float(), dim=-1), None, None) == own
+    cycle1 = _nearest(bank_unit[1][idx1], F.normalize(pool_v2.float(), dim=-1)) == own
+    cycle2 = _nearest(bank_unit[0][idx2], F.normalize(pool_v1.float(), dim=-1)) == own
     return Retrieval(nn_v1=bank[0][idx1], nn_v2=bank[1][idx2], index_v1=idx1, index_v2=idx2,
                      cycle_v1=cycle1, cycle_v2=cycle2)
 
 
 @torch.no_grad()
-def enqueue(bank: torch.Tensor, bank_norms: torch.Tensor, bank_counts: torch.Tensor, bank_ptr: torch.Tensor,
+def enqueue(bank: torch.Tensor, bank_unit: torch.Tensor, bank_counts: torch.Tensor, bank_ptr: torch.Tensor,
             new_v1: torch.Tensor, new_v2: torch.Tensor, new_counts: torch.Tensor) -> None:
     """Put the objects of the newest images into the banks (in place), first in, first out.
 
@@ -362,7 +371,7 @@ def enqueue(bank: torch.Tensor, bank_norms: torch.Tensor, bank_counts: torch.Ten
     Images are written at decreasing slots (``bank_ptr`` moves down), so reading the ring
     upward from ``bank_ptr`` lists the images newest first, in the order of the official
     shifting queue (which also decides which initial entries leave first). More new images
-    than S: only the first S are kept, as officially.
+    than S: only the first S are kept, as officially. ``bank_unit`` gets the l2-normalised rows.
     """
     s_images = bank_counts.shape[0]
     k = bank.shape[1] // s_images
@@ -382,7 +391,7 @@ def enqueue(bank: torch.Tensor, bank_norms: torch.Tensor, bank_counts: torch.Ten
     for view, new in enumerate((new_v1, new_v2)):
         new = new.to(bank.dtype)
         bank[view, rows] = new
-        bank_norms[view, rows] = new.norm(dim=-1)
+        bank_unit[view, rows] = F.normalize(new, dim=-1)
     bank_counts[slots] = new_counts
     bank_ptr.fill_((ptr - n_img) % s_images)
 
@@ -469,7 +478,9 @@ class CrIBo(Method):
         # usually replaced them.
         bank = torch.rand(2, s * k, d)
         self.register_buffer("bank", bank)
-        self.register_buffer("bank_norms", bank.norm(dim=-1))
+        # the normalised copy searched by the NN retrieval: derived, so rebuilt after loading
+        self.register_buffer("bank_unit", F.normalize(bank, dim=-1), persistent=False)
+        self.register_load_state_dict_post_hook(lambda module, _: module.refresh_bank_unit())
         self.register_buffer("bank_counts", torch.full((s,), k, dtype=torch.long))
         self.register_buffer("bank_ptr", torch.zeros((), dtype=torch.long))
         # seed of the clustering's random initial centroids (drawn per step from (seed, step, rank))
@@ -524,12 +535,16 @@ class CrIBo(Method):
             per_rank = D.all_gather_cat(torch.tensor([len(obj_v1)], device=obj_v1.device))
             offset = int(per_rank[:D.rank()].sum())
         valid = bank_row_valid(self.bank_counts, self.cfg.n_clusters)
-        found = retrieve_nearest(obj_v1, obj_v2, self.bank, self.bank_norms, valid, pool_v1, pool_v2, offset)
+        found = retrieve_nearest(obj_v1, obj_v2, self.bank, self.bank_unit, valid, pool_v1, pool_v2, offset)
         new_v1 = pool_v1 if pool_v1 is not None else D.all_gather_variable(obj_v1)
         new_v2 = pool_v2 if pool_v2 is not None else D.all_gather_variable(obj_v2)
-        enqueue(self.bank, self.bank_norms, self.bank_counts, self.bank_ptr, new_v1.float(), new_v2.float(),
+        enqueue(self.bank, self.bank_unit, self.bank_counts, self.bank_ptr, new_v1.float(), new_v2.float(),
                 counts_all)
         return found
+
+    @torch.no_grad()
+    def refresh_bank_unit(self) -> None:
+        self.bank_unit.copy_(F.normalize(self.bank, dim=-1))
 
     @torch.no_grad()
     def _update_center_obj(self, teacher_obj_out: torch.Tensor) -> None:

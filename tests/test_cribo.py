@@ -133,7 +133,7 @@ def parity_method(sc: dict, scenario_seed: int, official_quirks: bool) -> CrIBo:
     m.student.head.load_state_dict(parity_head_state(sc, 12 + 10 * scenario_seed))
     bank = parity_bank_init(sc)
     m.bank.copy_(bank)
-    m.bank_norms.copy_(bank.norm(dim=-1))
+    m.refresh_bank_unit()
     return m
 
 
@@ -331,7 +331,8 @@ def test_cycle_consistency_constructed_case():
     m2 = torch.stack([e1 * 2, _unit(1, 0, 0.1), e2])
     bank = torch.stack([m1, m2])
     valid = torch.tensor([True, True, False])
-    found = retrieve_nearest(batch_v1, batch_v2, bank, bank.norm(dim=-1), valid)
+    unit = torch.nn.functional.normalize(bank, dim=-1)
+    found = retrieve_nearest(batch_v1, batch_v2, bank, unit, valid)
     assert found.index_v1.tolist() == [0, 1]
     assert found.cycle_v1.tolist() == [True, False]
     torch.testing.assert_close(found.nn_v1, m1[:2])  # un-normalised entries come back
@@ -343,7 +344,7 @@ def test_cycle_consistency_constructed_case():
     # rank holds e1 exactly, closer to M2[0] than this rank's object 0: the pair is no longer
     # consistent, while the official local-batch check keeps it.
     other = e1[None]
-    glob = retrieve_nearest(batch_v1, batch_v2, bank, bank.norm(dim=-1), valid,
+    glob = retrieve_nearest(batch_v1, batch_v2, bank, unit, valid,
                             pool_v1=torch.cat([other, batch_v1]), pool_v2=torch.cat([other, batch_v2]), offset=1)
     assert glob.cycle_v1.tolist() == [False, False]
 
@@ -351,11 +352,11 @@ def test_cycle_consistency_constructed_case():
 def test_bank_fifo_order_and_variable_counts():
     s, k, d = 3, 2, 1
     bank = torch.full((2, s * k, d), -1.0)
-    norms, counts, ptr = bank.norm(dim=-1), torch.full((s,), k), torch.zeros((), dtype=torch.long)
+    unit, counts, ptr = torch.nn.functional.normalize(bank, dim=-1), torch.full((s,), k), torch.zeros((), dtype=torch.long)
 
     def add(image_ids, image_counts):
         objs = torch.tensor([10.0 * i + j for i, c in zip(image_ids, image_counts) for j in range(c)]).reshape(-1, d)
-        enqueue(bank, norms, counts, ptr, objs, -objs, torch.tensor(image_counts))
+        enqueue(bank, unit, counts, ptr, objs, -objs, torch.tensor(image_counts))
 
     def content():
         rows, c = canonical_bank(bank, counts, int(ptr), k)
@@ -370,12 +371,12 @@ def test_bank_fifo_order_and_variable_counts():
     # stale rows of a slot written with fewer objects are not valid
     valid = bank_row_valid(counts, k)
     assert int(valid.sum()) == 3
-    found = retrieve_nearest(torch.tensor([[1.0]]), torch.tensor([[-1.0]]), bank, norms, valid)
+    found = retrieve_nearest(torch.tensor([[1.0]]), torch.tensor([[-1.0]]), bank, unit, valid)
     assert float(found.nn_v1) in (40.0, 41.0, 50.0)
     add([6, 7, 8, 9], [1, 1, 2, 1])  # more images than slots: the first S are kept
     assert content() == ([60.0, 70.0, 80.0, 81.0], [1, 1, 2])
     torch.testing.assert_close(bank[1], -bank[0])
-    torch.testing.assert_close(norms, bank.norm(dim=-1))
+    torch.testing.assert_close(unit, torch.nn.functional.normalize(bank, dim=-1))
 
 
 def test_cross_image_loss_quirk_when_first_direction_is_empty():
@@ -514,9 +515,10 @@ def test_state_dict_resume_is_exact():
     first = tiny_method(seed=1)
     _, opt = _train(first, batch, range(3))
     state = {"method": first.state_dict(), "optimizer": opt.state_dict()}
-    for key in ("bank", "bank_norms", "bank_counts", "bank_ptr", "cluster_seed", "centering.center",
+    for key in ("bank", "bank_counts", "bank_ptr", "cluster_seed", "centering.center",
                 "centering_obj.center"):
         assert key in state["method"]
+    assert "bank_unit" not in state["method"]  # derived from the bank, rebuilt on load
     resumed = tiny_method(seed=99)  # different init, bank, seed: all overwritten by the state
     resumed.load_state_dict(state["method"])
     opt2 = torch.optim.AdamW([p for _, p in resumed.trainable_parameters()], lr=1e-3, weight_decay=0.0)
@@ -597,7 +599,7 @@ def _ddp_worker(rank: int, world: int, rdv: str, out_dir: str):
             # earlier objects of both ranks in the bank, so retrieval finds real neighbours
             for r in range(world):
                 v1, v2, c = _rank_objects(r)
-                enqueue(m.bank, m.bank_norms, m.bank_counts, m.bank_ptr, v1 + 0.1, v2 - 0.1, c)
+                enqueue(m.bank, m.bank_unit, m.bank_counts, m.bank_ptr, v1 + 0.1, v2 - 0.1, c)
             v1, v2, c = _rank_objects(rank)
             found = m.retrieve_and_update_bank(v1, v2, c)
             result[quirks] = {"cycle_v1": found.cycle_v1, "cycle_v2": found.cycle_v2, "bank": m.bank.clone(),
@@ -619,15 +621,15 @@ def test_two_ranks_share_the_bank_and_check_cycles_against_the_global_batch(tmp_
     for quirks in (False, True):
         ref = tiny_method(seed=0, official_quirks=quirks)
         for v1, v2, c in objs:
-            enqueue(ref.bank, ref.bank_norms, ref.bank_counts, ref.bank_ptr, v1 + 0.1, v2 - 0.1, c)
+            enqueue(ref.bank, ref.bank_unit, ref.bank_counts, ref.bank_ptr, v1 + 0.1, v2 - 0.1, c)
         valid = bank_row_valid(ref.bank_counts, 4)
         expect = []
         for r, (v1, v2, _) in enumerate(objs):
             if quirks:  # official: the cycle check sees this rank's objects only
-                expect.append(retrieve_nearest(v1, v2, ref.bank, ref.bank_norms, valid))
+                expect.append(retrieve_nearest(v1, v2, ref.bank, ref.bank_unit, valid))
             else:
-                expect.append(retrieve_nearest(v1, v2, ref.bank, ref.bank_norms, valid, all_v1, all_v2, offsets[r]))
-        enqueue(ref.bank, ref.bank_norms, ref.bank_counts, ref.bank_ptr, all_v1, all_v2,
+                expect.append(retrieve_nearest(v1, v2, ref.bank, ref.bank_unit, valid, all_v1, all_v2, offsets[r]))
+        enqueue(ref.bank, ref.bank_unit, ref.bank_counts, ref.bank_ptr, all_v1, all_v2,
                 torch.cat([o[2] for o in objs]))
         for r in range(2):
             got = res[r][quirks]

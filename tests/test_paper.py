@@ -234,9 +234,6 @@ def test_reproduce_small_table_with_real_protocols(tmp_path, synth_root, monkeyp
     """knn and dense_nn (the real modules) on SynthScenes with random-init zoo entries."""
     monkeypatch.setenv("SSL_BENCH_HOME", str(tmp_path / "home"))  # feature cache
     monkeypatch.setenv("SSL_BENCH_RESULTS", str(tmp_path / "results"))  # protocol artifacts
-    import benchmarks.dense_nn  # noqa: F401  (registers the protocols)
-    import benchmarks.knn  # noqa: F401
-
     zoo_dir = tmp_path / "zoo"
     for name, seed in (("rand_a", 0), ("rand_b", 1)):
         h = ModelHandle.random_init("vit_cpu_tiny", seed=seed)
