@@ -33,6 +33,7 @@ from harness.errors import ConfigError
 from harness.io_utils import atomic_write
 from harness.registry import METHODS
 from methods.base import BackboneConfig, Method, StepInfo
+from methods.shared import cosine_schedule  # one definition for engine and methods
 
 
 @dataclass
@@ -62,15 +63,6 @@ class PretrainConfig:
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     data: dict[str, Any] = field(default_factory=dict)  # {"root": ..., "name": ...}
-
-
-def cosine_schedule(base: float, final: float, total_steps: int, warmup_steps: int = 0,
-                    start_warmup: float = 0.0) -> np.ndarray:
-    """Linear warm-up then cosine from ``base`` to ``final``, one value per step (DINO's)."""
-    warmup = np.linspace(start_warmup, base, warmup_steps) if warmup_steps > 0 else np.array([])
-    steps = np.arange(total_steps - warmup_steps)
-    cos = final + 0.5 * (base - final) * (1 + np.cos(np.pi * steps / max(1, len(steps))))
-    return np.concatenate((warmup, cos))[:total_steps]
 
 
 def build_method(cfg: PretrainConfig, source: str = "<config>") -> Method:
