@@ -340,7 +340,6 @@ class DenseNN(Protocol):
                 t0 = time.perf_counter()
                 bank = bank_fn(sub)
                 timings["bank_s"] += time.perf_counter() - t0
-                self._check_budget(bank)
                 t0 = time.perf_counter()
                 conf = evaluate(bank, val_items(), s)
                 timings["search_s"] += time.perf_counter() - t0
@@ -394,7 +393,7 @@ class DenseNN(Protocol):
                 n_keep = memory_per_image(cfg.memory_size, len(idx), 1) if cfg.memory_size else None
                 rand_for = lambda j: seeded_rand([sub.seed or 0, 0, _stem_hash(stems[j])])  # noqa: E731
                 return build_bank(lambda j: _grid_features(fs, idx[j]), [labels[i] for i in idx], s,
-                                  rand_for=rand_for, n_keep=n_keep, threads=threads)
+                                  rand_for=rand_for, n_keep=n_keep, threads=threads, max_bytes=self._max_bytes())
             yield bank_fn, subsets
             return
 
@@ -424,7 +423,7 @@ class DenseNN(Protocol):
                 rand_for = lambda j: seeded_rand([seed, items[j][0], _stem_hash(items[j][2])])  # noqa: E731
                 return build_bank(lambda j: _grid_features(per_epoch[items[j][0]][0], items[j][1]),
                                   [per_epoch[e][1][i] for e, i, _ in items], s,
-                                  rand_for=rand_for, n_keep=n_keep, threads=threads)
+                                  rand_for=rand_for, n_keep=n_keep, threads=threads, max_bytes=self._max_bytes())
             yield bank_fn, group
 
     def _train_labels(self, src, mask_fn, grids, s: CoreSettings) -> list[ImageLabels]:
@@ -436,12 +435,8 @@ class DenseNN(Protocol):
             return image_labels(np.asarray(mask), (h, w), s, where=f"training image {stems[i]!r}")
         return _map(fn, len(stems), self.cfg.num_workers, "train patch labels", self.cfg.progress)
 
-    def _check_budget(self, bank) -> None:
-        budget = self.cfg.memory_budget_gb
-        if budget is not None and bank.index.nbytes() > budget * 2**30:
-            raise ConfigError(f"the memory bank needs {bank.index.nbytes() / 2**30:.1f} GiB, more than "
-                              f"memory_budget_gb={budget}; use bank_dtype float16, a max_side cap, "
-                              f"a memory_size cap or index 'ivfpq'")
+    def _max_bytes(self) -> float | None:
+        return None if self.cfg.memory_budget_gb is None else self.cfg.memory_budget_gb * 2**30
 
     def _results(self, runs, train_split, val_split, s: CoreSettings, num_classes) -> list[ProtocolResult]:
         cfg = self.cfg

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from benchmarks.dense_nn_index import BankIndex, IndexSpec
 from benchmarks.dense_nn_metric import ConfusionMatrix
-from harness.errors import DataError
+from harness.errors import ConfigError, DataError
 
 # How ignore pixels of a training mask enter the bank's patch labels.
 #   drop        excluded (a patch with only ignore pixels is not in the bank)
@@ -225,7 +225,8 @@ def l2_normalise(x: torch.Tensor) -> torch.Tensor:
 
 def build_bank(features: Callable[[int], np.ndarray], labels: list[ImageLabels], s: CoreSettings, *,
                rand_for: Callable[[int], Callable[[int], torch.Tensor]] | None = None,
-               n_keep: int | None = None, threads: int | None = None) -> Bank:
+               n_keep: int | None = None, threads: int | None = None,
+               max_bytes: float | None = None) -> Bank:
     """Memory bank over images 0..len(labels)-1.
 
     ``features(i)`` -> (n_patches_i, D) raw patch features of image i (row-major grid);
@@ -249,8 +250,15 @@ def build_bank(features: Callable[[int], np.ndarray], labels: list[ImageLabels],
     total = int(sum(len(r) for r in rows_per_image))
     if total == 0:
         raise DataError("the memory bank is empty: no training patch has a labelled pixel")
-    first = features(0) if len(labels) else None
-    dim = int(first.shape[-1])
+    dim = int(np.asarray(features(0)).shape[-1])
+    if max_bytes is not None:
+        per_row = (s.index.pq_m * s.index.pq_nbits // 8 + 8 if s.index.kind == "ivfpq"
+                   else dim * (2 if s.index.dtype == "float16" else 4))
+        if total * per_row > max_bytes:
+            raise ConfigError(
+                f"the memory bank would hold {total:,} patches x {per_row} bytes = "
+                f"{total * per_row / 2**30:.1f} GiB, more than the budget of {max_bytes / 2**30:.1f} GiB; "
+                f"use bank_dtype float16, a max_side cap, a memory_size cap or index 'ivfpq'")
     index = BankIndex(dim, s.index, threads=threads)
     if index.needs_training:
         rng = np.random.default_rng(s.index.seed)

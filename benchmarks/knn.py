@@ -222,6 +222,8 @@ class KNNConfig:
         if self.n_last_blocks < 1 or self.temperature <= 0 or not self.ks or min(self.ks) < 1:
             raise ValueError(f"need n_last_blocks >= 1, temperature > 0 and positive ks; found "
                              f"{self.n_last_blocks}, {self.temperature}, {self.ks}")
+        if len(set(self.ks)) != len(self.ks):
+            raise ValueError(f"ks has repeated values: {self.ks}")
         if self.crop > self.resize:
             raise ValueError(f"crop {self.crop} is larger than resize {self.resize}")
 

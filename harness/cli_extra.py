@@ -24,3 +24,11 @@ def _new_method(sub) -> None:
         return 0
 
     p.set_defaults(func=run)
+
+
+@extra_command
+def _zoo_and_paper(sub) -> None:
+    from harness import paper, zoo
+
+    zoo.add_cli(sub)
+    paper.add_cli(sub)

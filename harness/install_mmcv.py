@@ -8,7 +8,9 @@ No mmcv 2.1 wheel exists for this torch, and the 2.1.0 sdist does not build as i
 its setup.py imports ``pkg_resources`` (gone from setuptools >= 70) and compiles with
 ``-std=c++14/17`` while torch >= 2.10 headers need C++20. So, in order:
 
-1. nothing to do when ``import mmcv.ops, mmseg.models`` already works at the pinned versions;
+1. nothing to do when ``import mmcv.ops, mmseg.models`` already works at the pinned versions
+   (after one such check, a stamp keyed by the installed versions makes the no-op instant;
+   ``--verify`` imports again);
 2. a prebuilt wheel from ``$MMCV_WHEEL_DIR`` (or ``--wheel-dir``) or from the cache
    (``~/.cache/ssl-bench/wheels/torch-<version>/``, the wheel is tied to torch's C++ ABI);
 3. otherwise build one: ``pip download`` the sdist, raise its ``-std`` flags to C++20, and

@@ -289,6 +289,31 @@ def test_cluster_absent_from_one_view_is_discarded():
     torch.testing.assert_close(c1[0], t1[coords1[0, :, 0] < 16].mean(0))
 
 
+def test_cost_minmax_scope():
+    """Official: min-max over the whole batch, so an image's clusters can depend on its batch
+    mates; cost_minmax='image' makes each image's clustering its own."""
+    g = torch.Generator().manual_seed(4)
+    b, n_view, k = 6, 16, 4
+    t1, t2 = torch.randn(b, n_view, 8, generator=g), torch.randn(b, n_view, 8, generator=g)
+    c1 = torch.rand(b, n_view, 2, generator=g) * 64
+    c2 = torch.rand(b, n_view, 2, generator=g) * 64
+    init = torch.stack([torch.randperm(2 * n_view, generator=g)[:k] for _ in range(b)])
+    c2_far = c2.clone()
+    c2_far[1:] *= 20  # other images' coordinates blow up their positional cost range... but each
+    # image's own costs are max-normalised, so only the semantic part's batch range changes:
+    t1_mod = t1.clone()
+    t1_mod[1:] *= 0.0  # batch mates with zero similarities shift the batch-wide minimum and maximum
+    for scope in ("batch", "image"):
+        a = cluster_tokens(t1, t2, c1, c2, k, 1.0, init_index=init, cost_minmax=scope).labels[0]
+        bb = cluster_tokens(t1_mod, t2, c1, c2, k, 1.0, init_index=init, cost_minmax=scope).labels[0]
+        alone = cluster_tokens(t1[:1], t2[:1], c1[:1], c2[:1], k, 1.0, init_index=init[:1], cost_minmax=scope)
+        if scope == "image":
+            assert torch.equal(a, bb) and torch.equal(a, alone.labels[0])
+    single_b = cluster_tokens(t1[:1], t2[:1], c1[:1], c2[:1], k, 1.0, init_index=init[:1], cost_minmax="batch")
+    single_i = cluster_tokens(t1[:1], t2[:1], c1[:1], c2[:1], k, 1.0, init_index=init[:1], cost_minmax="image")
+    assert torch.equal(single_b.hard, single_i.hard)  # one image: the two scopes agree
+
+
 def _official_positional_cost(dist, assignment):
     """The official formula written out literally (einsum, 1e5 fill, mean for empty columns)."""
     pos = torch.einsum("bNn,bnk->bNnk", dist, assignment)
@@ -312,6 +337,14 @@ def test_positional_cost_matches_official_formula(ties):
     if ties:
         a[1, 0, :2] = 1  # a token in two clusters -> dense path
     torch.testing.assert_close(positional_cost(dist, a), _official_positional_cost(dist, a.clone()))
+    # first iteration: one token per cluster, the gather shortcut of cluster_tokens
+    from methods.cribo import _fill_and_scale, draw_initial_centroids
+
+    init = draw_initial_centroids(b, n, k, torch.Generator().manual_seed(0))
+    one_hot = torch.nn.functional.one_hot(init, n).float().transpose(1, 2)
+    no_zero = dist.masked_fill(dist == 0, float("inf"))
+    torch.testing.assert_close(_fill_and_scale(no_zero.gather(2, init[:, None, :].expand(b, n, k))),
+                               _official_positional_cost(dist, one_hot))
 
 
 # ---------------------------------------------------------------------------- NN retrieval, cycle, bank

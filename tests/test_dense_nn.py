@@ -402,3 +402,37 @@ def test_mask_with_too_large_label_is_a_data_error(synth_root, tiny_model, tmp_p
     with pytest.raises(DataError, match="200"):
         proto.run(tiny_model, root)
     assert not (tmp_path / "art").exists()  # nothing written: artifacts come after all runs
+
+
+def test_torch_exact_search_blocks_merge_to_the_true_top_k():
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3000, 8)).astype(np.float32)
+    q = rng.standard_normal((40, 8)).astype(np.float32)
+    idx = BankIndex(8, IndexSpec(dtype="float16", device="cpu", block=700))
+    idx.add(x[:1000])
+    idx.add(x[1000:])
+    sims, ids = idx.search(q, 6)
+    xh = x.astype(np.float16).astype(np.float32)
+    expect = np.argsort(-(q @ xh.T), axis=1, kind="stable")[:, :6]
+    assert (ids == expect).mean() > 0.99
+    np.testing.assert_allclose(sims, np.take_along_axis(q @ xh.T, ids, 1), rtol=1e-5, atol=1e-5)
+    assert idx.reconstruct(ids[:2]).shape == (2, 6, 8)
+
+
+@pytest.mark.parametrize("name", ["cribo", "hbird"])
+def test_protocol_yaml_equals_the_preset_in_code(name):
+    import yaml
+
+    from harness.config import to_dict
+
+    path = Path(__file__).resolve().parents[1] / "configs" / "protocols" / f"dense_nn_{name}.yaml"
+    doc = yaml.safe_load(path.read_text())
+    assert doc["protocol"] == "dense_nn" and doc["preset"] == name
+    assert doc["settings"] == to_dict(DenseNN.from_preset(name, {"dataset": "voc"}).cfg)
+
+
+def test_memory_budget_is_checked_before_the_bank_is_built():
+    feats = [np.ones((4, 64), np.float32)] * 3
+    labels = [image_labels(MASK, (2, 2), settings())] * 3
+    with pytest.raises(ConfigError, match="budget"):
+        build_bank(lambda i: feats[i], labels, settings(), max_bytes=1000)

@@ -118,6 +118,20 @@ def test_config_defaults_and_fingerprint():
         SegLinear.from_preset("paper", {"dataset": "cityscapes"})
 
 
+def test_protocol_config_files_equal_the_presets():
+    from benchmarks.seg_linear import SegLinear
+    from benchmarks.segmenter import Segmenter
+    from harness.config import CONFIG_ROOT, load_config, to_dict
+
+    for cls, name in ((SegLinear, "seg_linear"), (Segmenter, "segmenter")):
+        files = sorted((CONFIG_ROOT / "protocols").glob(f"{name}_*.yaml"))
+        assert {f.stem for f in files} == {f"{name}_{p}" for p in cls.PRESETS}
+        for f in files:
+            raw = load_config(f)
+            assert raw["protocol"] == name
+            assert to_dict(cls(raw["settings"]).cfg) == to_dict(cls.from_preset(raw["preset"]).cfg), f.name
+
+
 def test_dataset_layouts_resolve(tmp_path):
     synth = _synth_root(tmp_path)
     ade = sc.resolve_data("synth_ade", synth)
@@ -332,3 +346,31 @@ def test_smoke_linear_pretrained_beats_random(layout):
 def test_smoke_segmenter_runs():
     miou = sc.smoke(None, "ade", protocol="segmenter", iters=50)
     assert 0.0 <= miou <= 100.0
+
+
+# ============================================================================ installer
+def test_installer_patch_and_wheel_lookup(tmp_path, monkeypatch):
+    from harness import install_mmcv as im
+
+    setup = tmp_path / "setup.py"
+    setup.write_text("a = ['-std=c++14']\nb = ['-Wall', '-std=c++17']\nc = '-std=c++14'\n")
+    assert im.patch_setup_py(setup) == 3
+    assert "c++1" not in setup.read_text() and setup.read_text().count("-std=c++20") == 3
+    setup.write_text("nothing to patch\n")
+    with pytest.raises(RuntimeError, match="no -std"):
+        im.patch_setup_py(setup)
+
+    tag = im.python_tag()
+    assert im.find_wheel(tmp_path) is None and im.find_wheel(None) is None
+    (tmp_path / f"mmcv-2.1.0-{tag}-{tag}-linux_x86_64.whl").write_bytes(b"")
+    (tmp_path / "mmcv-2.2.0-cp311-cp311-linux_x86_64.whl").write_bytes(b"")
+    assert im.find_wheel(tmp_path).name.startswith("mmcv-2.1.0-")
+
+    # the stamp makes the no-op instant, and any version change invalidates it
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert not im.stamp_matches()
+    im.write_stamp()
+    assert im.stamp_matches()
+    versions = dict(im.installed_versions(), torch="0.0.0")
+    monkeypatch.setattr(im, "installed_versions", lambda: versions)
+    assert not im.stamp_matches()

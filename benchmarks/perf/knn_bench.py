@@ -37,13 +37,14 @@ def features(n: int, dim: int, classes: int, seed: int, means: torch.Tensor):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--train", type=int, default=100_000)
-    ap.add_argument("--test", type=int, default=10_000)
+    ap.add_argument("--test", type=int, default=None, help="val rows (default 10,000; 1,000 with --imagenet-scale)")
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--backends", default="faiss,torch")
     ap.add_argument("--imagenet-scale", action="store_true",
-                    help="1.28M x 1536 train rows generated per chunk (memory check), 1000 val rows")
+                    help="1.28M x 1536 train rows generated per chunk (memory check; the time includes "
+                         "generating them), 1000 val rows")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
@@ -54,7 +55,9 @@ def main() -> None:
     except ImportError:
         pass
     if args.imagenet_scale:
-        args.train, args.dim, args.test = 1_281_167, 1536, 1000
+        args.train, args.dim = 1_281_167, 1536
+    if args.test is None:
+        args.test = 1000 if args.imagenet_scale else 10_000
     means = torch.randn(args.classes, args.dim, generator=torch.Generator().manual_seed(0))
     test, test_labels = features(args.test, args.dim, args.classes, 1, means)
     ks = [10, 20, 100, 200]
