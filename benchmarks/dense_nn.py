@@ -472,9 +472,10 @@ class DenseNN(Protocol):
 
 
 def _default_artifacts_dir(fp: str) -> Path:
+    """Beside the records (results/runs/, git-ignored): subset lists and confusion matrices."""
     from harness.paths import results_dir
 
-    return results_dir() / "dense_nn" / fp
+    return results_dir() / "runs" / "dense_nn" / fp
 
 
 # ============================================================================ tables

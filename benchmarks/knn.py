@@ -111,7 +111,7 @@ def _chunk_topk_faiss(queries: torch.Tensor, base: torch.Tensor, k: int) -> tupl
 
 
 def cosine_topk(train, test, k: int, *, backend: Backend = "faiss", train_chunk: int = 65536,
-                test_chunk: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
+                test_chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
     """The k most cosine-similar train rows for every test row: (sims, indices), (N_test, k).
 
     Features are L2-normalised here, train one chunk at a time, so the train set may be a
@@ -119,7 +119,8 @@ def cosine_topk(train, test, k: int, *, backend: Backend = "faiss", train_chunk:
     test_chunk x train_chunk similarities (torch) and never the full test x train matrix.
     """
     train = train if isinstance(train, _Rows) else _Rows(train)
-    test_x = _normalise(_Rows(test).get(0, len(test)) if not isinstance(test, torch.Tensor) else test.float(), "val")
+    test = test if isinstance(test, _Rows) else _Rows(test)
+    test_x = _normalise(test.get(0, len(test)), "val")
     n_train, n_test = len(train), test_x.shape[0]
     if not 1 <= k <= n_train:
         raise ValueError(f"k must be in [1, {n_train}] (the train set size), found {k}")
@@ -157,7 +158,7 @@ def class_scores(sims: torch.Tensor, neighbour_labels: torch.Tensor, k: int, tem
 
 def weighted_knn(train, train_labels, test, test_labels, *, ks: Sequence[int] = (10, 20, 100, 200),
                  temperature: float = 0.07, num_classes: int | None = None, backend: Backend = "faiss",
-                 train_chunk: int = 65536, test_chunk: int = 2048) -> dict[int, dict]:
+                 train_chunk: int = 65536, test_chunk: int = 1024) -> dict[int, dict]:
     """DINO's weighted k-NN for every k in ``ks`` from one search: {k: {"top1", "top5", "k_used"}}.
 
     ``train`` / ``test``: (N, d) features (not yet normalised; ndarray, memmap, tensor or
@@ -210,7 +211,7 @@ class KNNConfig:
     # Exact search either way; the two differ only in float rounding of the similarities.
     backend: Backend = "faiss"
     train_chunk: int = 65536
-    test_chunk: int = 2048
+    test_chunk: int = 1024
     batch_size: int = 64
     num_workers: int = 0
     cache: bool = True

@@ -293,12 +293,13 @@ def resolve_launcher(launcher: str) -> str:
 
 def pipelines(cfg: SegConfig, data: ResolvedData) -> tuple[list[dict], list[dict]]:
     """mmseg's train / test pipelines for the dataset, at the configured crop."""
-    rz = data.spec.reduce_zero_label
     scale = cfg.scale()
     crop = cfg.train_crop()
     train = [
         dict(type="LoadImageFromFile"),
-        dict(type="LoadAnnotations", reduce_zero_label=rz),
+        # reduce_zero_label comes from the dataset (mmseg's configs also repeat it here,
+        # which mmseg 1.2.2 deprecates with a warning; the effect is the same)
+        dict(type="LoadAnnotations"),
         dict(type="RandomResize", scale=scale, ratio_range=(0.5, 2.0), keep_ratio=True),
         dict(type="RandomCrop", crop_size=(crop, crop), cat_max_ratio=0.75),
         dict(type="RandomFlip", prob=0.5),
@@ -311,7 +312,7 @@ def pipelines(cfg: SegConfig, data: ResolvedData) -> tuple[list[dict], list[dict
         dict(type="LoadImageFromFile"),
         dict(type="Resize", scale=scale, keep_ratio=True),
         # annotations after Resize: the metric compares at the original size
-        dict(type="LoadAnnotations", reduce_zero_label=rz),
+        dict(type="LoadAnnotations"),
         dict(type="PackSegInputs"),
     ]
     return train, test

@@ -4,6 +4,7 @@ method briefly (checkpoints cached by configuration), evaluate every protocol, a
 write the leaderboard."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import time
 import traceback
@@ -48,6 +49,7 @@ class ProtocolEntry:
 class SuiteConfig:
     synth: SynthSpec | None = None
     pretrain_data: str = "{synth}"
+    pretrain_overrides: list[str] = field(default_factory=list)  # applied to every pretrained model
     models: list[ModelEntry] = field(default_factory=list)
     protocols: list[ProtocolEntry] = field(default_factory=list)
 
@@ -125,6 +127,8 @@ def run_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress:
     records: list[dict] = []
     models = []
     for entry in suite.models:
+        if entry.pretrain and suite.pretrain_overrides:
+            entry = dataclasses.replace(entry, set=list(suite.pretrain_overrides) + list(entry.set))
         try:
             models.append(model_handle(entry, pre_root, pre_name, progress, log))
         except SslBenchError:

@@ -404,7 +404,7 @@ def object_cross_view_loss(student_obj: torch.Tensor, teacher_obj_probs: torch.T
     s1, s2 = (student_obj.float() / student_temp).chunk(2)
     t1, t2 = teacher_obj_probs.chunk(2)
     if s1.shape[0] == 0:  # no object in both views anywhere in the batch (official: NaN)
-        return student_obj.sum() * 0.0
+        return student_obj.new_zeros(())
     l12 = torch.sum(-t1 * F.log_softmax(s2, dim=-1), dim=-1).mean()
     l21 = torch.sum(-t2 * F.log_softmax(s1, dim=-1), dim=-1).mean()
     return (l12 + l21) / 2
@@ -424,7 +424,7 @@ def object_cross_image_loss(student_obj: torch.Tensor, teacher_nn_v1_probs: torc
     ce12 = torch.sum(-teacher_nn_v1_probs * F.log_softmax(s2, dim=-1), dim=-1)
     ce21 = torch.sum(-teacher_nn_v2_probs * F.log_softmax(s1, dim=-1), dim=-1)
     n1, n2 = cycle_v1.sum(), cycle_v2.sum()
-    zero = student_obj.sum() * 0.0
+    zero = student_obj.new_zeros((), dtype=torch.float32)
     if official_quirks:
         if n1 == 0:
             return zero
@@ -438,6 +438,10 @@ def object_cross_image_loss(student_obj: torch.Tensor, teacher_nn_v1_probs: torc
 def _step_seed(seed: int, step: int, rank: int) -> int:
     return int(np.random.SeedSequence([int(seed), int(step), int(rank)]).generate_state(1, dtype=np.uint64)[0]
                % (2 ** 63))
+
+
+def _refresh_bank_unit_after_load(module: "CrIBo", incompatible_keys) -> None:
+    module.refresh_bank_unit()
 
 
 @register_method("cribo")
@@ -480,7 +484,7 @@ class CrIBo(Method):
         self.register_buffer("bank", bank)
         # the normalised copy searched by the NN retrieval: derived, so rebuilt after loading
         self.register_buffer("bank_unit", F.normalize(bank, dim=-1), persistent=False)
-        self.register_load_state_dict_post_hook(lambda module, _: module.refresh_bank_unit())
+        self.register_load_state_dict_post_hook(_refresh_bank_unit_after_load)
         self.register_buffer("bank_counts", torch.full((s,), k, dtype=torch.long))
         self.register_buffer("bank_ptr", torch.zeros((), dtype=torch.long))
         # seed of the clustering's random initial centroids (drawn per step from (seed, step, rank))
@@ -599,7 +603,7 @@ class CrIBo(Method):
             loss_ci = object_cross_image_loss(student_obj, nn1, nn2, found.cycle_v1, found.cycle_v2,
                                               cfg.student_temp_obj, cfg.official_quirks)
         else:
-            loss_ci = student_obj.sum() * 0.0
+            loss_ci = student_obj.new_zeros((), dtype=torch.float32)
         # centres move after the losses, from this step's teacher outputs (as officially)
         self.centering.update(teacher_out.float())
         self._update_center_obj(teacher_obj)

@@ -248,14 +248,14 @@ def test_float16_bank_and_ivfpq_agree_with_exact_on_separated_data():
     x = (centres[rng.integers(0, 4, 4000)] + rng.standard_normal((4000, 16))).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     q = x[:50] + 0.01
-    exact = BankIndex(16, IndexSpec())
+    exact = BankIndex(16, IndexSpec(), threads=1)
     exact.add(x)
-    half = BankIndex(16, IndexSpec(dtype="float16"))
+    half = BankIndex(16, IndexSpec(dtype="float16"), threads=1)
     half.add(x)
     _, i32 = exact.search(q, 1)
     _, i16 = half.search(q, 1)
     assert (i32 == i16).mean() > 0.95
-    ivf = BankIndex(16, IndexSpec(kind="ivfpq", nlist=16, pq_m=4, pq_nbits=4, nprobe=4))
+    ivf = BankIndex(16, IndexSpec(kind="ivfpq", nlist=16, pq_m=4, pq_nbits=4, nprobe=4), threads=1)
     ivf.train(x)
     ivf.add(x)
     _, ii = ivf.search(q, 5)
@@ -326,13 +326,22 @@ def tiny_model():
     return ModelHandle.random_init("vit_cpu_tiny", seed=0)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # tiny workloads: thread pools only add synchronisation (and spin on a busy machine)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path, monkeypatch):
     monkeypatch.setenv("SSL_BENCH_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("SSL_BENCH_RESULTS", str(tmp_path / "results"))
 
 
-FAST = {"fractions": ["1/8", "1/1"], "seeds": [42, 400], "progress": False}
+FAST = {"fractions": ["1/8", "1/1"], "seeds": [42, 400], "progress": False, "threads": 1}
 
 
 def test_protocol_cribo_on_synthscenes(synth_root, tiny_model, tmp_path, capsys):
@@ -356,7 +365,7 @@ def test_protocol_cribo_on_synthscenes(synth_root, tiny_model, tmp_path, capsys)
 def test_protocol_hbird_with_augmentation_and_cap(synth_root, tiny_model, tmp_path):
     proto = DenseNN.from_preset("hbird", {"dataset": "ade20k", "k": 5, "input_size": 64, "aug_epochs": 2,
                                           "memory_size": 300, "fractions": ["1/8", "1/1"], "seeds": [42],
-                                          "progress": False, "artifacts_dir": str(tmp_path / "art")})
+                                          "progress": False, "threads": 1, "artifacts_dir": str(tmp_path / "art")})
     results = proto.run(tiny_model, synth_root)
     assert [r.variant["fraction"] for r in results] == ["1/1", "1/8"]
     assert results[0].params["bank_ignore"] == "extra_class"
