@@ -221,12 +221,12 @@ class LinearProbe(Protocol):
                           weight_decay=c.weight_decay)
             hist = train_grid(heads, opt, batches, val_x, val_y, epochs=c.epochs, steps_per_epoch=steps,
                               schedule=c.lr_schedule, eval_every=c.eval_every,
-                              on_epoch=lambda e, h: self._log_epoch(e, h, lrs))
+                              on_epoch=self._log_epoch)
         finally:
             backbone.train(was_training)
         return [self._result(hist, lrs, splits, n_blocks, avgpool, val_x.shape[1], time.perf_counter() - t_start)]
 
-    def _log_epoch(self, epoch: int, hist: GridHistory, lrs: list[float]) -> None:
+    def _log_epoch(self, epoch: int, hist: GridHistory) -> None:
         if hist.epochs and hist.epochs[-1] == epoch + 1:
             row = hist.top1[-1]
             j = max(range(len(row)), key=lambda h: row[h])

@@ -144,20 +144,19 @@ def _first_dir(root: Path, candidates: list[Path], marker: str, what: str) -> Pa
 def resolve_data(name: str, data_root: str | Path) -> ResolvedData:
     """Find the dataset folders under ``data_root`` (the real layouts or SynthScenes')."""
     from harness.data.io import find_synth_meta
+    from harness.data.segmentation import ADE20KSegmentation, VOCSegmentation
 
     spec = dataset_spec(name)
     root = Path(data_root).expanduser().resolve()
     common = dict(reduce_zero_label=spec.reduce_zero_label, img_suffix=".jpg",
                   seg_map_suffix=spec.seg_map_suffix)
     if spec.layout == "ade":
-        base = _first_dir(root, [root, root / "ADEChallengeData2016", root / "ade" / "ADEChallengeData2016"],
-                          "annotations", "ADE20K (ADEChallengeData2016)")
+        base = ADE20KSegmentation._resolve_root(root)  # the harness readers' layout rules
         train = [dict(data_prefix=dict(img_path="images/training", seg_map_path="annotations/training"))]
         val = dict(data_prefix=dict(img_path="images/validation", seg_map_path="annotations/validation"))
         lists = ["images/training"]
     elif spec.layout == "voc":
-        base = _first_dir(root, [root, root / "VOC2012", root / "VOCdevkit" / "VOC2012"], "JPEGImages",
-                          "Pascal VOC 2012")
+        base = VOCSegmentation._resolve_root(root)
         sets = base / "ImageSets" / "Segmentation"
         if (sets / "aug.txt").is_file():
             # mmseg's pascal_voc12_aug.py (and CrIBo's): train.txt + aug.txt, concatenated.
@@ -282,6 +281,8 @@ EXECUTION_ONLY = ("num_workers", "val_interval", "checkpoint_interval", "log_int
 
 # ============================================================================ mmengine config
 def _world_size(launcher: str) -> int:
+    if launcher == "slurm":
+        return int(os.environ.get("SLURM_NTASKS", "1"))
     return int(os.environ.get("WORLD_SIZE", "1")) if launcher != "none" else 1
 
 
@@ -615,7 +616,7 @@ class SegProtocolBase:
         work_dir = Path(self.cfg.work_dir) if self.cfg.work_dir else self.default_work_dir(model)
         runs = run_seg_protocol(state, arch, self.cfg, data_root, work_dir, head=self.HEAD,
                                 frozen=self.FROZEN)
-        if int(os.environ.get("RANK", "0")) != 0:
+        if int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) != 0:
             return []  # one set of records per run, written by rank 0
         return to_results(runs, self.cfg)
 

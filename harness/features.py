@@ -3,17 +3,36 @@
 One extraction per (weights sha256, dataset file list, transform, layer choice) is
 kept on disk; a second request with the same key memory-maps the stored arrays.
 Patch tokens are streamed to disk as they are computed, so extracting a large
-dataset needs memory for one batch, not for the whole set.
+dataset needs memory for a few batches, not for the whole set.
+
+Two engines compute the same features (fp32: equal to 1e-5; in practice bit-identical):
+
+- ``"threads"`` (default on CPU): torch's intra-op parallelism is set to one thread for the
+  duration of the extraction and the batch is split across ``threads`` Python threads, each
+  forwarding its share with single-threaded kernels (MKL GEMM, flash attention), while
+  separate loader threads decode and transform the next batches (PIL and torch release the
+  GIL). No OpenMP barriers: on a machine shared with other jobs a 2-thread OpenMP team
+  spin-waits for whichever thread was descheduled, and small element-wise ops (the
+  transform's normalisation, residual adds) become 10-100x slower; single-threaded kernels
+  in independent threads keep every core busy with useful work. Decoding overlaps the
+  forward, and the cache write of batch k overlaps the forward of batch k+1.
+- ``"plain"``: the DataLoader in the calling thread, then one forward of the whole batch with
+  torch's intra-op threads (the original path; benchmarks use it as the baseline).
+
+See docs/BENCHMARKS.md for the measurements behind the choice.
 """
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol as TypingProtocol
+from typing import Any, Iterator, Literal, Protocol as TypingProtocol
 
 import numpy as np
 import torch
@@ -25,6 +44,10 @@ from harness.models import ModelHandle
 from harness.paths import feature_cache_dir
 
 CACHE_VERSION = 1
+Engine = Literal["threads", "plain"]
+ENGINES = ("threads", "plain")
+# Stage timings recorded in meta.json / FeatureSet.stages (seconds; see `_Stages`).
+STAGE_KEYS = ("load_s", "transform_s", "forward_s", "write_s", "wait_s", "wall_s")
 
 
 class ImageSource(TypingProtocol):
@@ -46,6 +69,9 @@ class FeatureSet:
     key: str = ""
     from_cache: bool = False
     seconds: float = 0.0
+    # How the extraction that produced this entry spent its time (see `_Stages`); empty for
+    # cache entries written before stages were recorded.
+    stages: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return self.cls.shape[0]
@@ -62,12 +88,20 @@ class FeatureSet:
 class _Transformed(Dataset):
     def __init__(self, source: ImageSource, transform, indices):
         self.source, self.transform, self.indices = source, transform, indices
+        # in-process timings (num_workers=0); worker processes keep their own copies
+        self.load_s = self.transform_s = 0.0
 
     def __len__(self):
         return len(self.indices)
 
     def __getitem__(self, j):
-        return self.transform(self.source.load_image(self.indices[j]))
+        t0 = time.perf_counter()
+        img = self.source.load_image(self.indices[j])
+        t1 = time.perf_counter()
+        x = self.transform(img)
+        self.load_s += t1 - t0
+        self.transform_s += time.perf_counter() - t1
+        return x
 
 
 def _collate_list(batch):
