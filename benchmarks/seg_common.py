@@ -539,8 +539,12 @@ def run_seg_protocol(backbone_state_dict: dict[str, torch.Tensor], arch_kwargs: 
     return out
 
 
-def head_config(head: str, embed_dims: int, num_heads: int, num_classes: int,
-                mask_drop_path: float = 0.1, mask_layers: int = 2) -> dict:
+# Segmenter's mask transformer: mmseg's configs (2 layers) and the head's default drop path.
+MASK_LAYERS = 2
+MASK_DROP_PATH = 0.1
+
+
+def head_config(head: str, embed_dims: int, num_heads: int, num_classes: int) -> dict:
     loss = dict(type="CrossEntropyLoss", use_sigmoid=False, loss_weight=1.0)
     if head == "linear":
         # mmseg's segmenter_vit-s_fcn config (CrIBo's linear head): a 1x1 conv on the tokens.
@@ -549,8 +553,8 @@ def head_config(head: str, embed_dims: int, num_heads: int, num_classes: int,
                     align_corners=False, loss_decode=loss)
     if head == "mask":
         return dict(type="SegmenterMaskTransformerHead", in_channels=embed_dims, channels=embed_dims,
-                    num_classes=num_classes, num_layers=mask_layers, num_heads=num_heads,
-                    embed_dims=embed_dims, mlp_ratio=4, drop_path_rate=mask_drop_path,
+                    num_classes=num_classes, num_layers=MASK_LAYERS, num_heads=num_heads,
+                    embed_dims=embed_dims, mlp_ratio=4, drop_path_rate=MASK_DROP_PATH,
                     dropout_ratio=0.0, loss_decode=loss)
     raise ConfigError(f"unknown segmentation head {head!r}; choose linear or mask")
 
@@ -597,7 +601,7 @@ class SegProtocolBase:
         """What the fingerprint records about the head and the backbone's training mode."""
         spec = {"head": self.HEAD, "frozen_backbone": self.FROZEN, "mmseg": MMSEG_VERSION}
         if self.HEAD == "mask":
-            spec.update(mask_layers=2, mask_drop_path=0.1)
+            spec.update(mask_layers=MASK_LAYERS, mask_drop_path=MASK_DROP_PATH)
         return spec
 
     def fingerprint(self, extra: dict | None = None) -> str:

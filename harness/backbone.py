@@ -149,7 +149,8 @@ class ViTBackbone(VisionTransformer):
             x = blk(x)
             if i >= first_kept:
                 outs.append(self.norm(x) if norm else x)
-        tokens = torch.stack(outs, dim=1)  # (B, n, T, d)
+        # (B, n, T, d); one block (the common case) is a view, not a copy
+        tokens = outs[0].unsqueeze(1) if len(outs) == 1 else torch.stack(outs, dim=1)
         cls = tokens[:, :, 0]
         patches = tokens[:, :, self.num_prefix_tokens:]
         b, n, _, d = patches.shape

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from harness import results
+from harness.config import fingerprint, to_dict
 from harness.models import ModelHandle
 from harness.registry import PROTOCOLS
 
@@ -23,12 +24,19 @@ def build_protocol(name: str, preset: str | None = None, values: dict[str, Any] 
     return cls.from_preset(preset, values, source)
 
 
+def request_hash(protocol) -> str:
+    """Hash of the whole request, execution settings included: asking for more (e.g. more
+    k values, which are not in the fingerprint since each k is its own record) runs again."""
+    return fingerprint({"protocol": protocol.registry_name, **to_dict(protocol.cfg)})
+
+
 def already_done(model: ModelHandle, protocol, runs_dir: Path | None = None) -> list[dict]:
-    """Records of an earlier run of this exact (model weights, protocol fingerprint)."""
-    fp = protocol.fingerprint()
+    """Records of an earlier run of this exact (model weights, protocol request)."""
+    fp, req = protocol.fingerprint(), request_hash(protocol)
     key = model.meta.get("sha256") or model.name
     return [r for r in results.iter_records(runs_dir)
-            if r["protocol"]["fingerprint"] == fp and r["protocol"]["name"] == protocol.registry_name
+            if r["protocol"]["fingerprint"] == fp and r["protocol"].get("request") == req
+            and r["protocol"]["name"] == protocol.registry_name
             and (r["model"].get("checkpoint_sha256") or r["model"]["name"]) == key
             and r["model"]["name"] == model.name]
 
@@ -52,7 +60,7 @@ def evaluate(model: ModelHandle, protocol, data_root: Path, *, preset: str | Non
     for out in outputs:
         proto_block = {"name": protocol.registry_name, "preset": preset, "dataset": out.dataset,
                        "split": out.split, "params": {**protocol.settings(), **out.params},
-                       "fingerprint": fp, "data_root": str(data_root)}
+                       "fingerprint": fp, "request": request_hash(protocol), "data_root": str(data_root)}
         rec = results.make_record(model.record_info(), proto_block, out.seed, out.variant,
                                   out.metrics, cost, out.artifacts)
         results.write_record(rec, runs_dir, force=True)

@@ -51,6 +51,9 @@ STAGE_KEYS = ("load_s", "transform_s", "forward_s", "write_s", "wait_s", "wall_s
 
 
 class ImageSource(TypingProtocol):
+    """load_image may be called from several threads at once (the "threads" engine); a
+    source that cannot allow that sets ``thread_safe = False`` and is read by one thread."""
+
     def __len__(self) -> int: ...
     def load_image(self, i: int): ...
     def fingerprint(self) -> str: ...
@@ -122,7 +125,16 @@ def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_la
                      norm: bool = True, patches: bool = False, patch_dtype: str = "float32",
                      batch_size: int = 64, num_workers: int = 0, cache: bool = True,
                      cache_dir: Path | None = None, progress: bool = True, desc: str = "features",
-                     precision: str = "fp32") -> FeatureSet:
+                     precision: str = "fp32", engine: Engine = "threads",
+                     threads: int | None = None) -> FeatureSet:
+    """Features of every image of `source` (see the module docstring for `engine`).
+
+    num_workers > 0 decodes in DataLoader worker processes instead of loader threads.
+    threads: forward threads of the "threads" engine (default: torch.get_num_threads()).
+    Neither changes the features, so neither is part of the cache key.
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, found {engine!r}")
     key = feature_key(model, source, transform, n_last_blocks, norm, patches, patch_dtype, precision)
     root = Path(cache_dir or feature_cache_dir())
     final = root / key
@@ -133,13 +145,14 @@ def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_la
     try:
         t0 = time.perf_counter()
         _extract_into(tmp, model, source, transform, n_last_blocks, norm, patches, patch_dtype,
-                      batch_size, num_workers, progress, desc, precision)
+                      batch_size, num_workers, progress, desc, precision, engine, threads)
         meta = json.loads((tmp / "meta.json").read_text())
         meta["seconds"] = time.perf_counter() - t0
         (tmp / "meta.json").write_text(json.dumps(meta))
         if not cache:
             fs = _load(tmp, key, in_memory=True)
             shutil.rmtree(tmp, ignore_errors=True)
+            fs.from_cache = False
             return fs
         if final.exists():  # another process finished first; its result is identical
             shutil.rmtree(tmp, ignore_errors=True)
@@ -153,56 +166,231 @@ def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_la
     return fs
 
 
-@torch.inference_mode()
+@dataclass
+class _Stages:
+    """Where an extraction spent its time. Busy seconds per stage, summed over the threads
+    doing it: thread CPU time in the "threads" engine (every kernel runs in the calling
+    thread), wall time in the "plain" engine (its forward runs on an OpenMP team). wait_s:
+    wall time the forward side sat idle waiting for decoded images; write_s: cache writes
+    and bookkeeping in the calling thread."""
+
+    load_s: float = 0.0
+    transform_s: float = 0.0
+    forward_s: float = 0.0
+    write_s: float = 0.0
+    wait_s: float = 0.0
+    wall_s: float = 0.0
+    engine: str = ""
+    threads: int = 1
+    loader_threads: int = 0
+
+    def as_dict(self) -> dict:
+        busy = self.load_s + self.transform_s + self.forward_s + self.write_s
+        d = {k: round(getattr(self, k), 4) for k in STAGE_KEYS}
+        d.update(engine=self.engine, threads=self.threads, loader_threads=self.loader_threads,
+                 outside_forward_share=round(1.0 - self.forward_s / busy, 4) if busy > 0 else 0.0)
+        return d
+
+
+class _Inline:
+    """Executor stand-in that runs each task at once in the calling thread (plain engine)."""
+
+    def submit(self, fn, *args) -> Future:
+        f: Future = Future()
+        try:
+            f.set_result(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - re-raised by result()
+            f.set_exception(e)
+        return f
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        pass
+
+
+@contextmanager
+def intra_op_threads(n: int):
+    """torch's intra-op thread count set to n inside the block (process-wide), restored after."""
+    old = torch.get_num_threads()
+    if n != old:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != old:
+            torch.set_num_threads(old)
+
+
+def _threaded_batches(source, transform, n: int, batch_size: int, pool: ThreadPoolExecutor,
+                      stages: _Stages, prefetch: int = 2) -> Iterator[list[torch.Tensor]]:
+    """Batches of transformed images in dataset order, decoded `prefetch` batches ahead."""
+
+    def one(i: int):
+        c0 = time.thread_time()
+        img = source.load_image(i)
+        c1 = time.thread_time()
+        x = transform(img)
+        return x, c1 - c0, time.thread_time() - c1
+
+    starts = range(0, n, batch_size)
+    queued: list[list[Future]] = []
+    it = iter(starts)
+    for s in it:
+        queued.append([pool.submit(one, i) for i in range(s, min(s + batch_size, n))])
+        if len(queued) > prefetch:
+            break
+    while queued:
+        futs = queued.pop(0)
+        nxt = next(it, None)
+        if nxt is not None:
+            queued.append([pool.submit(one, i) for i in range(nxt, min(nxt + batch_size, n))])
+        t = time.perf_counter()
+        out = []
+        for f in futs:
+            x, dl, dt = f.result()
+            stages.load_s += dl
+            stages.transform_s += dt
+            out.append(x)
+        stages.wait_s += time.perf_counter() - t
+        yield out
+
+
+def _work_items(images: list[torch.Tensor], streams: int) -> list[list[int]]:
+    """The batch split into forward chunks: each shape group into at most `streams` chunks of
+    (nearly) equal size, so every forward thread gets a share of every group."""
+    items = []
+    for group in _shape_groups(images):
+        size = math.ceil(len(group) / min(streams, len(group)))
+        items.extend(group[s:s + size] for s in range(0, len(group), size))
+    return items
+
+
+def _forward_chunk(backbone, x: torch.Tensor, n_last_blocks, norm, precision, patches, patch_dtype,
+                   timed: bool):
+    """One chunk of one shape: (cls, patch_mean, (h, w), patch tokens (b, h*w, n, d) or None,
+    busy seconds). Runs in a forward thread: grad mode and autocast are thread-local."""
+    t0 = time.thread_time() if timed else time.perf_counter()
+    with torch.inference_mode():
+        c, pm, p = _forward(backbone, x, n_last_blocks, norm, precision)
+        b, n, h, w, d = p.shape
+        flat = None
+        if patches:
+            flat = p.permute(0, 2, 3, 1, 4).reshape(b, h * w, n, d).cpu().numpy()
+            if flat.dtype != np.dtype(patch_dtype):
+                flat = flat.astype(patch_dtype)
+        out = (c.cpu().numpy(), pm.cpu().numpy(), (h, w), flat)
+    busy = (time.thread_time() if timed else time.perf_counter()) - t0
+    return out + (busy,)
+
+
 def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patches, patch_dtype,
-                  batch_size, num_workers, progress, desc, precision):
+                  batch_size, num_workers, progress, desc, precision, engine="threads", threads=None):
     backbone = model.backbone.eval()
+    device = next(backbone.parameters()).device
     n = len(source)
-    loader = DataLoader(_Transformed(source, transform, list(range(n))), batch_size=batch_size,
-                        shuffle=False, num_workers=num_workers, collate_fn=_collate_list,
-                        persistent_workers=False)
     d = backbone.embed_dim
     cls = np.zeros((n, n_last_blocks, d), np.float32)
     pmean = np.zeros((n, n_last_blocks, d), np.float32)
     grids = np.zeros((n, 2), np.int64)
     offsets = np.zeros(n + 1, np.int64)
+    threaded = engine == "threads"
+    n_threads = max(1, int(threads or torch.get_num_threads()))
+    # one forward stream per thread on CPU; an accelerator takes one stream, fed by the loaders
+    streams = n_threads if (threaded and device.type == "cpu") else 1
+    stages = _Stages(engine=engine, threads=streams if threaded else torch.get_num_threads())
+    t_start = time.perf_counter()
     patch_file = open(out / "patches.bin", "wb") if patches else None
-    i = 0
+    # "threads": every kernel single-threaded; the parallelism is ours
+    ctx = intra_op_threads(1) if threaded else _nullcontext()
+    fwd_pool = ThreadPoolExecutor(streams, thread_name_prefix="ssl-bench-fwd") if threaded else _Inline()
+    load_pool = None
     try:
-        with tqdm(total=n, desc=desc, unit="img", disable=not progress, leave=False) as bar:
-            for images in loader:
-                batch_patches: dict[int, np.ndarray] = {}
-                for group in _shape_groups(images):
-                    x = torch.stack([images[j] for j in group])
-                    c, pm, p = _forward(backbone, x, n_last_blocks, norm, precision)
-                    b, _, h, w, _ = p.shape
-                    idx = [i + j for j in group]
-                    cls[idx] = c.numpy()
-                    pmean[idx] = pm.numpy()
-                    grids[idx] = (h, w)
-                    if patch_file is not None:
-                        flat = p.permute(0, 2, 3, 1, 4).reshape(b, h * w, n_last_blocks, d).numpy()
-                        for k, j in enumerate(group):
-                            batch_patches[j] = flat[k].astype(patch_dtype)
+        with ctx, tqdm(total=n, desc=desc, unit="img", disable=not progress, leave=False) as bar:
+            dataset = _Transformed(source, transform, list(range(n)))
+            if threaded and num_workers == 0:
+                stages.loader_threads = n_threads if getattr(source, "thread_safe", True) else 1
+                load_pool = ThreadPoolExecutor(stages.loader_threads, thread_name_prefix="ssl-bench-load")
+                batches: Iterator = _threaded_batches(source, transform, n, batch_size, load_pool, stages)
+            else:
+                batches = _timed(iter(DataLoader(dataset, batch_size=batch_size, shuffle=False,
+                                                 num_workers=num_workers, collate_fn=_collate_list,
+                                                 persistent_workers=False)), stages)
+
+            def submit(images):
+                return [(idx, fwd_pool.submit(_forward_chunk, backbone,
+                                              torch.stack([images[j] for j in idx]).to(device),
+                                              n_last_blocks, norm, precision, patches, patch_dtype, threaded))
+                        for idx in _work_items(images, streams)]
+
+            def finish(start: int, count: int, work) -> None:
+                per_image: dict[int, tuple] = {}
+                for idx, fut in work:
+                    c, pm, (h, w), flat, busy = fut.result()
+                    t = time.perf_counter()
+                    stages.forward_s += busy
+                    rows = [start + j for j in idx]
+                    cls[rows] = c
+                    pmean[rows] = pm
+                    grids[rows] = (h, w)
+                    if flat is not None:
+                        for k, j in enumerate(idx):
+                            per_image[j] = flat[k]
+                    stages.write_s += time.perf_counter() - t
+                t = time.perf_counter()
                 if patch_file is not None:
                     # written in dataset order: shape groups may reorder a batch
-                    for j in range(len(images)):
-                        block = batch_patches[j]
-                        patch_file.write(block.tobytes())
-                        offsets[i + j + 1] = offsets[i + j] + block.shape[0]
+                    for j in range(count):
+                        block = per_image[j]
+                        patch_file.write(memoryview(np.ascontiguousarray(block)).cast("B"))
+                        offsets[start + j + 1] = offsets[start + j] + block.shape[0]
+                stages.write_s += time.perf_counter() - t
+                bar.update(count)
+
+            # batch k+1 is queued on the forward threads before batch k is collected and written
+            pending = None
+            i = 0
+            for images in batches:
+                work = submit(images)
+                if pending is not None:
+                    finish(*pending)
+                pending = (i, len(images), work)
                 i += len(images)
-                bar.update(len(images))
+            if pending is not None:
+                finish(*pending)
     finally:
+        for pool in (fwd_pool, load_pool):
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
         if patch_file is not None:
             patch_file.close()
+    if not threaded and num_workers == 0:
+        stages.load_s, stages.transform_s = dataset.load_s, dataset.transform_s
     np.save(out / "cls.npy", cls)
     np.save(out / "patch_mean.npy", pmean)
     np.save(out / "grids.npy", grids)
     if patches:
         np.save(out / "offsets.npy", offsets)
+    stages.wall_s = time.perf_counter() - t_start
     meta: dict[str, Any] = {"n": n, "n_last_blocks": n_last_blocks, "dim": d, "patches": patches,
-                            "patch_dtype": patch_dtype, "total_patches": int(offsets[-1])}
+                            "patch_dtype": patch_dtype, "total_patches": int(offsets[-1]),
+                            "stages": stages.as_dict()}
     (out / "meta.json").write_text(json.dumps(meta))
+
+
+@contextmanager
+def _nullcontext():
+    yield
+
+
+def _timed(batches: Iterator, stages: _Stages) -> Iterator:
+    """A DataLoader iterator whose waits count as wait_s (the plain engine decodes here)."""
+    while True:
+        t = time.perf_counter()
+        try:
+            images = next(batches)
+        except StopIteration:
+            return
+        stages.wait_s += time.perf_counter() - t
+        yield images
 
 
 def _forward(backbone, x: torch.Tensor, n_last_blocks: int, norm: bool, precision: str):
@@ -234,7 +422,7 @@ def _load(path: Path, key: str, in_memory: bool = False) -> FeatureSet:
     fs = FeatureSet(cls=np.load(path / "cls.npy", mmap_mode=mode),
                     patch_mean=np.load(path / "patch_mean.npy", mmap_mode=mode),
                     grids=np.load(path / "grids.npy"), key=key, from_cache=True,
-                    seconds=meta.get("seconds", 0.0))
+                    seconds=meta.get("seconds", 0.0), stages=meta.get("stages", {}))
     if meta["patches"]:
         fs.offsets = np.load(path / "offsets.npy")
         shape = (meta["total_patches"], meta["n_last_blocks"], meta["dim"])
