@@ -61,6 +61,8 @@ def cmd_eval(args) -> int:
 
     model = _model(args)
     values = {"dataset": args.dataset, **_values(args.set)}
+    if args.lr:  # the mmseg protocols' learning-rate sweep, one or several values
+        values["lrs"] = args.lr
     protocol = build_protocol(args.protocol, args.preset, values)
     if not Path(args.data_root).exists():
         raise SslBenchError(f"data root {args.data_root} does not exist")
@@ -150,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(e)
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="protocol setting, e.g. k=20")
+    e.add_argument("--lr", type=float, action="append", default=None,
+                   help="seg_linear/segmenter: learning rate(s) to run instead of the preset's sweep")
     e.add_argument("--force", action="store_true")
     e.set_defaults(func=cmd_eval)
 

@@ -60,6 +60,13 @@ def load_suite(path: str | Path, overrides: list[str] | None = None) -> tuple[Su
     return from_dict(SuiteConfig, raw, source), source
 
 
+def _importable(module: str) -> bool:
+    try:  # a dotted name imports its parent, which may itself be missing
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
 def _fill(template: str, synth_root: Path | None) -> str:
     if "{synth}" in template:
         if synth_root is None:
@@ -137,7 +144,7 @@ def run_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress:
             failures.append(f"model {entry.name}: {exc}")
             log(traceback.format_exc())
     for p in suite.protocols:
-        missing = [m for m in p.requires if importlib.util.find_spec(m) is None]
+        missing = [m for m in p.requires if not _importable(m)]
         if missing:
             log(f"skipping protocol {p.name}: needs {', '.join(missing)} "
                 "(install with: bash scripts/install_mmcv.sh)")
