@@ -8,7 +8,7 @@ weights are bit-identical after a probe epoch. Validation features are determini
 (Resize -> CenterCrop), so they come from the harness.features cache and are computed once
 instead of once per epoch as in the official scripts; the numbers are the same.
 
-Recipes (see docs/CLASSIFICATION.md for the sources and every difference):
+Recipes (see docs/PROTOCOLS.md (classification section) for the sources and every difference):
 - dino:   one lr 0.001 x B/256, SGD momentum 0.9, wd 0, cosine per epoch over 100 epochs,
           B = 1024, RandomResizedCrop(224) + flip, val Resize(256, bicubic) + CenterCrop(224),
           init N(0, 0.01), bias 0; best val top-1 over epochs. Features by arch: ViT-S/Ti:

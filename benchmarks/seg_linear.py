@@ -6,7 +6,7 @@ last-layer patch tokens to the classes, bilinear upsampling, pixel cross-entropy
 (ignore 255). The backbone is frozen in the strict sense: no gradients, and eval mode for
 the whole run (CrIBo's FreezableVisionTransformer leaves DropPath active); its weights are
 bit-identical after training (tested). Everything else -- data, schedule, sweep, records --
-is in benchmarks/seg_common.py; docs/SEGMENTATION.md lists the sources and differences.
+is in benchmarks/seg_common.py; docs/PROTOCOLS.md (segmentation section) lists the sources and differences.
 
     ssl-bench eval --protocol seg_linear --dataset ade20k --data-root DIR --checkpoint CKPT
 """

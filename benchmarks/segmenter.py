@@ -5,7 +5,7 @@ layers, heads = the backbone's, MLP ratio 4, drop path 0.1, learnable class embe
 L2-normalised patch / class projections, mask norm. The backbone trains too (drop path
 0.1, as mmseg's Segmenter model config). Adam, PolyLR to 0.1 x lr, lr sweep
 {8e-5, 3e-5, 1e-5, 8e-6}, best mIoU reported and every lr kept as its own record. Shared
-machinery in benchmarks/seg_common.py; sources and differences in docs/SEGMENTATION.md.
+machinery in benchmarks/seg_common.py; sources and differences in docs/PROTOCOLS.md (segmentation section).
 
     ssl-bench eval --protocol segmenter --dataset ade20k --data-root DIR --checkpoint CKPT
 """

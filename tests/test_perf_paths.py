@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from benchmarks.perf.flops import VitShape, backbone_flops, gemm_shapes, vit_flops
+from benchmarks.perf.flops import VitShape, backbone_flops, gemm_shapes, shape_flops, vit_flops
 from harness.backbone import create_backbone
 from harness.config import fingerprint
 from harness.data.transforms import PatchMultipleResize, ResizeCenterCrop
@@ -157,6 +157,7 @@ def test_flop_counter_equals_hand_count():
     gemm = sum(2 * bc * m * k * n * calls for _, bc, m, k, n, calls in gemm_shapes(shape, 8, 12, batch=3))
     assert gemm == 3 * f["total"]
     # ViT-S/16 at 224: the well-known 4.6 GMACs
-    b = create_backbone("vit_small_patch16_224")
-    assert abs(backbone_flops(b, 224, 224) / 2e9 - 4.6) < 0.05
-    assert VitShape.of(b) == VitShape.of_arch("vit_small_patch16_224")
+    assert abs(shape_flops(VitShape.of_arch("vit_small_patch16_224"), 224, 224) / 2e9 - 4.6) < 0.05
+    tiny = create_backbone("vit_cpu_tiny")
+    assert VitShape.of(tiny) == VitShape.of_arch("vit_cpu_tiny")
+    assert backbone_flops(tiny, 64, 64) == shape_flops(VitShape.of_arch("vit_cpu_tiny"), 64, 64)

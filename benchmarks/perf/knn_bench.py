@@ -1,4 +1,4 @@
-"""k-NN search + vote time, faiss vs torch backend (numbers: docs/CLASSIFICATION.md).
+"""k-NN search + vote time, faiss vs torch backend (numbers: docs/PROTOCOLS.md (classification section)).
 
     python benchmarks/perf/knn_bench.py                      # 100k x 384 train, 10k val, 1000 classes
     python benchmarks/perf/knn_bench.py --train 20000 --test 2000

@@ -1,6 +1,6 @@
 """Linear-probe training throughput (images/s) on CPU threads: one augmented batch =
 JPEG decode + RandomResizedCrop + flip, the frozen backbone's forward (no grad), and an SGD
-step of every head of the grid (numbers: docs/CLASSIFICATION.md).
+step of every head of the grid (numbers: docs/PROTOCOLS.md (classification section)).
 
     python benchmarks/perf/linear_bench.py                  # both settings below, 2 threads
     python benchmarks/perf/linear_bench.py --only tiny
