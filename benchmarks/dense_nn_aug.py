@@ -21,7 +21,6 @@ and nested subsets of one seed see the same crops (their features can be shared)
 """
 from __future__ import annotations
 
-import math
 import zlib
 from dataclasses import dataclass
 
@@ -32,7 +31,7 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 
 from harness.config import fingerprint
-from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, random_resized_crop_box
 
 
 @dataclass(frozen=True)
@@ -52,25 +51,7 @@ class HbirdAugment:
 
     def crop_params(self, g: torch.Generator, height: int, width: int) -> tuple[int, int, int, int]:
         """torchvision RandomResizedCrop.get_params with draws from ``g``."""
-        area = height * width
-        log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
-        for _ in range(10):
-            target_area = area * torch.empty(1).uniform_(self.scale[0], self.scale[1], generator=g).item()
-            aspect = math.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=g).item())
-            w = int(round(math.sqrt(target_area * aspect)))
-            h = int(round(math.sqrt(target_area / aspect)))
-            if 0 < w <= width and 0 < h <= height:
-                i = int(torch.randint(0, height - h + 1, size=(1,), generator=g).item())
-                j = int(torch.randint(0, width - w + 1, size=(1,), generator=g).item())
-                return i, j, h, w
-        in_ratio = width / height
-        if in_ratio < min(self.ratio):
-            w, h = width, int(round(width / min(self.ratio)))
-        elif in_ratio > max(self.ratio):
-            h, w = height, int(round(height * max(self.ratio)))
-        else:
-            w, h = width, height
-        return (height - h) // 2, (width - w) // 2, h, w
+        return random_resized_crop_box(width, height, self.scale, self.ratio, g)
 
     def jitter_params(self, g: torch.Generator) -> list[tuple[str, float] | None]:
         """Per component (brightness, contrast, saturation, hue): None or the factor."""

@@ -14,7 +14,7 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 
 from harness.config import fingerprint
-from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, random_resized_crop_box
 
 _INTERP = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC}
 
@@ -45,27 +45,7 @@ class RandomResizedCropFlip:
     std: tuple = IMAGENET_STD
 
     def crop_box(self, width: int, height: int, g: torch.Generator) -> tuple[int, int, int, int]:
-        area = height * width
-        # float32 log / exp as torchvision computes them, so the boxes are the same as
-        # torchvision's for the same random stream (tests/test_linear_probe.py)
-        log_ratio = torch.log(torch.tensor(self.ratio))
-        for _ in range(10):
-            target_area = area * torch.empty(1).uniform_(self.scale[0], self.scale[1], generator=g).item()
-            aspect = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=g)).item()
-            w = int(round(math.sqrt(target_area * aspect)))
-            h = int(round(math.sqrt(target_area / aspect)))
-            if 0 < w <= width and 0 < h <= height:
-                i = int(torch.randint(0, height - h + 1, (1,), generator=g))
-                j = int(torch.randint(0, width - w + 1, (1,), generator=g))
-                return i, j, h, w
-        in_ratio = float(width) / float(height)
-        if in_ratio < min(self.ratio):
-            w, h = width, int(round(width / min(self.ratio)))
-        elif in_ratio > max(self.ratio):
-            h, w = height, int(round(height * max(self.ratio)))
-        else:
-            w, h = width, height
-        return (height - h) // 2, (width - w) // 2, h, w
+        return random_resized_crop_box(width, height, self.scale, self.ratio, g)
 
     def __call__(self, img, g: torch.Generator) -> torch.Tensor:
         i, j, h, w = self.crop_box(img.width, img.height, g)

@@ -3,6 +3,8 @@ protocol fingerprints) and maps a PIL image to a normalised tensor; segmentation
 protocols use `mask()` to bring the label map to the same geometry."""
 from __future__ import annotations
 
+import math
+
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -106,3 +108,29 @@ def _resize_mask(mask: np.ndarray, h: int, w: int) -> np.ndarray:
         return mask
     img = Image.fromarray(mask.astype(np.uint8))
     return np.asarray(img.resize((w, h), Image.NEAREST))
+
+
+def random_resized_crop_box(width: int, height: int, scale, ratio, g: torch.Generator) -> tuple[int, int, int, int]:
+    """torchvision ``RandomResizedCrop.get_params`` (10 tries of scale x log-uniform ratio,
+    then a centre crop clamped to the ratio range) drawing from ``g`` instead of the global
+    RNG: (top, left, h, w). float32 log/exp as torchvision computes them, so the boxes equal
+    torchvision's for the same random stream."""
+    area = height * width
+    log_ratio = torch.log(torch.tensor(ratio))
+    for _ in range(10):
+        target_area = area * torch.empty(1).uniform_(scale[0], scale[1], generator=g).item()
+        aspect = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=g)).item()
+        w = int(round(math.sqrt(target_area * aspect)))
+        h = int(round(math.sqrt(target_area / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            i = int(torch.randint(0, height - h + 1, (1,), generator=g))
+            j = int(torch.randint(0, width - w + 1, (1,), generator=g))
+            return i, j, h, w
+    in_ratio = float(width) / float(height)
+    if in_ratio < min(ratio):
+        w, h = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        h, w = height, int(round(height * max(ratio)))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
