@@ -349,7 +349,7 @@ def _unit(*v):
 
 
 def test_cycle_consistency_constructed_case():
-    e1, e2, e3 = _unit(1, 0, 0), _unit(0, 1, 0), _unit(0, 0, 1)
+    e1, e2 = _unit(1, 0, 0), _unit(0, 1, 0)
     batch_v1 = torch.stack([e1, e2])
     batch_v2 = torch.stack([_unit(1, 0.2, 0), _unit(0.1, 1, 0)])
     # row 0: (M1 = e1, M2 = e1) -> comes back to object 0: consistent
@@ -380,7 +380,8 @@ def test_cycle_consistency_constructed_case():
 def test_bank_fifo_order_and_variable_counts():
     s, k, d = 3, 2, 1
     bank = torch.full((2, s * k, d), -1.0)
-    unit, counts, ptr = torch.nn.functional.normalize(bank, dim=-1), torch.full((s,), k), torch.zeros((), dtype=torch.long)
+    unit = torch.nn.functional.normalize(bank, dim=-1)
+    counts, ptr = torch.full((s,), k), torch.zeros((), dtype=torch.long)
 
     def add(image_ids, image_counts):
         objs = torch.tensor([10.0 * i + j for i, c in zip(image_ids, image_counts) for j in range(c)]).reshape(-1, d)
@@ -483,7 +484,8 @@ def tiny_batch(seed: int = 0, b: int = 8) -> dict:
     for i in range(b):
         for v in range(2):
             h, w = (int(torch.randint(24, 49, (1,), generator=g)) for _ in range(2))
-            top, left = int(torch.randint(0, 49 - h, (1,), generator=g)), int(torch.randint(0, 49 - w, (1,), generator=g))
+            top = int(torch.randint(0, 49 - h, (1,), generator=g))
+            left = int(torch.randint(0, 49 - w, (1,), generator=g))
             crops[v].append(torch.nn.functional.interpolate(imgs[i:i + 1, :, top:top + h, left:left + w], size=32,
                                                             mode="bilinear")[0])
             coords[v].append(patch_coords(top, left, h, w, 4, False))

@@ -43,7 +43,7 @@ def _knn(model, root: Path, precision: str) -> tuple[dict, float]:
 
     proto = build_protocol("knn", "synth", {"precision": precision, "progress": False})
     t = time.perf_counter()
-    res = proto.run(model, root)
+    res = proto.run(model, root / "imagenet")  # SynthScenes' object-centric ImageFolder
     return {int(r.variant["k"]): float(r.metrics["top1"]) for r in res}, time.perf_counter() - t
 
 
@@ -66,7 +66,7 @@ def _cls_cosine(model, root: Path) -> tuple[float, float]:
 
     proto = build_protocol("knn", "synth", {"progress": False})
     c = proto.cfg
-    val = load_splits(c.dataset, root, c.train_split, c.val_split).val
+    val = load_splits(c.dataset, root / "imagenet", c.train_split, c.val_split).val
     f = {p: torch.from_numpy(np.asarray(extract_features(model, val, proto.transform(), batch_size=c.batch_size,
                                                          progress=False, precision=p).cls[:, -1]))
          for p in ("fp32", "bf16")}

@@ -130,38 +130,55 @@ def _timm_model(arch: str, size: int):
     return timm.create_model(arch, pretrained=False, num_classes=0, img_size=size).eval()
 
 
-def run_timm(arch: str, size: int, n: int, batch: int, precision: str) -> dict:
-    model = _timm_model(arch, size)
-    x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(0))
-    with torch.inference_mode(), _autocast(precision):
-        model.forward_features(x[:1])  # warm-up
-        with RssSampler() as rss:
-            t, c, done = time.perf_counter(), time.process_time(), 0
-            while done < n:
-                b = min(batch, n - done)
-                model.forward_features(x[:b])
-                done += b
-            wall, cpu = time.perf_counter() - t, time.process_time() - c
-    return {"wall_s": wall, "cpu_s": cpu, "rss_mb": rss.peak_mb, "stages": {}}
+class TimmCase:
+    """Plain timm forward_features on random tensors (no decode), default intra-op threads."""
+
+    def __init__(self, arch: str, size: int, batch: int, precision: str):
+        self.model = _timm_model(arch, size)
+        self.x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(0))
+        self.batch, self.precision = batch, precision
+        with torch.inference_mode(), _autocast(precision):
+            self.model.forward_features(self.x[:1])  # warm-up
+
+    def __call__(self, n: int) -> dict:
+        with torch.inference_mode(), _autocast(self.precision):
+            with RssSampler() as rss:
+                t, c, done = time.perf_counter(), time.process_time(), 0
+                while done < n:
+                    b = min(self.batch, n - done)
+                    self.model.forward_features(self.x[:b])
+                    done += b
+                wall, cpu = time.perf_counter() - t, time.process_time() - c
+        return {"wall_s": wall, "cpu_s": cpu, "rss_mb": rss.peak_mb, "stages": {}}
 
 
-def run_harness(engine: str, arch: str, size: int, paths: list[Path], batch: int, precision: str,
-                threads: int) -> dict:
-    from harness.data.transforms import ResizeCenterCrop
-    from harness.features import extract_features
-    from harness.models import ModelHandle
+class HarnessCase:
+    """harness.features.extract_features over JPEG files into a fresh feature cache."""
 
-    model = ModelHandle.random_init(arch, seed=0, img_size=size)
-    tf = ResizeCenterCrop(resize=size * 8 // 7, crop=size)
-    kw = dict(n_last_blocks=1, patches=True, patch_dtype="float32", batch_size=batch, progress=False,
-              precision=precision, engine=engine, threads=threads)
-    with tempfile.TemporaryDirectory() as cache:
-        extract_features(model, JpegFolder(paths[:1]), tf, cache_dir=Path(cache) / "warm", **kw)  # warm-up
+    def __init__(self, engine: str, arch: str, size: int, paths: list[Path], batch: int, precision: str,
+                 threads: int, model=None):
+        from harness.data.transforms import ResizeCenterCrop
+        from harness.models import ModelHandle
+
+        self.model = model or ModelHandle.random_init(arch, seed=0, img_size=size)
+        self.tf = ResizeCenterCrop(resize=size * 8 // 7, crop=size)
+        self.paths = paths
+        self.kw = dict(n_last_blocks=1, patches=True, patch_dtype="float32", batch_size=batch, progress=False,
+                       precision=precision, engine=engine, threads=threads)
+        self._extract(paths[:1])  # warm-up
+
+    def _extract(self, paths):
+        from harness.features import extract_features
+
+        with tempfile.TemporaryDirectory() as cache:
+            return extract_features(self.model, JpegFolder(paths), self.tf, cache_dir=Path(cache), **self.kw)
+
+    def __call__(self, n: int) -> dict:
         with RssSampler() as rss:
             t, c = time.perf_counter(), time.process_time()
-            fs = extract_features(model, JpegFolder(paths), tf, cache_dir=Path(cache) / "run", **kw)
+            fs = self._extract(self.paths[:n])
             wall, cpu = time.perf_counter() - t, time.process_time() - c
-    return {"wall_s": wall, "cpu_s": cpu, "rss_mb": rss.peak_mb, "stages": fs.stages}
+        return {"wall_s": wall, "cpu_s": cpu, "rss_mb": rss.peak_mb, "stages": fs.stages}
 
 
 def _peak_pair(before: dict, after: dict) -> tuple[float, float]:
@@ -189,14 +206,25 @@ def plan(archs, sizes, precisions, budget_gflop: float, threads: int, bf16_max_g
     return out
 
 
+def _median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
 def run(archs=("S", "B"), sizes=(224, 448), precisions=("fp32", "bf16"), modes=MODES, budget_gflop=250.0,
-        bf16_max_gflop=40.0, threads: int | None = None, peak_secs: float = 0.3, log=print) -> dict:
+        bf16_max_gflop=40.0, threads: int | None = None, repeats: int = 1, peak_secs: float = 0.3,
+        log=print) -> dict:
+    """Cases of one (arch, size, precision) run back to back, `repeats` rounds in alternating
+    order (timm, plain, threads, timm, ...), each followed by a peak measurement; a row gives
+    the median over rounds of each figure (the ratios are taken per round first)."""
     threads = threads or torch.get_num_threads()
     torch.set_num_threads(threads)
     cases = plan(archs, sizes, precisions, budget_gflop, threads, bf16_max_gflop)
     n_max = max((c[3] for c in cases), default=1)
-    jpeg_dir = Path(tempfile.gettempdir()) / "ssl-bench-perf-jpegs"
-    paths = make_jpegs(jpeg_dir, n_max)
+    paths = make_jpegs(Path(tempfile.gettempdir()) / "ssl-bench-perf-jpegs", n_max)
     peaks = {"fp32": [matmul_peak("fp32", threads=threads, secs=peak_secs, repeats=2)]}
     if "bf16" in precisions:
         peaks["bf16"] = [matmul_peak("bf16", threads=threads, secs=peak_secs, repeats=1)]
@@ -206,29 +234,44 @@ def run(archs=("S", "B"), sizes=(224, 448), precisions=("fp32", "bf16"), modes=M
     rows = []
     for a, s, precision, n, batch in cases:
         per_img = shape_flops(VitShape.of_arch(ARCHS[a]), s, s)
+        runners, model = {}, None
         for mode in modes:
-            before = peaks["fp32"][-1]
-            load0 = os.getloadavg()[0]
             if mode == "timm":
-                r = run_timm(ARCHS[a], s, n, batch, precision)
+                runners[mode] = TimmCase(ARCHS[a], s, batch, precision)
             else:
-                r = run_harness(mode, ARCHS[a], s, paths[:n], batch, precision, threads)
-            after = matmul_peak("fp32", threads=threads, secs=peak_secs, repeats=2)
-            peaks["fp32"].append(after)
-            g_peak, c_peak = _peak_pair(before, after)
-            gflops = per_img * n / r["wall_s"] / 1e9
-            cpu_gflops = per_img * n / max(r["cpu_s"], 1e-9) / 1e9
-            st = r["stages"]
+                runners[mode] = HarnessCase(mode, ARCHS[a], s, paths[:n], batch, precision, threads, model)
+                model = runners[mode].model  # one set of weights for both engines
+        samples: dict[str, list[dict]] = {m: [] for m in modes}
+        for _ in range(repeats):
+            for mode in modes:
+                before = peaks["fp32"][-1]
+                load0 = os.getloadavg()[0]
+                r = runners[mode](n)
+                after = matmul_peak("fp32", threads=threads, secs=peak_secs, repeats=2)
+                peaks["fp32"].append(after)
+                g_peak, c_peak = _peak_pair(before, after)
+                r["gflops"] = per_img * n / r["wall_s"] / 1e9
+                r["cpu_gflops"] = per_img * n / max(r["cpu_s"], 1e-9) / 1e9
+                r["roof_fp32"], r["roof_fp32_cpu"], r["peak"] = r["gflops"] / g_peak, r["cpu_gflops"] / c_peak, g_peak
+                r["load"] = (load0 + os.getloadavg()[0]) / 2
+                samples[mode].append(r)
+        del runners
+        for mode in modes:
+            rs = samples[mode]
+            med = {k: _median([r[k] for r in rs]) for k in ("wall_s", "gflops", "cpu_gflops", "roof_fp32",
+                                                             "roof_fp32_cpu", "peak", "rss_mb", "load")}
+            st = {k: _median([r["stages"].get(k) for r in rs]) for k in ("outside_forward_share", "wait_s")}
             row = {"case": f"ViT-{a}/16 {s} {precision} {mode}", "arch": a, "size": s, "precision": precision,
-                   "mode": mode, "images": n, "batch": batch, "img_s": n / r["wall_s"], "gflops": gflops,
-                   "roof_fp32": gflops / g_peak, "roof_fp32_cpu": cpu_gflops / c_peak,
-                   "peak_fp32_gflops": g_peak, "rss_mb": r["rss_mb"],
-                   "outside_fwd": st.get("outside_forward_share"), "wait_s": st.get("wait_s"),
-                   "stages": st, "load": round((load0 + os.getloadavg()[0]) / 2, 2)}
+                   "mode": mode, "images": n, "batch": batch, "repeats": repeats, "img_s": n / med["wall_s"],
+                   "gflops": med["gflops"], "roof_fp32": med["roof_fp32"], "roof_fp32_cpu": med["roof_fp32_cpu"],
+                   "peak_fp32_gflops": med["peak"], "rss_mb": max(r["rss_mb"] for r in rs),
+                   "outside_fwd": st["outside_forward_share"], "wait_s": st["wait_s"],
+                   "stages": rs[-1]["stages"], "load": med["load"],
+                   "all_roof_fp32": [round(r["roof_fp32"], 3) for r in rs]}
             if precision == "bf16":
                 bp = peaks["bf16"][0]["peak"]
-                row["roof_bf16"] = gflops / bp.gflops
-                row["roof_bf16_cpu"] = cpu_gflops / bp.cpu_gflops
+                row["roof_bf16"] = med["gflops"] / bp.gflops
+                row["roof_bf16_cpu"] = med["cpu_gflops"] / bp.cpu_gflops
             rows.append(row)
             log(format_row(row))
     if "bf16" in precisions:
@@ -268,12 +311,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--budget", type=float, default=250.0, help="GFLOP per fp32 case (sets the image count)")
     ap.add_argument("--bf16-budget", type=float, default=40.0, help="GFLOP cap per bf16 case")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=2, help="rounds per case (median reported)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     print(f"load average {os.getloadavg()}, torch {torch.__version__}, {args.threads} threads")
     print(HEADER)
     out = run(args.archs.split(","), [int(s) for s in args.sizes.split(",")], args.precisions.split(","),
-              args.modes.split(","), args.budget, args.bf16_budget, args.threads)
+              args.modes.split(","), args.budget, args.bf16_budget, args.threads, args.repeats)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2, default=str))
     return out
