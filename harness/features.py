@@ -24,6 +24,7 @@ See docs/BENCHMARKS.md for the measurements behind the choice.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import shutil
 import tempfile
@@ -42,6 +43,8 @@ from tqdm.auto import tqdm
 from harness.config import fingerprint
 from harness.models import ModelHandle
 from harness.paths import feature_cache_dir
+
+log = logging.getLogger(__name__)
 
 CACHE_VERSION = 1
 Engine = Literal["threads", "plain"]
@@ -135,6 +138,8 @@ def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_la
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, found {engine!r}")
+    if precision == "bf16":
+        _warn_if_bf16_emulated(model)
     key = feature_key(model, source, transform, n_last_blocks, norm, patches, patch_dtype, precision)
     root = Path(cache_dir or feature_cache_dir())
     final = root / key
@@ -164,6 +169,35 @@ def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_la
     fs = _load(final, key)
     fs.from_cache = False
     return fs
+
+
+_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "avx_ne_convert")
+_bf16_warned = False
+
+
+def cpu_has_native_bf16() -> bool | None:
+    """Whether this CPU multiplies bf16 in hardware (AVX512-BF16, AMX, AVX-NE-CONVERT);
+    None where /proc/cpuinfo cannot tell. Without it torch emulates bf16 matmuls, several
+    times slower than fp32 (docs/BENCHMARKS.md)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return any(flag in line.split() for flag in _BF16_FLAGS)
+    except OSError:
+        pass
+    return None
+
+
+def _warn_if_bf16_emulated(model) -> None:
+    global _bf16_warned
+    if _bf16_warned or next(model.backbone.parameters()).device.type != "cpu":
+        return
+    if cpu_has_native_bf16() is False:
+        _bf16_warned = True
+        log.warning("precision bf16 on a CPU without bf16 instructions (%s): torch emulates bf16 "
+                    "matmuls, which is slower than fp32 here; use precision fp32 for speed",
+                    "/".join(_BF16_FLAGS))
 
 
 @dataclass

@@ -12,7 +12,7 @@ object cross-image). The head MLP, centring, crops, schedules and EMA are shared
 Reference: tileb1/CrIBo main_cribo.py (Clustering, get_nn_centroids, CrIBoLoss,
 train_one_epoch) and cribo_utils/data_transforms.py. Where the official code has a
 quirk, the paper's intent is the default and ``official_quirks: true`` restores the
-official behaviour; docs/CRIBO.md lists every difference and every quirk kept.
+official behaviour; docs/METHODS.md (CrIBo section) lists every difference and every quirk kept.
 """
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ Cases, per (arch, size, precision):
 - ``threads``:  ``extract_features(engine="threads")`` (the harness default): the same work,
                 loader threads + single-threaded kernels in one forward thread per core.
 
-Every case prints images/s, achieved GFLOP/s (matmul FLOPs from the architecture, see
+The cases of one (arch, size, precision) run back to back, `--repeats` rounds in alternating
+order; each row is the median over rounds. Every case prints images/s, achieved GFLOP/s (matmul FLOPs from the architecture, see
 flops.py), the fraction of the fp32 (and bf16) matmul peak measured in the same process just
 before and just after the case (their mean; see roofline.py), the same fraction per
 CPU-second the process got (robust to other jobs on a shared machine), peak RSS while the
