@@ -30,7 +30,7 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Literal, Protocol as TypingProtocol
@@ -206,7 +206,8 @@ class _Stages:
     doing it: thread CPU time in the "threads" engine (every kernel runs in the calling
     thread), wall time in the "plain" engine (its forward runs on an OpenMP team). wait_s:
     wall time the forward side sat idle waiting for decoded images; write_s: cache writes
-    and bookkeeping in the calling thread."""
+    and bookkeeping in the calling thread. load_s and transform_s stay 0 when DataLoader
+    worker processes decode (num_workers > 0)."""
 
     load_s: float = 0.0
     transform_s: float = 0.0
@@ -255,8 +256,9 @@ def intra_op_threads(n: int):
 
 
 def _threaded_batches(source, transform, n: int, batch_size: int, pool: ThreadPoolExecutor,
-                      stages: _Stages, prefetch: int = 2) -> Iterator[list[torch.Tensor]]:
-    """Batches of transformed images in dataset order, decoded `prefetch` batches ahead."""
+                      stages: _Stages, prefetch: int = 1) -> Iterator[list[torch.Tensor]]:
+    """Batches of transformed images in dataset order; the next `prefetch` batches are
+    decoded while the current one is handed out."""
 
     def one(i: int):
         c0 = time.thread_time()
@@ -265,26 +267,22 @@ def _threaded_batches(source, transform, n: int, batch_size: int, pool: ThreadPo
         x = transform(img)
         return x, c1 - c0, time.thread_time() - c1
 
-    starts = range(0, n, batch_size)
-    queued: list[list[Future]] = []
-    it = iter(starts)
-    for s in it:
-        queued.append([pool.submit(one, i) for i in range(s, min(s + batch_size, n))])
-        if len(queued) > prefetch:
-            break
+    def queue(start: int) -> list[Future]:
+        return [pool.submit(one, i) for i in range(start, min(start + batch_size, n))]
+
+    starts = iter(range(0, n, batch_size))
+    queued = [queue(s) for _, s in zip(range(prefetch + 1), starts)]
     while queued:
         futs = queued.pop(0)
-        nxt = next(it, None)
+        nxt = next(starts, None)
         if nxt is not None:
-            queued.append([pool.submit(one, i) for i in range(nxt, min(nxt + batch_size, n))])
-        t = time.perf_counter()
+            queued.append(queue(nxt))
         out = []
         for f in futs:
             x, dl, dt = f.result()
             stages.load_s += dl
             stages.transform_s += dt
             out.append(x)
-        stages.wait_s += time.perf_counter() - t
         yield out
 
 
@@ -301,7 +299,8 @@ def _work_items(images: list[torch.Tensor], streams: int) -> list[list[int]]:
 def _forward_chunk(backbone, x: torch.Tensor, n_last_blocks, norm, precision, patches, patch_dtype,
                    timed: bool):
     """One chunk of one shape: (cls, patch_mean, (h, w), patch tokens (b, h*w, n, d) or None,
-    busy seconds). Runs in a forward thread: grad mode and autocast are thread-local."""
+    busy seconds, perf_counter at the end). Runs in a forward thread: grad mode and autocast
+    are thread-local, so they are set here."""
     t0 = time.thread_time() if timed else time.perf_counter()
     with torch.inference_mode():
         c, pm, p = _forward(backbone, x, n_last_blocks, norm, precision)
@@ -313,7 +312,7 @@ def _forward_chunk(backbone, x: torch.Tensor, n_last_blocks, norm, precision, pa
                 flat = flat.astype(patch_dtype)
         out = (c.cpu().numpy(), pm.cpu().numpy(), (h, w), flat)
     busy = (time.thread_time() if timed else time.perf_counter()) - t0
-    return out + (busy,)
+    return out + (busy, time.perf_counter())
 
 
 def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patches, patch_dtype,
@@ -334,7 +333,7 @@ def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patc
     t_start = time.perf_counter()
     patch_file = open(out / "patches.bin", "wb") if patches else None
     # "threads": every kernel single-threaded; the parallelism is ours
-    ctx = intra_op_threads(1) if threaded else _nullcontext()
+    ctx = intra_op_threads(1) if threaded else nullcontext()
     fwd_pool = ThreadPoolExecutor(streams, thread_name_prefix="ssl-bench-fwd") if threaded else _Inline()
     load_pool = None
     try:
@@ -345,9 +344,8 @@ def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patc
                 load_pool = ThreadPoolExecutor(stages.loader_threads, thread_name_prefix="ssl-bench-load")
                 batches: Iterator = _threaded_batches(source, transform, n, batch_size, load_pool, stages)
             else:
-                batches = _timed(iter(DataLoader(dataset, batch_size=batch_size, shuffle=False,
-                                                 num_workers=num_workers, collate_fn=_collate_list,
-                                                 persistent_workers=False)), stages)
+                batches = iter(DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                                          collate_fn=_collate_list, persistent_workers=False))
 
             def submit(images):
                 return [(idx, fwd_pool.submit(_forward_chunk, backbone,
@@ -358,7 +356,7 @@ def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patc
             def finish(start: int, count: int, work) -> None:
                 per_image: dict[int, tuple] = {}
                 for idx, fut in work:
-                    c, pm, (h, w), flat, busy = fut.result()
+                    c, pm, (h, w), flat, busy, _ = fut.result()
                     t = time.perf_counter()
                     stages.forward_s += busy
                     rows = [start + j for j in idx]
@@ -379,10 +377,21 @@ def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patc
                 stages.write_s += time.perf_counter() - t
                 bar.update(count)
 
-            # batch k+1 is queued on the forward threads before batch k is collected and written
+            # Batch k+1 is queued on the forward threads before batch k is collected and
+            # written. wait_s: time between the forward threads running out of work and the
+            # next batch of decoded images arriving.
             pending = None
             i = 0
-            for images in batches:
+            while True:
+                t_ask = time.perf_counter()
+                images = next(batches, None)
+                t_got = time.perf_counter()
+                fwd_done = [f for _, f in pending[2]] if pending is not None else []
+                if all(f.done() for f in fwd_done):
+                    t_idle = max([t_ask] + [f.result()[-1] for f in fwd_done])
+                    stages.wait_s += max(0.0, t_got - t_idle)
+                if images is None:
+                    break
                 work = submit(images)
                 if pending is not None:
                     finish(*pending)
@@ -408,23 +417,6 @@ def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patc
                             "patch_dtype": patch_dtype, "total_patches": int(offsets[-1]),
                             "stages": stages.as_dict()}
     (out / "meta.json").write_text(json.dumps(meta))
-
-
-@contextmanager
-def _nullcontext():
-    yield
-
-
-def _timed(batches: Iterator, stages: _Stages) -> Iterator:
-    """A DataLoader iterator whose waits count as wait_s (the plain engine decodes here)."""
-    while True:
-        t = time.perf_counter()
-        try:
-            images = next(batches)
-        except StopIteration:
-            return
-        stages.wait_s += time.perf_counter() - t
-        yield images
 
 
 def _forward(backbone, x: torch.Tensor, n_last_blocks: int, norm: bool, precision: str):

@@ -146,12 +146,12 @@ class CrIBoDataset(torch.utils.data.Dataset):
 
         rng = sample_rng(self.seed, self.epoch, index)
         img = self.loader(self.paths[index])
-        x = TF.pil_to_tensor(img) if not isinstance(img, torch.Tensor) else img
+        x = TF.to_pil_image(img) if isinstance(img, torch.Tensor) else img
         c = self.cfg
         crops, coords = [], []
         for i in range(2):
             peek = copy.deepcopy(rng)
-            top, left, h, w = random_resized_crop_params(peek, x.shape[-2], x.shape[-1], c.global_crops_scale)
+            top, left, h, w = random_resized_crop_params(peek, x.height, x.width, c.global_crops_scale)
             flipped = bool(peek.random() < c.flip_p)
             blur_p = c.blur_p_global1 if i == 0 else c.blur_p_global2
             sol_p = c.solarize_p_global1 if i == 0 else c.solarize_p_global2

@@ -340,13 +340,11 @@ def random_resized_crop_params(rng: np.random.Generator, height: int, width: int
 class MultiCropAugmentation:
     """Image -> [global crops..., local crops...] as normalised float tensors.
 
-    Per crop, in the official order: RandomResizedCrop (bicubic) -> horizontal flip ->
-    colour jitter (random order of the four ops, p ``color_jitter_p``) -> grayscale ->
-    Gaussian blur -> solarize -> normalise. The crop is resized from the uint8 image, the
-    rest runs on float tensors through torchvision.transforms.v2.functional with
-    parameters drawn from the given RNG.
-    The Gaussian blur uses a kernel of 2 ceil(3 sigma) + 1 (PIL's GaussianBlur(radius)
-    in the official code has no kernel size).
+    Per crop, in the official order and with the official PIL operations: RandomResizedCrop
+    (bicubic) -> horizontal flip -> colour jitter (random order of the four ops, p
+    ``color_jitter_p``) -> grayscale -> Gaussian blur (PIL ``GaussianBlur(radius=sigma)``)
+    -> solarize (PIL, threshold 128) -> to tensor -> normalise. Every parameter is drawn
+    from the given RNG (torchvision draws them from the global RNG).
     """
 
     def __init__(self, cfg: MultiCropConfig):
@@ -354,30 +352,27 @@ class MultiCropAugmentation:
 
     def __call__(self, img, rng: np.random.Generator) -> list[torch.Tensor]:
         c = self.cfg
-        x = TF.pil_to_tensor(img) if not isinstance(img, torch.Tensor) else img
-        if x.dtype != torch.uint8:
-            raise ValueError(f"expected a PIL image or a uint8 tensor, found {x.dtype}")
+        img = _as_pil(img)
         first = 0 if c.global_recipe_order == "fixed" else int(rng.integers(0, 2))
         crops = []
         for i in range(c.global_crops_number):
             recipe1 = (i + first) % 2 == 0 if c.global_recipe_order == "random" else i == 0
             blur_p = c.blur_p_global1 if recipe1 else c.blur_p_global2
             sol_p = c.solarize_p_global1 if recipe1 else c.solarize_p_global2
-            crops.append(self._crop(x, rng, c.global_crops_size, c.global_crops_scale, blur_p, sol_p))
+            crops.append(self._crop(img, rng, c.global_crops_size, c.global_crops_scale, blur_p, sol_p))
         for _ in range(c.local_crops_number):
-            crops.append(self._crop(x, rng, c.local_crops_size, c.local_crops_scale,
+            crops.append(self._crop(img, rng, c.local_crops_size, c.local_crops_scale,
                                     c.blur_p_local, c.solarize_p_local))
         return crops
 
-    def _crop(self, x: torch.Tensor, rng: np.random.Generator, size: int, scale, blur_p: float,
+    def _crop(self, img, rng: np.random.Generator, size: int, scale, blur_p: float,
               solarize_p: float) -> torch.Tensor:
+        from PIL import ImageFilter, ImageOps
+
         c = self.cfg
-        top, left, h, w = random_resized_crop_params(rng, x.shape[-2], x.shape[-1], scale)
-        x = TF.resized_crop(x, top, left, h, w, [size, size], interpolation=InterpolationMode.BICUBIC,
-                            antialias=True)
-        # colour ops run in float in [0, 1] (one conversion instead of one per op; the official
-        # PIL pipeline rounds to uint8 between ops, a difference below one grey level)
-        x = TF.to_dtype(x, torch.float32, scale=True)
+        img = _as_pil(img)
+        top, left, h, w = random_resized_crop_params(rng, img.height, img.width, scale)
+        x = TF.resized_crop(img, top, left, h, w, [size, size], interpolation=InterpolationMode.BICUBIC)
         if rng.random() < c.flip_p:
             x = TF.horizontal_flip(x)
         if rng.random() < c.color_jitter_p:
@@ -385,14 +380,12 @@ class MultiCropAugmentation:
         if rng.random() < c.grayscale_p:
             x = TF.rgb_to_grayscale(x, num_output_channels=3)
         if blur_p > 0 and rng.random() <= blur_p:
-            sigma = _uniform(rng, *c.blur_sigma)
-            k = min(2 * math.ceil(3 * sigma) + 1, (min(x.shape[-2:]) - 1) // 2 * 2 + 1)
-            x = TF.gaussian_blur(x, [k, k], [sigma, sigma])
+            x = x.filter(ImageFilter.GaussianBlur(radius=_uniform(rng, *c.blur_sigma)))
         if solarize_p > 0 and rng.random() < solarize_p:
-            x = TF.solarize(x, 128 / 255)  # PIL ImageOps.solarize: invert pixels >= 128
-        return TF.normalize(x, list(c.mean), list(c.std))
+            x = ImageOps.solarize(x, 128)
+        return TF.normalize(TF.to_dtype(TF.pil_to_tensor(x), torch.float32, scale=True), list(c.mean), list(c.std))
 
-    def _color_jitter(self, x: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+    def _color_jitter(self, x, rng: np.random.Generator):
         c = self.cfg
         order = rng.permutation(4)  # torchvision ColorJitter: random order, factors drawn once
         b = _uniform(rng, max(0.0, 1 - c.brightness), 1 + c.brightness) if c.brightness > 0 else None
@@ -409,6 +402,15 @@ class MultiCropAugmentation:
             elif op == 3 and hu is not None:
                 x = TF.adjust_hue(x, hu)
         return x
+
+
+def _as_pil(img):
+    """PIL image from a PIL image or a (3, H, W) uint8 tensor."""
+    if isinstance(img, torch.Tensor):
+        if img.dtype != torch.uint8:
+            raise ValueError(f"expected a PIL image or a uint8 tensor, found {img.dtype}")
+        return TF.to_pil_image(img)
+    return img.convert("RGB") if img.mode != "RGB" else img
 
 
 # ============================================================================ masking

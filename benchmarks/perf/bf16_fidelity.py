@@ -58,7 +58,7 @@ def _dense(model, root: Path, precision: str) -> tuple[float, float]:
     return float(res[0].metrics["mIoU"]), time.perf_counter() - t
 
 
-def _cls_cosine(model, root: Path) -> tuple[float, float]:
+def _cls_cosine(model, root: Path) -> tuple[float, float, int]:
     """Cosine similarity of fp32 vs bf16 CLS features of the k-NN val images (cache hits)."""
     from benchmarks.classification_common import load_splits
     from harness.evaluate import build_protocol
@@ -71,7 +71,7 @@ def _cls_cosine(model, root: Path) -> tuple[float, float]:
                                                          progress=False, precision=p).cls[:, -1]))
          for p in ("fp32", "bf16")}
     cos = torch.nn.functional.cosine_similarity(f["fp32"], f["bf16"], dim=1)
-    return float(cos.mean()), float(cos.min())
+    return float(cos.mean()), float(cos.min()), len(val)
 
 
 def evaluate_model(model, root: Path, log=print) -> dict:
@@ -86,7 +86,8 @@ def evaluate_model(model, root: Path, log=print) -> dict:
     out["delta_knn_top1"] = d_knn
     out["delta_knn_top1_max_abs"] = max(abs(v) for v in d_knn.values())
     out["delta_dense_miou"] = out["bf16"]["dense_miou"] - out["fp32"]["dense_miou"]
-    out["cls_cosine_mean"], out["cls_cosine_min"] = _cls_cosine(model, root)
+    out["cls_cosine_mean"], out["cls_cosine_min"], out["knn_val_images"] = _cls_cosine(model, root)
+    out["knn_point_per_image"] = 100.0 / out["knn_val_images"]
     out["slowdown_bf16"] = ((out["bf16"]["knn_s"] + out["bf16"]["dense_s"])
                             / max(out["fp32"]["knn_s"] + out["fp32"]["dense_s"], 1e-9))
     out["within_tolerance"] = (out["delta_knn_top1_max_abs"] <= TOLERANCE
@@ -98,7 +99,8 @@ def format_result(r: dict) -> str:
     verdict = "within" if r["within_tolerance"] else "OUTSIDE"
     return (f"  {r['model']}: bf16 - fp32: k-NN top-1 max |delta| {r['delta_knn_top1_max_abs']:.2f} pt "
             f"(k=20: {r['delta_knn_top1'].get(20, float('nan')):+.2f}), dense-NN mIoU {r['delta_dense_miou']:+.2f} pt "
-            f"-> {verdict} {TOLERANCE} pt; CLS cosine mean {r['cls_cosine_mean']:.5f} min {r['cls_cosine_min']:.5f}; "
+            f"-> {verdict} {TOLERANCE} pt (one k-NN val image = {r['knn_point_per_image']:.2f} pt); "
+            f"CLS cosine mean {r['cls_cosine_mean']:.5f} min {r['cls_cosine_min']:.5f}; "
             f"bf16 protocol time x{r['slowdown_bf16']:.1f} of fp32")
 
 

@@ -1,7 +1,8 @@
 """Backbone forward / feature extraction speed against the measured matmul roofline.
 
     python benchmarks/perf/extraction_bench.py                       # ViT-S/B x 224/448, fp32 + bf16
-    python benchmarks/perf/extraction_bench.py --archs S --sizes 224 --precisions fp32 --budget 60
+    python benchmarks/perf/extraction_bench.py --archs S --sizes 224 --precisions fp32 \
+        --budget 60
 
 Cases, per (arch, size, precision):
 - ``timm``:     plain timm ``VisionTransformer.forward_features`` on random tensors, eval mode,

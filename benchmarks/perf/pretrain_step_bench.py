@@ -12,6 +12,7 @@ _cpu config is listed as skipped.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import resource
 import sys
@@ -72,7 +73,7 @@ def bench_method(name: str, data_root: Path, batch: int | None, steps: int) -> d
 
 def run(methods: list[str] | None = None, batch: int | None = None, steps: int = 3, preset: str = "small",
         log=print) -> list[dict]:
-    import methods as _builtin  # noqa: F401  (registers the built-in methods)
+    importlib.import_module("methods")  # registers the built-in methods
     from harness.data.synthetic import default_root, generate
     from harness.registry import METHODS
 

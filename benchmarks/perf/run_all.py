@@ -12,7 +12,7 @@ Sections:
    and "threads" engines), fp32 vs bf16, 224 vs 448, ViT-S vs ViT-B: images/s, GFLOP/s,
    roofline fractions against peaks measured around each case in this process, peak RSS,
    stage split.
-4. bf16 fidelity (bf16_fidelity.py): k-NN top-1 and dense-NN mIoU, fp32 vs bf16.
+4. bf16 fidelity (bf16_fidelity.py): k-NN top-1 and dense-NN mIoU, fp32 vs bf16 (not with --quick).
 5. Protocols: benchmarks/perf/dense_nn_bench.py and knn_bench.py, if present, with small
    sizes, each in its own process (their peak-RSS figures are per process).
 6. Pretraining: one training_step + backward per registered method (pretrain_step_bench.py).
@@ -69,7 +69,8 @@ def _sub(args: list[str], timeout: int) -> tuple[str, float]:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="~2-3 minutes: ViT-S/16 224 and small protocol sizes")
+    ap.add_argument("--quick", action="store_true",
+                    help="~2-3 minutes: ViT-S/16 224, small protocol sizes, no bf16 fidelity")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip", default="", help="comma list of sections to skip: roofline,extraction,"
                                                 "fidelity,protocols,pretrain")
@@ -114,7 +115,8 @@ def main(argv=None) -> dict:
             out(f"| {r['gemm']} | {r['shape']} | {100 * r['share']:.1f}% | {r['gflops']:.1f} | {r['cpu_gflops']:.1f} |")
         sq = peaks["fp32"]["peak"]
         out(f"| **all (FLOP-weighted)** | | 100% | {shapes['weighted_gflops']:.1f} "
-            f"({100 * shapes['weighted_gflops'] / sq.gflops:.0f}% of square) | {shapes['weighted_cpu_gflops']:.1f} "
+            f"({100 * shapes['weighted_gflops'] / sq.gflops:.0f}% of square) "
+            f"| {shapes['weighted_cpu_gflops']:.1f} "
             f"({100 * shapes['weighted_cpu_gflops'] / sq.cpu_gflops:.0f}% of square) |")
         report["roofline"] = {"peaks": {k: {"size": v["size"], "omp": v["omp"].as_dict(), "streams": v["streams"].as_dict(),
                                             "peak": v["peak"].as_dict(), "load": v["load"]} for k, v in peaks.items()},
@@ -140,11 +142,14 @@ def main(argv=None) -> dict:
         out(f"\nload average after extraction: {[round(x, 2) for x in os.getloadavg()]}")
 
     if "fidelity" not in skip:
-        from benchmarks.perf import bf16_fidelity
-
         out("\n## bf16 fidelity\n")
-        fid = bf16_fidelity.run(random_init=not q, log=out)
-        report["fidelity"] = fid
+        if q:
+            out("skipped with --quick (4 protocol runs, ~3 min): run without --quick or "
+                "`python benchmarks/perf/bf16_fidelity.py`")
+        else:
+            from benchmarks.perf import bf16_fidelity
+
+            report["fidelity"] = bf16_fidelity.run(log=out)
 
     if "protocols" not in skip:
         out("\n## Protocols\n")
