@@ -1,5 +1,5 @@
-"""End to end: the default suite (shortened pretraining) from nothing to a leaderboard,
-then again from the caches; and DINO on SynthScenes beats its random init."""
+"""End to end: the default suite (pretraining cut to a few steps) from nothing to a
+leaderboard, then again from the caches."""
 import os
 import subprocess
 import sys
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 def test_default_suite_end_to_end_then_cached(tmp_path):
     env = dict(os.environ, SSL_BENCH_HOME=str(tmp_path / "home"), SSL_BENCH_RESULTS=str(tmp_path / "results"))
     cmd = [sys.executable, str(REPO / "run_benchmark.py"), "run", "--no-progress",
-           "--set", "pretrain_overrides=[train.max_steps=40]"]
+           "--set", "pretrain_overrides=[train.epochs=2, train.max_steps=12]"]
     first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     for name in ("leaderboard.csv", "leaderboard.md", "leaderboard.html"):
@@ -34,15 +34,3 @@ def test_default_suite_end_to_end_then_cached(tmp_path):
     assert second.returncode == 0, second.stderr[-3000:]
     assert "using cached checkpoint" in second.stdout and "(cached)" in second.stdout
     assert time.perf_counter() - t0 < 120
-
-
-@pytest.mark.slow
-def test_dino_beats_random_init_on_synthscenes(tmp_path, monkeypatch):
-    from benchmarks.perf.learning_curve import main as learning_curve
-
-    monkeypatch.setenv("SSL_BENCH_HOME", str(tmp_path / "home"))
-    out = tmp_path / "curve.csv"
-    learning_curve(["--steps", "0", "400", "--work", str(tmp_path / "work"), "--out", str(out)])
-    df = pd.read_csv(out).set_index("steps")
-    assert df.loc[400, "dense_nn_miou"] > df.loc[0, "dense_nn_miou"] + 2.0
-    assert df.loc[400, "knn_avgpool_top1"] > df.loc[0, "knn_avgpool_top1"]

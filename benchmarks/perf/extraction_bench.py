@@ -17,7 +17,7 @@ order; each row is the median over rounds. Every case prints images/s, achieved 
 flops.py), the fraction of the fp32 (and bf16) matmul peak measured in the same process just
 before and just after the case (their mean; see roofline.py), the same fraction per
 CPU-second the process got (robust to other jobs on a shared machine), peak RSS while the
-case ran, and for the harness cases the stage split: share of busy time outside the forward
+case ran (and its growth during the case), and for the harness cases the stage split: share of busy time outside the forward
 (decode, transform, cache write) and the seconds the forward waited for decoded images.
 
 Images: ImageNet-like JPEGs (500x375, quality 90) written once to a temporary folder;
@@ -72,7 +72,7 @@ class RssSampler:
             self._stop.wait(self.interval)
 
     def __enter__(self) -> "RssSampler":
-        self.peak_mb = self._rss()
+        self.peak_mb = self.start_mb = self._rss()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
@@ -151,7 +151,8 @@ class TimmCase:
                     self.model.forward_features(self.x[:b])
                     done += b
                 wall, cpu = time.perf_counter() - t, time.process_time() - c
-        return {"wall_s": wall, "cpu_s": cpu, "rss_mb": rss.peak_mb, "stages": {}}
+        return {"wall_s": wall, "cpu_s": cpu, "rss_mb": rss.peak_mb, "rss_growth_mb": rss.peak_mb - rss.start_mb,
+                "stages": {}}
 
 
 class HarnessCase:
@@ -180,7 +181,8 @@ class HarnessCase:
             t, c = time.perf_counter(), time.process_time()
             fs = self._extract(self.paths[:n])
             wall, cpu = time.perf_counter() - t, time.process_time() - c
-        return {"wall_s": wall, "cpu_s": cpu, "rss_mb": rss.peak_mb, "stages": fs.stages}
+        return {"wall_s": wall, "cpu_s": cpu, "rss_mb": rss.peak_mb, "rss_growth_mb": rss.peak_mb - rss.start_mb,
+                "stages": fs.stages}
 
 
 def _peak_pair(before: dict, after: dict) -> tuple[float, float]:
@@ -267,6 +269,7 @@ def run(archs=("S", "B"), sizes=(224, 448), precisions=("fp32", "bf16"), modes=M
                    "mode": mode, "images": n, "batch": batch, "repeats": repeats, "img_s": n / med["wall_s"],
                    "gflops": med["gflops"], "roof_fp32": med["roof_fp32"], "roof_fp32_cpu": med["roof_fp32_cpu"],
                    "peak_fp32_gflops": med["peak"], "rss_mb": max(r["rss_mb"] for r in rs),
+                   "rss_growth_mb": max(r["rss_growth_mb"] for r in rs),
                    "outside_fwd": st["outside_forward_share"], "wait_s": st["wait_s"],
                    "stages": rs[-1]["stages"], "load": med["load"],
                    "all_roof_fp32": [round(r["roof_fp32"], 3) for r in rs]}
@@ -284,7 +287,7 @@ def run(archs=("S", "B"), sizes=(224, 448), precisions=("fp32", "bf16"), modes=M
                       for k, v in peaks.items()}}
 
 
-HEADER = ("| case | imgs | img/s | GFLOP/s | fp32 roofline | per CPU-s | bf16 roofline | peak RSS MB "
+HEADER = ("| case | imgs | img/s | GFLOP/s | fp32 roofline | per CPU-s | bf16 roofline | peak RSS MB (growth) "
           "| outside fwd | fwd waited s | load |\n|---|---|---|---|---|---|---|---|---|---|---|")
 
 
@@ -296,7 +299,8 @@ def format_row(r: dict) -> str:
     bf = _pct(r.get("roof_bf16")) if r["precision"] == "bf16" else "-"
     wait = "-" if r.get("wait_s") is None else f"{r['wait_s']:.2f}"
     return (f"| {r['case']} | {r['images']} | {r['img_s']:.2f} | {r['gflops']:.1f} | {_pct(r['roof_fp32'])} "
-            f"| {_pct(r['roof_fp32_cpu'])} | {bf} | {r['rss_mb']:.0f} | {_pct(r.get('outside_fwd'))} | {wait} "
+            f"| {_pct(r['roof_fp32_cpu'])} | {bf} | {r['rss_mb']:.0f} (+{r['rss_growth_mb']:.0f}) "
+            f"| {_pct(r.get('outside_fwd'))} | {wait} "
             f"| {r['load']:.1f} |")
 
 

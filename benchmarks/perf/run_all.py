@@ -67,6 +67,31 @@ def _sub(args: list[str], timeout: int) -> tuple[str, float]:
     return out.strip(), time.perf_counter() - t
 
 
+def protocol_benches(quick: bool, threads: int, lines: list[str]) -> dict:
+    """dense_nn_bench.py and knn_bench.py (other owners' scripts), if present, small sizes."""
+    res: dict = {}
+    dense = PERF / "dense_nn_bench.py"
+    if dense.is_file():
+        synth = "tiny" if quick else "small"
+        jpath = Path(os.environ.get("TMPDIR", "/tmp")) / f"dense_nn_bench_{os.getpid()}.json"
+        text, secs = _sub([str(dense), "--synth", synth, "--threads", str(threads), "--json", str(jpath)], 900)
+        lines.append(f"dense_nn_bench.py --synth {synth} ({secs:.0f} s):\n\n```\n{text}\n```")
+        if jpath.is_file():
+            res["dense_nn"] = json.loads(jpath.read_text())
+            jpath.unlink()
+    else:
+        lines.append("dense_nn_bench.py: not present")
+    knn = PERF / "knn_bench.py"
+    if knn.is_file():
+        sizes = ["--train", "20000", "--test", "2000"] if quick else ["--train", "100000", "--test", "10000"]
+        text, secs = _sub([str(knn), *sizes, "--threads", str(threads)], 900)
+        lines.append(f"\nknn_bench.py {' '.join(sizes)} ({secs:.0f} s):\n\n```\n{text}\n```")
+        res["knn"] = text
+    else:
+        lines.append("knn_bench.py: not present")
+    return res
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
@@ -89,6 +114,11 @@ def main(argv=None) -> dict:
 
     t0 = time.perf_counter()
     m = report["machine"] = machine()
+    # The protocol benches run first, in their own processes, while this one is small: a
+    # child's peak RSS (ru_maxrss) starts from its parent's RSS at fork time.
+    proto_lines: list[str] = []
+    if "protocols" not in skip:
+        report["protocols"] = protocol_benches(q, args.threads, proto_lines)
     out("## Machine\n")
     out(f"- CPU: {m['cpu']}, {m['cores']} cores; torch {m['torch']} (CPU capability {m['cpu_capability']}), "
         f"timm {m['timm']}, Python {m['python']}; {args.threads} threads; OMP_WAIT_POLICY {m['omp_wait_policy']}")
@@ -153,26 +183,8 @@ def main(argv=None) -> dict:
 
     if "protocols" not in skip:
         out("\n## Protocols\n")
-        report["protocols"] = {}
-        dense = PERF / "dense_nn_bench.py"
-        if dense.is_file():
-            jpath = Path(os.environ.get("TMPDIR", "/tmp")) / f"dense_nn_bench_{os.getpid()}.json"
-            text, secs = _sub([str(dense), "--synth", "tiny" if q else "small", "--threads", str(args.threads),
-                               "--json", str(jpath)], timeout=900)
-            out(f"dense_nn_bench.py --synth {'tiny' if q else 'small'} ({secs:.0f} s):\n\n```\n{text}\n```")
-            if jpath.is_file():
-                report["protocols"]["dense_nn"] = json.loads(jpath.read_text())
-                jpath.unlink()
-        else:
-            out("dense_nn_bench.py: not present")
-        knn = PERF / "knn_bench.py"
-        if knn.is_file():
-            sizes = ["--train", "20000", "--test", "2000"] if q else ["--train", "100000", "--test", "10000"]
-            text, secs = _sub([str(knn), *sizes, "--threads", str(args.threads)], timeout=900)
-            out(f"\nknn_bench.py {' '.join(sizes)} ({secs:.0f} s):\n\n```\n{text}\n```")
-            report["protocols"]["knn"] = text
-        else:
-            out("knn_bench.py: not present")
+        for line in proto_lines:
+            out(line)
 
     if "pretrain" not in skip:
         from benchmarks.perf import pretrain_step_bench as pb
