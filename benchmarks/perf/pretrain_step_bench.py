@@ -6,7 +6,8 @@ Each method is built from configs/methods/<name>_cpu.yaml (harness.engine.load_p
 + build_method) on SynthScenes-small; one batch is collated from its own dataset and
 augmentations; a warm-up step, then `--steps` timed steps of training_step + backward (no
 optimizer step: the weights, so the work, stay the same). Prints seconds per step,
-images/s, the share of the step spent in the backward, and peak RSS. A method without a
+images/s, the share of the step spent in the backward, and the process RSS (peak while the
+steps ran, and its growth over them). A method without a
 _cpu config is listed as skipped.
 """
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import resource
 import sys
 import time
 from pathlib import Path
@@ -51,24 +51,26 @@ def bench_method(name: str, data_root: Path, batch: int | None, steps: int) -> d
     idx = global_batches(method, dataset, 0, bs, 0)[0]
     data = method.collate([dataset[i] for i in idx])
     t_data = time.perf_counter() - t
+    from benchmarks.perf.extraction_bench import RssSampler
+
     fwd, bwd = [], []
-    for s in range(steps + 1):  # step 0: warm-up
-        torch.manual_seed(s)
-        method.zero_grad(set_to_none=True)
-        t = time.perf_counter()
-        loss = method.training_step(data, _step_info(s))["loss"]
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-        if s:
-            fwd.append(t1 - t)
-            bwd.append(t2 - t1)
+    with RssSampler() as rss:
+        for s in range(steps + 1):  # step 0: warm-up
+            torch.manual_seed(s)
+            method.zero_grad(set_to_none=True)
+            t = time.perf_counter()
+            loss = method.training_step(data, _step_info(s))["loss"]
+            t1 = time.perf_counter()
+            loss.backward()
+            t2 = time.perf_counter()
+            if s:
+                fwd.append(t1 - t)
+                bwd.append(t2 - t1)
     step = sum(fwd) / len(fwd) + sum(bwd) / len(bwd)
     return {"method": name, "arch": cfg.backbone.arch, "batch": bs, "step_s": step, "img_s": bs / step,
             "backward_share": (sum(bwd) / len(bwd)) / step, "data_s": t_data,
             "params_m": sum(p.numel() for _, p in method.trainable_parameters()) / 1e6,
-            "loss": float(loss.detach()),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "loss": float(loss.detach()), "rss_mb": rss.peak_mb, "rss_growth_mb": rss.peak_mb - rss.start_mb}
 
 
 def run(methods: list[str] | None = None, batch: int | None = None, steps: int = 3, preset: str = "small",
@@ -92,13 +94,13 @@ def run(methods: list[str] | None = None, batch: int | None = None, steps: int =
 
 def format_row(r: dict) -> str:
     if "skipped" in r or "error" in r:
-        return f"| {r['method']} | - | - | - | - | - | {r.get('skipped') or r.get('error')} |"
+        return f"| {r['method']} | - | - | - | - | - | - | {r.get('skipped') or r.get('error')} |"
     return (f"| {r['method']} | {r['arch']} | {r['batch']} | {r['step_s']:.2f} | {r['img_s']:.1f} "
-            f"| {100 * r['backward_share']:.0f}% | peak RSS {r['peak_rss_mb']:.0f} MB |")
+            f"| {100 * r['backward_share']:.0f}% | {r['rss_mb']:.0f} (+{r['rss_growth_mb']:.0f}) | |")
 
 
-HEADER = ("| method | arch | batch | s / step (fwd+bwd) | img/s | backward share | notes |\n"
-          "|---|---|---|---|---|---|---|")
+HEADER = ("| method | arch | batch | s / step (fwd+bwd) | img/s | backward share | RSS MB (growth in the steps) "
+          "| notes |\n|---|---|---|---|---|---|---|---|")
 
 
 def main(argv=None) -> list[dict]:

@@ -97,6 +97,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--quick", action="store_true",
                     help="~2-3 minutes: ViT-S/16 224, small protocol sizes, no bf16 fidelity")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=1, help="extraction rounds per case (median reported)")
     ap.add_argument("--skip", default="", help="comma list of sections to skip: roofline,extraction,"
                                                 "fidelity,protocols,pretrain")
     ap.add_argument("--markdown", default=None, help="also write the report to this Markdown file")
@@ -161,7 +162,8 @@ def main(argv=None) -> dict:
             "busy time in decode + transform + cache write; *fwd waited*: seconds the forward sat idle waiting "
             "for decoded images.\n")
         out(eb.HEADER)
-        kw = dict(threads=args.threads, log=lambda line: out(line) if line.startswith("|") else print(line))
+        kw = dict(threads=args.threads, repeats=args.repeats,
+                  log=lambda line: out(line) if line.startswith("|") else print(line))
         if q:
             ext = eb.run(("S",), (224,), ("fp32",), eb.MODES, budget_gflop=60.0, **kw)
             ext16 = eb.run(("S",), (224,), ("bf16",), ("timm", "threads"), bf16_max_gflop=20.0, **kw)
