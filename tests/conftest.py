@@ -1,8 +1,11 @@
 import os
 from pathlib import Path
 
-import pytest
-import torch
+# Same as the entry point: passive OpenMP waiting, set before torch is imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # Tests are sized for 2 cores; more threads than cores only adds contention.
 torch.set_num_threads(min(2, torch.get_num_threads()))
