@@ -33,8 +33,8 @@ from harness.errors import ConfigError
 from harness.registry import register_method
 from methods.base import BackboneConfig, Method, StepInfo
 from methods.dino import TeacherTemperature, check_crop_sizes, maybe_sync_batchnorm
-from methods.shared import (Centering, DINOHead, MultiCropAugmentation, MultiCropConfig, WeightNormLinear,
-                            collate_crops, list_pretrain_images, multicrop_cross_entropy,
+from methods.shared import (Centering, DINOHead, MultiCropAugmentation, MultiCropConfig, MultiCropDataset,
+                            WeightNormLinear, collate_crops, list_pretrain_images, multicrop_cross_entropy,
                             random_resized_crop_params, sample_rng)
 
 
@@ -116,7 +116,7 @@ def patch_coords(top: int, left: int, height: int, width: int, grid: int, flippe
     return torch.stack([xx, yy], dim=-1).reshape(-1, 2).float()
 
 
-class CrIBoDataset(torch.utils.data.Dataset):
+class CrIBoDataset(MultiCropDataset):
     """Images -> {"crops": [view1, view2], "coords": [(N, 2), (N, 2)]}, deterministic per
     (seed, epoch, index). Crops come from the shared MultiCropAugmentation; the crop box
     and flip are read off a copy of the sample's RNG just before the crop consumes it
@@ -124,22 +124,10 @@ class CrIBoDataset(torch.utils.data.Dataset):
     checks the coordinates against the pixels of a coordinate-coded image."""
 
     def __init__(self, paths, cfg: CrIBoCropConfig, patch_size: int, seed: int, loader=None):
-        self.paths = list(paths)
+        super().__init__(paths, MultiCropAugmentation(cfg), seed, loader=loader)
         self.cfg = cfg
-        self.augmentation = MultiCropAugmentation(cfg)
         self.patch_size = patch_size
         self.grid = cfg.global_crops_size // patch_size
-        self.seed = seed
-        self.epoch = 0
-        if loader is None:
-            from harness.data.io import load_rgb as loader
-        self.loader = loader
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def __len__(self) -> int:
-        return len(self.paths)
 
     def __getitem__(self, index: int) -> dict:
         from torchvision.transforms.v2 import functional as TF
