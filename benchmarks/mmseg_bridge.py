@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from harness.checkpoints import state_mismatch
 from harness.errors import CheckpointError
 
 # (timm-name pattern, mmseg-name template); applied to the name after an optional
@@ -168,15 +169,9 @@ def save_converted(state_dict: dict[str, torch.Tensor], path: Path) -> Path:
 
 def load_strict(module: torch.nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
     """``load_state_dict`` that names missing / unexpected keys and shape mismatches."""
-    own = module.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    shapes = [f"{k}: file {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
-              for k in sorted(set(own) & set(state)) if state[k].shape != own[k].shape]
-    if missing or unexpected or shapes:
-        raise CheckpointError(
-            f"{source} does not fit the mmseg VisionTransformer: missing {missing[:8]}, "
-            f"unexpected {unexpected[:8]}, shape mismatches {shapes[:4]}")
+    problem = state_mismatch(module.state_dict(), state)
+    if problem:
+        raise CheckpointError(f"{source} does not fit the mmseg VisionTransformer: {problem}")
     module.load_state_dict(state, strict=True)
 
 

@@ -77,25 +77,28 @@ def verify_sha256(path: str | Path) -> str:
     return actual
 
 
-def load_state_into(backbone: ViTBackbone, state: dict[str, torch.Tensor], source: str) -> None:
-    """Strict load with an error that names missing/unexpected keys and shape mismatches."""
-    own = backbone.backbone_state_dict()
+def state_mismatch(own: dict[str, torch.Tensor], state: dict[str, torch.Tensor]) -> str | None:
+    """Missing / unexpected keys and shape mismatches of ``state`` against ``own``, or None."""
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
     shapes = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
               for k in sorted(set(own) & set(state)) if state[k].shape != own[k].shape]
-    if missing or unexpected or shapes:
-        parts = []
-        if missing:
-            parts.append(f"missing keys {missing[:8]}{' ...' if len(missing) > 8 else ''}")
-        if unexpected:
-            parts.append(f"unexpected keys {unexpected[:8]}{' ...' if len(unexpected) > 8 else ''}")
-        if shapes:
-            parts.append(f"shape mismatches {shapes[:4]}")
+    parts = []
+    if missing:
+        parts.append(f"missing keys {missing[:8]}{' ...' if len(missing) > 8 else ''}")
+    if unexpected:
+        parts.append(f"unexpected keys {unexpected[:8]}{' ...' if len(unexpected) > 8 else ''}")
+    if shapes:
+        parts.append(f"shape mismatches {shapes[:4]}")
+    return "; ".join(parts) or None
+
+
+def load_state_into(backbone: ViTBackbone, state: dict[str, torch.Tensor], source: str) -> None:
+    """Strict load with an error that names missing/unexpected keys and shape mismatches."""
+    problem = state_mismatch(backbone.backbone_state_dict(), state)
+    if problem:
         raise CheckpointError(
-            f"{source} does not fit architecture {backbone.arch} {backbone.arch_kwargs}: "
-            + "; ".join(parts)
-        )
+            f"{source} does not fit architecture {backbone.arch} {backbone.arch_kwargs}: {problem}")
     backbone.load_state_dict(state, strict=False)  # strictness checked above; mask_token may be absent
 
 
