@@ -31,6 +31,7 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 
 from harness.config import fingerprint
+from harness.data.io import content_stamp
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, random_resized_crop_box
 
 
@@ -113,6 +114,9 @@ class AugmentedView:
 
     def load_mask(self, i: int) -> np.ndarray:
         return self.aug.mask(np.asarray(self.dataset.load_mask(i)), self.seed, self.epoch, self.stems[i])
+
+    def content_stamp(self) -> str | None:
+        return content_stamp(self.dataset)
 
     def fingerprint(self) -> str:
         return fingerprint({"data": self.dataset.fingerprint(), "aug": self.aug.fingerprint(),

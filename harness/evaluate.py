@@ -10,6 +10,7 @@ import torch
 
 from harness import results
 from harness.config import fingerprint, to_dict
+from harness.data.io import find_synth_meta
 from harness.models import ModelHandle
 from harness.registry import PROTOCOLS
 
@@ -30,12 +31,21 @@ def request_hash(protocol) -> str:
     return fingerprint({"protocol": protocol.registry_name, **to_dict(protocol.cfg)})
 
 
-def already_done(model: ModelHandle, protocol, runs_dir: Path | None = None) -> list[dict]:
-    """Records of an earlier run of this exact (model weights, protocol request)."""
-    fp, req = protocol.fingerprint(), request_hash(protocol)
+def data_stamp(data_root: Path) -> str:
+    """Which data a record was computed on: the resolved root and, for SynthScenes, the
+    generator's meta (version, preset, seed). The same request on other data runs again."""
+    meta = find_synth_meta(Path(data_root), levels=2) or {}
+    return fingerprint({"root": str(Path(data_root).expanduser().resolve()),
+                        "synth": {k: meta.get(k) for k in ("version", "preset", "seed")} if meta else None})
+
+
+def already_done(model: ModelHandle, protocol, data_root: Path, runs_dir: Path | None = None) -> list[dict]:
+    """Records of an earlier run of this exact (model weights, protocol request, data)."""
+    fp, req, stamp = protocol.fingerprint(), request_hash(protocol), data_stamp(data_root)
     key = model.meta.get("sha256") or model.name
     return [r for r in results.iter_records(runs_dir)
             if r["protocol"]["fingerprint"] == fp and r["protocol"].get("request") == req
+            and r["protocol"].get("data_stamp") == stamp
             and r["protocol"]["name"] == protocol.registry_name
             and (r["model"].get("checkpoint_sha256") or r["model"]["name"]) == key
             and r["model"]["name"] == model.name]
@@ -46,7 +56,7 @@ def evaluate(model: ModelHandle, protocol, data_root: Path, *, preset: str | Non
     """Returns (records, skipped). Records are written only after the whole protocol run
     succeeded, so a failing run leaves no partial results."""
     if not force:
-        done = already_done(model, protocol, runs_dir)
+        done = already_done(model, protocol, data_root, runs_dir)
         if done:
             return done, True
     t0 = time.perf_counter()
@@ -60,7 +70,8 @@ def evaluate(model: ModelHandle, protocol, data_root: Path, *, preset: str | Non
     for out in outputs:
         proto_block = {"name": protocol.registry_name, "preset": preset, "dataset": out.dataset,
                        "split": out.split, "params": {**protocol.settings(), **out.params},
-                       "fingerprint": fp, "request": request_hash(protocol), "data_root": str(data_root)}
+                       "fingerprint": fp, "request": request_hash(protocol), "data_root": str(data_root),
+                       "data_stamp": data_stamp(data_root)}
         rec = results.make_record(model.record_info(), proto_block, out.seed, out.variant,
                                   out.metrics, cost, out.artifacts)
         results.write_record(rec, runs_dir, force=True)

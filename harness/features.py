@@ -41,6 +41,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from harness.config import fingerprint
+from harness.data.io import content_stamp
 from harness.models import ModelHandle
 from harness.paths import feature_cache_dir
 
@@ -118,6 +119,7 @@ def feature_key(model: ModelHandle, source: ImageSource, transform, n_last_block
                 patches: bool, patch_dtype: str, precision: str = "fp32") -> str:
     return fingerprint({
         "v": CACHE_VERSION, "weights": model.cache_key, "data": source.fingerprint(),
+        "data_stamp": content_stamp(source),
         "transform": transform.fingerprint(), "n_last_blocks": n_last_blocks, "norm": norm,
         "patches": patches, "patch_dtype": patch_dtype, "precision": precision,
         "pos_interp": model.backbone.pos_interp,

@@ -84,14 +84,32 @@ def test_resume_refuses_a_different_configuration(tmp_path, tiny_data):
     assert r.returncode == 2 and "different configuration" in r.stderr
 
 
+# iBOT and SynCLR on the same tiny backbone: their distributed parts are the patch centre
+# (averaged over ranks), per-sample masks (seeded by sample, not by rank) and, for SynCLR,
+# the all-gathered EMA keys of the multi-positive loss with whole captions per process.
+_TINY_HEAD = {"out_dim": 64, "hidden_dim": 64, "bottleneck_dim": 32, "use_bn_in_head": False}
+_TINY_CROPS = {"global_crops_size": 32, "local_crops_number": 2, "local_crops_size": 16,
+               "blur_p_global1": 0.0, "blur_p_global2": 0.0, "blur_p_local": 0.0}
+TINY_IBOT = {**TINY_DINO, "method": {
+    "name": "ibot", **_TINY_HEAD, "patch_out_dim": 64, "warmup_teacher_temp": 0.04, "teacher_temp": 0.04,
+    "warmup_teacher_patch_temp": 0.04, "teacher_patch_temp": 0.04, "pred_ratio": [0.0, 0.3],
+    "pred_ratio_var": [0.0, 0.2], "crops": _TINY_CROPS}}
+TINY_SYNCLR = {**TINY_DINO, "method": {
+    "name": "synclr", "images_per_caption": 2, "contrast_mlp_dim": 32, "contrast_output_dim": 16,
+    "dino_mlp_dim": 32, "dino_output_dim": 48, "dino_bottleneck_dim": 16, "warmup_teacher_temp_epochs": 0.0,
+    "crops": {**_TINY_CROPS, "global_crops_number": 1, "global_recipe_order": "random"}}}
+
+
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH")
-def test_torchrun_two_processes_match_one_process(tmp_path, tiny_data):
-    cfg = tmp_path / "dino.yaml"
-    cfg.write_text(yaml.safe_dump(TINY_DINO))
+@pytest.mark.parametrize("name,recipe,port", [("dino", TINY_DINO, 29517), ("ibot", TINY_IBOT, 29518),
+                                              ("synclr", TINY_SYNCLR, 29519)])
+def test_torchrun_two_processes_match_one_process(tmp_path, tiny_data, name, recipe, port):
+    cfg = tmp_path / f"{name}.yaml"
+    cfg.write_text(yaml.safe_dump(recipe))
     one = _run(cfg, tiny_data, tmp_path / "one", sets=["train.max_steps=6"])
     assert one.returncode == 0, one.stderr
     two = _run(cfg, tiny_data, tmp_path / "two", sets=["train.max_steps=6"],
-               launcher=["torchrun", "--nproc_per_node=2", "--master_port=29517"])
+               launcher=["torchrun", "--nproc_per_node=2", f"--master_port={port}"])
     assert two.returncode == 0, two.stderr + two.stdout
     l1, l2 = np.array(_losses(tmp_path / "one")), np.array(_losses(tmp_path / "two"))
     assert len(l1) == len(l2) == 6

@@ -78,3 +78,35 @@ def test_failed_extraction_leaves_no_cache_entry(tmp_path, model):
         extract_features(model, Broken([(64, 64)] * 5), ResizeCenterCrop(64, 64), cache_dir=tmp_path,
                          progress=False, batch_size=2)
     assert list(tmp_path.iterdir()) == []
+
+
+class JpegFiles(ImageList):
+    """Images on disk, with the content stamp the harness readers have."""
+
+    def __init__(self, folder, n, seed=0):
+        from harness.data.io import files_stamp
+
+        super().__init__([(64, 64)] * n, seed)
+        self.paths = [folder / f"{i}.png" for i in range(n)]
+        for im, path in zip(self.images, self.paths):
+            im.save(path)
+        self.content_stamp = lambda: files_stamp(self.paths)
+
+    def fingerprint(self):  # names only, like the readers: stable across machines
+        return fingerprint([p.name for p in self.paths])
+
+    def load_image(self, i):
+        return Image.open(self.paths[i]).convert("RGB")
+
+
+def test_cache_is_not_served_for_files_changed_in_place(tmp_path, model):
+    data = tmp_path / "data"
+    data.mkdir()
+    src = JpegFiles(data, 3)
+    tf = ResizeCenterCrop(resize=64, crop=64)
+    first = extract_features(model, src, tf, cache_dir=tmp_path / "cache", progress=False)
+    # regenerate the same file names with other content (e.g. a new SynthScenes version)
+    Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(src.paths[1])
+    again = extract_features(model, src, tf, cache_dir=tmp_path / "cache", progress=False)
+    assert not again.from_cache and again.key != first.key
+    assert not np.allclose(again.cls[1], first.cls[1]) and np.allclose(again.cls[0], first.cls[0], atol=1e-6)

@@ -47,6 +47,11 @@ def test_records_schema_atomic_and_skip_if_done(isolated_home):
     # forced: runs again, records replaced rather than duplicated
     evaluate(model, proto, isolated_home, force=True)
     assert Counting.calls == 3 and len(list(results.iter_records())) == 4
+    # the same request on another data root is not "done"
+    other_root = isolated_home / "other-data"
+    other_root.mkdir()
+    _, skipped = evaluate(model, proto, other_root)
+    assert not skipped and Counting.calls == 4
 
 
 def test_write_record_never_overwrites_unless_forced(isolated_home):

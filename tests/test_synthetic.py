@@ -12,7 +12,7 @@ from PIL import Image
 
 from harness.data import synthetic as syn
 from harness.data.synthetic import (
-    NUM_STUFF, PRESETS, SEG_CLASSES, THING_CLASSES, default_root, generate, pretrain_image_paths,
+    GENERATOR_VERSION, NUM_STUFF, PRESETS, SEG_CLASSES, THING_CLASSES, default_root, generate, pretrain_image_paths,
 )
 from harness.errors import ConfigError, DataError
 
@@ -144,7 +144,7 @@ def test_unknown_preset():
 
 def test_default_root(monkeypatch, tmp_path):
     monkeypatch.setenv("SSL_BENCH_HOME", str(tmp_path))
-    assert default_root("small", 3) == tmp_path / "data" / "synthscenes-small-s3"
+    assert default_root("small", 3) == tmp_path / "data" / f"synthscenes-small-s3-v{GENERATOR_VERSION}"
 
 
 # ----------------------------------------------------------------------------- content

@@ -1,8 +1,8 @@
-"""Learning curve of a method on SynthScenes: k-NN (CLS and mean-pooled patch tokens)
-and dense-NN mIoU versus minutes of CPU pretraining, against the same backbone at
-random init (step 0 of the same seed).
+"""Learning curve of a method on SynthScenes: k-NN (CLS and mean-pooled patch tokens),
+a cached-feature linear probe and dense-NN mIoU versus minutes of CPU pretraining,
+against the same backbone at random init (step 0 of the same seed).
 
-    python benchmarks/perf/learning_curve.py --method methods/dino_cpu.yaml --steps 0 300 600 1200
+    python benchmarks/perf/learning_curve.py --method methods/dino_cpu.yaml --steps 0 100 200 300 408
 
 Pretraining continues the same run between points (the engine resumes from its last
 checkpoint when only max_steps grows), so the curve is one trajectory. Prints a table
@@ -25,12 +25,17 @@ from harness.evaluate import build_protocol
 from harness.models import ModelHandle
 
 
-def evaluate_point(model: ModelHandle, root: Path) -> dict:
+def evaluate_point(model: ModelHandle, root: Path, linear: bool = True) -> dict:
+    """k-NN (CLS, avgpool), cached-feature linear probe and dense-NN 1/1 of one model."""
     row = {}
     for feature in ("cls", "avgpool"):
         res = build_protocol("knn", "synth", {"dataset": "imagefolder", "feature": feature, "ks": [20],
                                              "cache": False, "progress": False}).run(model, root / "imagenet")
         row[f"knn_{feature}_top1"] = res[0].metrics["top1"]
+    if linear:
+        res = build_protocol("linear", "synth", {"dataset": "imagefolder", "cached_features": True,
+                                                "progress": False}).run(model, root / "imagenet")
+        row["linear_top1"] = res[0].metrics["top1"]
     res = build_protocol("dense_nn", "cribo", {"dataset": "voc", "fractions": ["1/1"], "seeds": [42],
                                                "progress": False}).run(model, root)
     row["dense_nn_miou"] = res[0].metrics["mIoU"]

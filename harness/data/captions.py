@@ -16,7 +16,7 @@ from pathlib import Path
 from PIL import Image
 
 from harness.config import fingerprint as _fingerprint
-from harness.data.io import load_rgb
+from harness.data.io import files_stamp, load_rgb
 from harness.errors import DataError
 from harness.registry import register_dataset
 
@@ -117,6 +117,10 @@ class CaptionGroups:
         for i, gid in enumerate(self.group_ids):
             out.setdefault(gid, []).append(i)
         return out
+
+    def content_stamp(self) -> str:
+        """Sizes and mtimes of the files (see harness.data.io.files_stamp)."""
+        return files_stamp(self.image_paths)
 
     def fingerprint(self) -> str:
         """Hash of the captions, group ids and file-relative image paths."""

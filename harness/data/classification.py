@@ -12,7 +12,7 @@ from pathlib import Path
 from PIL import Image
 
 from harness.config import fingerprint as _fingerprint
-from harness.data.io import IMAGE_EXTENSIONS, is_image_file, load_rgb
+from harness.data.io import IMAGE_EXTENSIONS, files_stamp, is_image_file, load_rgb
 from harness.errors import DataError
 from harness.registry import register_dataset
 
@@ -75,6 +75,10 @@ class ImageFolderDataset:
 
     def load_image(self, i: int) -> Image.Image:
         return load_rgb(self.image_paths[i])
+
+    def content_stamp(self) -> str:
+        """Sizes and mtimes of the files (see harness.data.io.files_stamp)."""
+        return files_stamp(self.image_paths)
 
     def fingerprint(self) -> str:
         """Hash of the split-relative file list, the labels and the split name."""

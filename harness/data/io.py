@@ -6,7 +6,9 @@ deep inside a DataLoader worker.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -91,3 +93,22 @@ def relative_listing(paths, root: Path) -> list[str]:
     """Root-relative POSIX paths, used for fingerprints that survive moving the data root."""
     root = Path(root)
     return [Path(p).relative_to(root).as_posix() for p in paths]
+
+
+def files_stamp(paths) -> str:
+    """Cheap content stamp of a file list: the size and modification time of every file.
+
+    Fingerprints hash root-relative names only (stable across machines), so a dataset
+    regenerated or replaced in place would look unchanged; caches of derived data (features)
+    add this stamp so they are never served for files that changed since."""
+    h = hashlib.sha256()
+    for path in paths:
+        st = os.stat(path)
+        h.update(f"{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()[:24]
+
+
+def content_stamp(source) -> str | None:
+    """``source.content_stamp()`` for readers that have one (all of the harness's), else None."""
+    stamp = getattr(source, "content_stamp", None)
+    return stamp() if callable(stamp) else None

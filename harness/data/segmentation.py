@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image
 
 from harness.config import fingerprint as _fingerprint
-from harness.data.io import IGNORE_INDEX, find_synth_meta, load_label_png, load_rgb
+from harness.data.io import IGNORE_INDEX, files_stamp, find_synth_meta, load_label_png, load_rgb
 from harness.errors import DataError
 from harness.registry import register_dataset
 
@@ -128,6 +128,10 @@ class SegmentationDataset:
         out.image_paths = [self.image_paths[i] for i in order]
         out.mask_paths = [self.mask_paths[i] for i in order]
         return out
+
+    def content_stamp(self) -> str:
+        """Sizes and mtimes of the files (see harness.data.io.files_stamp)."""
+        return files_stamp([*self.image_paths, *self.mask_paths])
 
     def fingerprint(self) -> str:
         """Hash of the root-relative file list + split: equal across machines and data roots."""

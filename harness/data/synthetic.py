@@ -19,6 +19,7 @@ identical whatever the order or process that renders it.
 """
 from __future__ import annotations
 
+import colorsys
 import dataclasses
 import json
 import os
@@ -33,7 +34,7 @@ from PIL import Image
 from harness.errors import ConfigError, DataError
 
 # Bump when the drawing changes: an existing dataset with another version is not reused.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 SHAPES = ("disc", "square", "triangle", "cross")
 TEXTURES = ("striped", "checkered", "dotted")
@@ -53,6 +54,11 @@ _PART_CAPTION_SPECS = 5
 _PART_CAPTION_RENDER = 6
 
 JPEG_QUALITY = 95
+STUFF_CONTRAST = 0.5
+# HSV ranges of the random colours: a dark and a light one per texture.
+_SATURATION = (0.1, 0.35)
+_DARK_VALUE = (0.15, 0.45)
+_LIGHT_VALUE = (0.65, 1.0)
 
 
 @dataclass(frozen=True)
@@ -87,7 +93,8 @@ PRESETS: dict[str, SynthPreset] = {
 def default_root(preset: str = "small", seed: int = 0) -> Path:
     """Cache location used when the user names no data root."""
     home = Path(os.environ.get("SSL_BENCH_HOME", Path.home() / ".cache" / "ssl-bench"))
-    return home / "data" / f"synthscenes-{preset}-s{seed}"
+    # The generator version is in the name: a new version never collides with an old cache.
+    return home / "data" / f"synthscenes-{preset}-s{seed}-v{GENERATOR_VERSION}"
 
 
 # ============================================================================ drawing
@@ -107,24 +114,25 @@ def _rotated(size: int, theta: float, cx: float = 0.0, cy: float = 0.0):
 
 
 # --- textures: each returns a float32 weight map in [0, 1] that mixes two colours.
-# Periods are given for 64 px images and scale with the image size, so that a patch of
-# size/8 always holds one to two periods (what a ViT with patch 8 at 64 px can see).
+# Periods are given for 64 px images and scale with the image size. Thing textures have
+# periods of 7-10 px: about one period per patch of size/8, coarse enough to survive the
+# crop-and-resize of pretraining (finer ones alias into noise at 64 px).
 def _tex_striped(rng, size, u):
     x, _ = _rotated(size, rng.uniform(0, np.pi))
-    period = rng.uniform(4.0, 6.0) * u
+    period = rng.uniform(7.0, 9.0) * u
     return (((x / period + rng.uniform()) % 1.0) < 0.5).astype(np.float32)
 
 
 def _tex_checkered(rng, size, u):
     x, y = _rotated(size, rng.uniform(0, np.pi / 2))
-    cell = rng.uniform(2.5, 3.5) * u
+    cell = rng.uniform(4.0, 5.0) * u
     parity = np.floor(x / cell + rng.uniform()) + np.floor(y / cell + rng.uniform())
     return (parity % 2).astype(np.float32)
 
 
 def _tex_dotted(rng, size, u):
     x, y = _rotated(size, rng.uniform(0, np.pi / 2))
-    period = rng.uniform(5.0, 7.0) * u
+    period = rng.uniform(8.0, 10.0) * u
     fx = (x / period + rng.uniform()) % 1.0 - 0.5
     fy = (y / period + rng.uniform()) % 1.0 - 0.5
     return ((fx * fx + fy * fy) < 0.3 ** 2).astype(np.float32)
@@ -193,19 +201,21 @@ def _shape_mask(shape: str, size: int, cx: float, cy: float, r: float, theta: fl
     raise ValueError(f"unknown shape {shape!r}")
 
 
-def _luma(c: np.ndarray) -> float:
-    return float(0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2])
+def _random_colour(rng, value_range) -> np.ndarray:
+    h, sat, val = rng.uniform(), rng.uniform(*_SATURATION), rng.uniform(*value_range)
+    return np.array(colorsys.hsv_to_rgb(h, sat, val), dtype=np.float32) * 255.0
 
 
 def _colour_pair(rng, avoid: list[np.ndarray] = ()) -> tuple[np.ndarray, np.ndarray]:
-    """Two random colours with a luminance gap (textures survive grayscale augmentation),
-    whose mean differs from the ``avoid`` means (an object stays visible on its
-    background). The rule is the same for every class, so colour carries no class."""
+    """A dark and a light colour of random hues (in random order), whose mean differs from
+    the ``avoid`` means (an object stays visible on its background). Luminance carries the
+    texture; moderate saturation keeps colour from swamping it. The rule is the same for
+    every class, so colour carries no class."""
     a = b = None
     for _ in range(50):
-        a, b = rng.uniform(0, 255, size=(2, 3)).astype(np.float32)
-        if abs(_luma(a) - _luma(b)) < 60:
-            continue
+        a, b = _random_colour(rng, _DARK_VALUE), _random_colour(rng, _LIGHT_VALUE)
+        if rng.uniform() < 0.5:
+            a, b = b, a
         mean = (a + b) / 2
         if all(np.linalg.norm(mean - m) >= 40 for m in avoid):
             break
@@ -248,7 +258,9 @@ def _draw_background(rng, size, stuff: list[int]):
     for region, cls in zip(regions, stuff):
         a, b = _colour_pair(rng, means)
         means.append((a + b) / 2)
-        _paint(img, region, _STUFF_TEXTURES[STUFF_CLASSES[cls]](rng, size, u), a, b)
+        weight = _STUFF_TEXTURES[STUFF_CLASSES[cls]](rng, size, u)
+        # Half the contrast of the things: objects stand out from their background.
+        _paint(img, region, 0.5 + (weight - 0.5) * STUFF_CONTRAST, a, b)
         if region is None:
             label[...] = cls
         else:
@@ -329,7 +341,7 @@ def draw_object(seed: int, split: str, index: int, size: int) -> DrawnImage:
     rng = np.random.default_rng([seed, _PART_OBJECT[split], index])
     stuff = [int(rng.integers(NUM_STUFF))]
     return _draw(rng, size, [object_class(split, index)], stuff,
-                 radius_range=(0.24 * size, 0.34 * size), centre_jitter=0.1 * size)
+                 radius_range=(0.30 * size, 0.40 * size), centre_jitter=0.08 * size)
 
 
 def caption_text(things: list[int], stuff: list[int]) -> str:
