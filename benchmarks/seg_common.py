@@ -607,17 +607,20 @@ class SegProtocolBase:
     def fingerprint(self, extra: dict | None = None) -> str:
         return super().fingerprint({"head_spec": self.head_spec(), **(extra or {})})
 
-    def default_work_dir(self, model) -> Path:
+    def default_work_dir(self, model, data_root: Path) -> Path:
+        from harness.data.io import data_stamp
         from harness.paths import home
 
-        return home() / "mmseg" / model.cache_key[:16] / f"{self.registry_name}-{self.fingerprint()}"
+        # the data stamp too: mmengine resumes from this folder, never from another data set's run
+        return (home() / "mmseg" / model.cache_key[:16]
+                / f"{self.registry_name}-{self.fingerprint()}-{data_stamp(data_root)[:8]}")
 
     def run(self, model, data_root: Path) -> list:
         b = model.backbone
         state = b.backbone_state_dict() if hasattr(b, "backbone_state_dict") else b.state_dict()
         arch = dict(getattr(b, "arch_kwargs", {}) or {})
         arch.setdefault("num_heads", b.blocks[0].attn.num_heads)
-        work_dir = Path(self.cfg.work_dir) if self.cfg.work_dir else self.default_work_dir(model)
+        work_dir = Path(self.cfg.work_dir) if self.cfg.work_dir else self.default_work_dir(model, data_root)
         runs = run_seg_protocol(state, arch, self.cfg, data_root, work_dir, head=self.HEAD,
                                 frozen=self.FROZEN)
         if int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) != 0:

@@ -10,7 +10,7 @@ import torch
 
 from harness import results
 from harness.config import fingerprint, to_dict
-from harness.data.io import find_synth_meta
+from harness.data.io import data_stamp
 from harness.models import ModelHandle
 from harness.registry import PROTOCOLS
 
@@ -29,14 +29,6 @@ def request_hash(protocol) -> str:
     """Hash of the whole request, execution settings included: asking for more (e.g. more
     k values, which are not in the fingerprint since each k is its own record) runs again."""
     return fingerprint({"protocol": protocol.registry_name, **to_dict(protocol.cfg)})
-
-
-def data_stamp(data_root: Path) -> str:
-    """Which data a record was computed on: the resolved root and, for SynthScenes, the
-    generator's meta (version, preset, seed). The same request on other data runs again."""
-    meta = find_synth_meta(Path(data_root), levels=2) or {}
-    return fingerprint({"root": str(Path(data_root).expanduser().resolve()),
-                        "synth": {k: meta.get(k) for k in ("version", "preset", "seed")} if meta else None})
 
 
 def already_done(model: ModelHandle, protocol, data_root: Path, runs_dir: Path | None = None) -> list[dict]:

@@ -80,10 +80,10 @@ class {cls}(Method):
 CONFIG_TEMPLATE = '''# {title}, CPU preset (vit_cpu_tiny on 64 px SynthScenes); see docs/ADDING_A_METHOD.md.
 method:
   name: {name}
-  out_dim: 256
+  out_dim: 1024
   hidden_dim: 256
   bottleneck_dim: 128
-  teacher_temp: 0.02
+  teacher_temp: 0.01
   crops:
     global_crops_size: 64
     local_crops_number: 0
@@ -95,10 +95,10 @@ backbone:
   arch: vit_cpu_tiny
   drop_path_rate: 0.1
 train:
-  epochs: 30
+  epochs: 6
   batch_size: 64
   lr: 0.002
-  warmup_epochs: 3
+  warmup_epochs: 0.6
   momentum_teacher: 0.99
 '''
 

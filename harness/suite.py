@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import apply_overrides, fingerprint, from_dict, load_config, to_dict
+from harness.data.io import data_stamp
 from harness.errors import ConfigError, SslBenchError
 from harness.evaluate import build_protocol, evaluate
 from harness.models import ModelHandle
@@ -84,7 +85,10 @@ def pretrained_checkpoint(entry: ModelEntry, data_root: Path, data_name: str, pr
     source = raw.pop("_source_", entry.pretrain)
     raw["data"] = {"root": str(data_root), "name": data_name}
     cfg = load_pretrain_config(raw, source)
-    out_dir = checkpoint_cache_dir() / f"{entry.name}-{fingerprint(to_dict(cfg))}"
+    key = to_dict(cfg)
+    key["train"].pop("num_workers", None)  # does not change the weights (the engine resumes across it)
+    key["data_stamp"] = data_stamp(data_root)  # a regenerated dataset at the same path is other data
+    out_dir = checkpoint_cache_dir() / f"{entry.name}-{fingerprint(key)}"
     ckpt = out_dir / "backbone.safetensors"
     if ckpt.is_file():
         log(f"[{entry.name}] using cached checkpoint {ckpt}")

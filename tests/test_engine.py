@@ -91,10 +91,16 @@ _TINY_HEAD = {"out_dim": 64, "hidden_dim": 64, "bottleneck_dim": 32, "use_bn_in_
 _TINY_CROPS = {"global_crops_size": 32, "local_crops_number": 2, "local_crops_size": 16,
                "blur_p_global1": 0.0, "blur_p_global2": 0.0, "blur_p_local": 0.0}
 TINY_IBOT = {**TINY_DINO, "method": {
-    "name": "ibot", **_TINY_HEAD, "patch_out_dim": 64, "warmup_teacher_temp": 0.04, "teacher_temp": 0.04,
+    "name": "ibot", **_TINY_HEAD, "patch_out_dim": 64, "warmup_teacher_temp_epochs": 0,
+    "warmup_teacher_temp": 0.04, "teacher_temp": 0.04,
     "warmup_teacher_patch_temp": 0.04, "teacher_patch_temp": 0.04, "pred_ratio": [0.0, 0.3],
     "pred_ratio_var": [0.0, 0.2], "crops": _TINY_CROPS}}
-TINY_SYNCLR = {**TINY_DINO, "method": {
+# SynCLR reads the 6 caption groups: batch 8 = 4 captions x 2 images, one step per epoch.
+# Its masks are laid out per process (the official collate masks the first
+# int(mask_probability x local batch) global crops), so with masking the two runs differ by
+# design; without it the all-gathered contrastive keys and Sinkhorn-Knopp must agree.
+TINY_SYNCLR = {**TINY_DINO, "train": {**TINY_DINO["train"], "epochs": 6}, "method": {
+    "mask_probability": 0.0,
     "name": "synclr", "images_per_caption": 2, "contrast_mlp_dim": 32, "contrast_output_dim": 16,
     "dino_mlp_dim": 32, "dino_output_dim": 48, "dino_bottleneck_dim": 16, "warmup_teacher_temp_epochs": 0.0,
     "crops": {**_TINY_CROPS, "global_crops_number": 1, "global_recipe_order": "random"}}}

@@ -45,7 +45,7 @@ def evaluate_point(model: ModelHandle, root: Path, linear: bool = True) -> dict:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--method", default="methods/dino_cpu.yaml")
-    ap.add_argument("--steps", type=int, nargs="+", default=[0, 300, 600, 1200])
+    ap.add_argument("--steps", type=int, nargs="+", default=[0, 100, 200, 300, 408])
     ap.add_argument("--preset", default="small")
     ap.add_argument("--work", default="/tmp/ssl-bench-learning-curve")
     ap.add_argument("--out", default=None, help="CSV path")

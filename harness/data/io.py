@@ -112,3 +112,16 @@ def content_stamp(source) -> str | None:
     """``source.content_stamp()`` for readers that have one (all of the harness's), else None."""
     stamp = getattr(source, "content_stamp", None)
     return stamp() if callable(stamp) else None
+
+
+def data_stamp(data_root: Path) -> str:
+    """Which data a result was computed on. SynthScenes: the generator's version, preset and
+    seed (the same dataset wherever it lives); other data: the resolved root. Records, mmseg
+    work dirs and pretraining caches include it, so the same request on other data runs again."""
+    meta = find_synth_meta(Path(data_root), levels=2)
+    if meta:
+        ident = {"synthscenes": {k: meta.get(k) for k in ("version", "preset", "seed")},
+                 "below": Path(data_root).name}
+    else:
+        ident = {"root": str(Path(data_root).expanduser().resolve())}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]

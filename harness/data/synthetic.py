@@ -396,8 +396,8 @@ _PALETTE = voc_palette()
 
 
 def _save_jpeg(image: np.ndarray, path: Path) -> None:
-    # 4:4:4 chroma: the default 4:2:0 halves colour resolution and smears the 4-6 px
-    # colour textures (mean error 15 grey levels instead of 3 at quality 95).
+    # 4:4:4 chroma: the default 4:2:0 halves colour resolution and smears fine colour
+    # textures (measured on generator v1: mean error 15 grey levels instead of 3 at q95).
     Image.fromarray(image).save(path, "JPEG", quality=JPEG_QUALITY, subsampling=0)
 
 
