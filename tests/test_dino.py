@@ -58,9 +58,9 @@ def test_dino_registered_and_configs_validate():
         assert isinstance(parsed.crops, MultiCropConfig)
         from_dict(BackboneConfig, cfg["backbone"], source=name)
         # num_workers (CPU preset only) does not change the trajectory
-        assert set(cfg["train"]) - {"num_workers"} == {"epochs", "batch_size", "lr", "min_lr", "warmup_epochs", "weight_decay",
-                                     "weight_decay_end", "clip_grad", "freeze_last_layer", "momentum_teacher",
-                                     "momentum_teacher_end"}
+        assert set(cfg["train"]) - {"num_workers"} == {
+            "epochs", "batch_size", "lr", "min_lr", "warmup_epochs", "weight_decay", "weight_decay_end",
+            "clip_grad", "freeze_last_layer", "momentum_teacher", "momentum_teacher_end"}
     cpu = from_dict(DINOConfig, {k: v for k, v in load_config("methods/dino_cpu.yaml")["method"].items()
                                  if k != "name"})
     assert cpu.crops.hue == 0.5 and cpu.crops.grayscale_p == 0.5 and cpu.crops.blur_p_global1 == 0.0
