@@ -21,6 +21,7 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
 from harness import distributed as D
+from harness.data.transforms import rrc_box
 from harness.errors import ConfigError, DataError
 from methods.base import StepInfo
 
@@ -315,26 +316,13 @@ def _uniform(rng: np.random.Generator, a: float, b: float) -> float:
 
 def random_resized_crop_params(rng: np.random.Generator, height: int, width: int,
                                scale: Sequence[float], ratio=(3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
-    """torchvision ``RandomResizedCrop.get_params`` with an explicit RNG: (top, left, h, w)."""
+    """torchvision ``RandomResizedCrop.get_params`` with an explicit numpy RNG (float64):
+    (top, left, h, w)."""
     area = height * width
     log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
-    for _ in range(10):
-        target_area = area * _uniform(rng, scale[0], scale[1])
-        aspect = math.exp(_uniform(rng, *log_ratio))
-        w = int(round(math.sqrt(target_area * aspect)))
-        h = int(round(math.sqrt(target_area / aspect)))
-        if 0 < w <= width and 0 < h <= height:
-            top = int(rng.integers(0, height - h + 1))
-            left = int(rng.integers(0, width - w + 1))
-            return top, left, h, w
-    in_ratio = width / height  # fallback: central crop, as torchvision
-    if in_ratio < min(ratio):
-        w, h = width, int(round(width / min(ratio)))
-    elif in_ratio > max(ratio):
-        h, w = height, int(round(height * max(ratio)))
-    else:
-        w, h = width, height
-    return (height - h) // 2, (width - w) // 2, h, w
+    return rrc_box(height, width, ratio,
+                   lambda: (area * _uniform(rng, scale[0], scale[1]), math.exp(_uniform(rng, *log_ratio))),
+                   lambda n: int(rng.integers(0, n)))
 
 
 class MultiCropAugmentation:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Callable, Literal
 
 import numpy as np
 import torch
@@ -110,22 +110,20 @@ def _resize_mask(mask: np.ndarray, h: int, w: int) -> np.ndarray:
     return np.asarray(img.resize((w, h), Image.NEAREST))
 
 
-def random_resized_crop_box(width: int, height: int, scale, ratio, g: torch.Generator) -> tuple[int, int, int, int]:
-    """torchvision ``RandomResizedCrop.get_params`` (10 tries of scale x log-uniform ratio,
-    then a centre crop clamped to the ratio range) drawing from ``g`` instead of the global
-    RNG: (top, left, h, w). float32 log/exp as torchvision computes them, so the boxes equal
-    torchvision's for the same random stream."""
-    area = height * width
-    log_ratio = torch.log(torch.tensor(ratio))
+def rrc_box(height: int, width: int, ratio, draw_area_aspect: Callable[[], tuple[float, float]],
+            randint: Callable[[int], int]) -> tuple[int, int, int, int]:
+    """torchvision ``RandomResizedCrop.get_params`` with the random draws supplied by the
+    caller (so each keeps its own RNG stream and precision): 10 tries of
+    ``draw_area_aspect() -> (target area, aspect)``, offsets from ``randint(n) in [0, n)``
+    (top first), then a centre crop clamped to the ratio range. Returns (top, left, h, w)."""
     for _ in range(10):
-        target_area = area * torch.empty(1).uniform_(scale[0], scale[1], generator=g).item()
-        aspect = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=g)).item()
+        target_area, aspect = draw_area_aspect()
         w = int(round(math.sqrt(target_area * aspect)))
         h = int(round(math.sqrt(target_area / aspect)))
         if 0 < w <= width and 0 < h <= height:
-            i = int(torch.randint(0, height - h + 1, (1,), generator=g))
-            j = int(torch.randint(0, width - w + 1, (1,), generator=g))
-            return i, j, h, w
+            top = randint(height - h + 1)
+            left = randint(width - w + 1)
+            return top, left, h, w
     in_ratio = float(width) / float(height)
     if in_ratio < min(ratio):
         w, h = width, int(round(width / min(ratio)))
@@ -134,3 +132,18 @@ def random_resized_crop_box(width: int, height: int, scale, ratio, g: torch.Gene
     else:
         w, h = width, height
     return (height - h) // 2, (width - w) // 2, h, w
+
+
+def random_resized_crop_box(width: int, height: int, scale, ratio, g: torch.Generator) -> tuple[int, int, int, int]:
+    """``rrc_box`` drawing from ``g`` instead of the global RNG: (top, left, h, w). float32
+    log/exp as torchvision computes them, so the boxes equal torchvision's for the same
+    random stream."""
+    area = height * width
+    log_ratio = torch.log(torch.tensor(ratio))
+
+    def draw() -> tuple[float, float]:
+        target_area = area * torch.empty(1).uniform_(scale[0], scale[1], generator=g).item()
+        aspect = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=g)).item()
+        return target_area, aspect
+
+    return rrc_box(height, width, ratio, draw, lambda n: int(torch.randint(0, n, (1,), generator=g)))
