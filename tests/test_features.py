@@ -7,23 +7,7 @@ from harness.config import fingerprint
 from harness.data.transforms import PatchMultipleResize, ResizeCenterCrop
 from harness.features import extract_features
 from harness.models import ModelHandle
-
-
-class ImageList:
-    """A minimal image source: the contract extract_features needs."""
-
-    def __init__(self, sizes, seed=0):
-        rng = np.random.default_rng(seed)
-        self.images = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in sizes]
-
-    def __len__(self):
-        return len(self.images)
-
-    def load_image(self, i):
-        return self.images[i]
-
-    def fingerprint(self):
-        return fingerprint([np.asarray(im).tobytes().hex()[:64] for im in self.images])
+from image_sources import RandomImages
 
 
 @pytest.fixture
@@ -32,7 +16,7 @@ def model():
 
 
 def test_features_equal_direct_forward_and_cache_is_reused(tmp_path, model):
-    src = ImageList([(64, 64)] * 5)
+    src = RandomImages([(64, 64)] * 5)
     tf = ResizeCenterCrop(resize=64, crop=64)
     fs = extract_features(model, src, tf, n_last_blocks=2, patches=True, batch_size=2,
                           cache_dir=tmp_path, progress=False)
@@ -57,7 +41,7 @@ def test_features_equal_direct_forward_and_cache_is_reused(tmp_path, model):
 
 
 def test_variable_sizes_keep_dataset_order(tmp_path, model):
-    src = ImageList([(64, 64), (40, 72), (64, 64), (40, 72), (33, 70)])
+    src = RandomImages([(64, 64), (40, 72), (64, 64), (40, 72), (33, 70)])
     tf = PatchMultipleResize(patch_size=8)
     fs = extract_features(model, src, tf, patches=True, batch_size=5, cache_dir=tmp_path, progress=False)
     assert [tuple(g) for g in fs.grids] == [(8, 8), (5, 9), (8, 8), (5, 9), (4, 9)]
@@ -68,7 +52,7 @@ def test_variable_sizes_keep_dataset_order(tmp_path, model):
 
 
 def test_failed_extraction_leaves_no_cache_entry(tmp_path, model):
-    class Broken(ImageList):
+    class Broken(RandomImages):
         def load_image(self, i):
             if i == 3:
                 raise OSError("corrupt")
@@ -80,7 +64,7 @@ def test_failed_extraction_leaves_no_cache_entry(tmp_path, model):
     assert list(tmp_path.iterdir()) == []
 
 
-class JpegFiles(ImageList):
+class JpegFiles(RandomImages):
     """Images on disk, with the content stamp the harness readers have."""
 
     def __init__(self, folder, n, seed=0):

@@ -4,9 +4,8 @@ on SynthScenes small, about 6 minutes on 2 cores), beats the same backbone at ra
 dense-NN retrieval.
 Slow: CI runs it with `pytest -m slow`."""
 import pytest
-import torch
 
-from benchmarks.perf.learning_curve import evaluate_point
+from benchmarks.perf.learning_curve import evaluate_point, step0_model
 from harness.config import load_config
 from harness.data.synthetic import default_root, generate
 from harness.engine import Trainer, load_pretrain_config
@@ -26,10 +25,7 @@ def test_dino_cpu_preset_beats_random_init(tmp_path):
     raw["data"] = {"root": str(root), "name": "synthscenes-small"}
     raw["train"]["num_workers"] = 1
     cfg = load_pretrain_config(raw, source)
-    torch.manual_seed(cfg.train.seed)  # the engine's initialisation: step 0 of this very run
-    trainer = Trainer(cfg, tmp_path / "run", source, progress=False)
-    random_init = evaluate_point(ModelHandle("step0", trainer.method.teacher.backbone.eval(),
-                                             {"method": "random_init"}), root)
+    random_init = evaluate_point(step0_model(cfg, tmp_path / "run", source), root)
     ckpt = Trainer(cfg, tmp_path / "run", source, progress=False).train()
     trained = evaluate_point(ModelHandle.from_checkpoint(ckpt, name="dino"), root)
     table = "\n".join(f"{m:>18}: random {random_init[m]:6.2f}  dino {trained[m]:6.2f}"

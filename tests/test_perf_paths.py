@@ -1,35 +1,16 @@
 """The fast extraction paths compute the same features as the plain one; the FLOP counter
 behind the performance numbers is right (benchmarks/perf, docs/BENCHMARKS.md)."""
-import threading
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from benchmarks.perf.flops import VitShape, backbone_flops, gemm_shapes, shape_flops, vit_flops
 from harness.backbone import create_backbone
-from harness.config import fingerprint
 from harness.data.transforms import PatchMultipleResize, ResizeCenterCrop
 from harness.features import extract_features, intra_op_threads
 from harness.models import ModelHandle
-
-
-class Images:
-    def __init__(self, sizes, seed=0):
-        rng = np.random.default_rng(seed)
-        self.images = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in sizes]
-        self.threads_seen = set()
-
-    def __len__(self):
-        return len(self.images)
-
-    def load_image(self, i):
-        self.threads_seen.add(threading.get_ident())
-        return self.images[i]
-
-    def fingerprint(self):
-        return fingerprint([np.asarray(im).tobytes().hex()[:64] for im in self.images])
+from image_sources import RandomImages
 
 
 @pytest.fixture
@@ -51,7 +32,7 @@ def _assert_same(a, b, atol=1e-5):
 
 
 def test_threads_engine_equals_plain_engine_and_direct_forward(tmp_path, model):
-    src = Images([(64, 64)] * 7)
+    src = RandomImages([(64, 64)] * 7)
     tf = ResizeCenterCrop(resize=64, crop=64)
     plain = _extract(model, src, tf, tmp_path, engine="plain", batch_size=3)
     before = torch.get_num_threads()
@@ -71,7 +52,7 @@ def test_threads_engine_equals_plain_engine_and_direct_forward(tmp_path, model):
 
 def test_threads_engine_variable_sizes_keep_dataset_order(tmp_path, model):
     sizes = [(64, 64), (40, 72), (64, 64), (40, 72), (33, 70), (64, 64), (64, 64)]
-    src = Images(sizes, seed=1)
+    src = RandomImages(sizes, seed=1)
     tf = PatchMultipleResize(patch_size=8)
     plain = _extract(model, src, tf, tmp_path, engine="plain", batch_size=5, patch_dtype="float16")
     fast = _extract(model, src, tf, tmp_path, engine="threads", threads=3, batch_size=5, patch_dtype="float16")
@@ -81,7 +62,7 @@ def test_threads_engine_variable_sizes_keep_dataset_order(tmp_path, model):
 
 
 def test_worker_processes_and_single_thread_sources(tmp_path, model):
-    src = Images([(64, 64)] * 4, seed=2)
+    src = RandomImages([(64, 64)] * 4, seed=2)
     tf = ResizeCenterCrop(resize=64, crop=64)
     ref = _extract(model, src, tf, tmp_path, engine="plain", batch_size=2)
     _assert_same(_extract(model, src, tf, tmp_path, batch_size=2, num_workers=1), ref)
@@ -92,7 +73,7 @@ def test_worker_processes_and_single_thread_sources(tmp_path, model):
 
 
 def test_loader_error_propagates_and_restores_threads(tmp_path, model):
-    class Broken(Images):
+    class Broken(RandomImages):
         def load_image(self, i):
             if i == 5:
                 raise OSError("corrupt")
@@ -105,7 +86,7 @@ def test_loader_error_propagates_and_restores_threads(tmp_path, model):
     assert torch.get_num_threads() == before
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(ValueError, match="engine"):
-        extract_features(model, Images([(64, 64)]), ResizeCenterCrop(64, 64), cache_dir=tmp_path,
+        extract_features(model, RandomImages([(64, 64)]), ResizeCenterCrop(64, 64), cache_dir=tmp_path,
                          progress=False, engine="fast")
 
 
@@ -119,7 +100,7 @@ def test_intra_op_threads_restores_on_error():
 
 
 def test_bf16_path_runs_and_stays_close(tmp_path, model):
-    src = Images([(64, 64)] * 4, seed=3)
+    src = RandomImages([(64, 64)] * 4, seed=3)
     tf = ResizeCenterCrop(resize=64, crop=64)
     f32 = _extract(model, src, tf, tmp_path, n_last_blocks=1)
     b16 = _extract(model, src, tf, tmp_path, n_last_blocks=1, precision="bf16")

@@ -42,6 +42,13 @@ def evaluate_point(model: ModelHandle, root: Path, linear: bool = True) -> dict:
     return row
 
 
+def step0_model(cfg, work: Path, source: str, name: str = "step0") -> ModelHandle:
+    """The teacher backbone a run starts from (the engine seeds its initialisation): the
+    random init that run's pretrained checkpoint is compared with."""
+    trainer = Trainer(cfg, work, source, progress=False)
+    return ModelHandle(name, trainer.method.teacher.backbone.eval(), {"method": "random_init"})
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--method", default="methods/dino_cpu.yaml")
@@ -63,10 +70,7 @@ def main(argv=None) -> None:
     rows, train_s = [], 0.0
     for steps in sorted(args.steps):
         if steps == 0:
-            cfg = load_pretrain_config(raw, source)
-            torch.manual_seed(cfg.train.seed)  # the engine's init: step 0 is this run's random init
-            trainer = Trainer(cfg, work, source, progress=False)
-            model = ModelHandle("step0", trainer.method.teacher.backbone.eval(), {"method": "random_init"})
+            model = step0_model(load_pretrain_config(raw, source), work, source)
         else:
             raw["train"]["max_steps"] = steps
             cfg = load_pretrain_config(raw, source)

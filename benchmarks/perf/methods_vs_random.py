@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from benchmarks.perf.learning_curve import evaluate_point
+from benchmarks.perf.learning_curve import evaluate_point, step0_model
 from harness.config import apply_overrides, load_config
 from harness.data.synthetic import default_root, generate
 from harness.engine import Trainer, load_pretrain_config
@@ -32,10 +32,8 @@ def run_method(name: str, root: Path, work: Path, sets: list[str]) -> list[dict]
     raw["data"] = {"root": str(root), "name": "synthscenes-small"}
     cfg = load_pretrain_config(raw, source)
     shutil.rmtree(work / name, ignore_errors=True)  # a fresh run, never a resumed one
-    trainer = Trainer(cfg, work / name, source, progress=False)
     rows = [{"method": name, "init": "random (step 0)", "steps": 0, "pretrain_min": 0.0,
-             **evaluate_point(ModelHandle(f"{name}-step0", trainer.method.teacher.backbone.eval(),
-                                          {"method": "random_init"}), root)}]
+             **evaluate_point(step0_model(cfg, work / name, source, f"{name}-step0"), root)}]
     t0 = time.perf_counter()
     trainer = Trainer(cfg, work / name, source, progress=False)
     ckpt = trainer.train()
