@@ -7,7 +7,7 @@ shape alone (4 classes, chance 25.0). A flat 12-class number then says which fac
 missing. Random init is always included; ``--reference supervised simclr`` adds the
 yardsticks of ``reference_learners.py`` (trained here, a few minutes on 2 cores).
 
-    python benchmarks/perf/factor_knn.py CKPT [CKPT ...] [--feature cls|avgpool]
+    python benchmarks/perf/factor_knn.py CKPT [CKPT ...] [--feature cls avgpool]
         [--reference supervised simclr]
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ def factor_knn(model: ModelHandle, root: Path, feature: str = "cls", k: int = 20
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("checkpoints", nargs="*", type=Path, help="harness checkpoints (.safetensors)")
-    ap.add_argument("--feature", choices=["cls", "avgpool"], default="cls")
+    ap.add_argument("--feature", nargs="+", choices=["cls", "avgpool"], default=["cls", "avgpool"])
     ap.add_argument("--arch", default="vit_cpu_tiny", choices=sorted(ARCHS), help="random-init reference")
     ap.add_argument("--data-root", type=Path, default=None, help="SynthScenes root (default: generated small)")
     ap.add_argument("--reference", nargs="*", default=[], choices=sorted(REFERENCES),
@@ -74,7 +74,7 @@ def main(argv=None) -> None:
     models = [ModelHandle.random_init(a.arch, seed=0, name="random init")]
     models += [ModelHandle.from_checkpoint(p, name=p.parent.name or p.stem) for p in a.checkpoints]
     models += [REFERENCES[name](root, arch=a.arch) for name in a.reference]
-    rows = [{"model": m.name, "feature": a.feature, **factor_knn(m, root, a.feature)} for m in models]
+    rows = [{"model": m.name, "feature": f, **factor_knn(m, root, f)} for m in models for f in a.feature]
     print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
 
 
