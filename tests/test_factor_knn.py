@@ -1,7 +1,9 @@
 """benchmarks/perf/factor_knn.py: object classes split into their texture and shape factors."""
 import numpy as np
+import pytest
 
 from benchmarks.perf.factor_knn import factor_knn, factor_labels
+from harness.errors import DataError
 from harness.models import ModelHandle
 
 
@@ -12,6 +14,11 @@ def test_factor_labels_split_texture_and_shape():
     # textures sorted: checkered, dotted, striped; shapes sorted: cross, disc, square
     assert y["texture"].tolist() == [0, 1, 2, 2, 2]
     assert y["shape"].tolist() == [1, 0, 1, 2, 1]
+
+
+def test_factor_labels_refuse_other_class_names():
+    with pytest.raises(DataError, match="<texture>_<shape>"):
+        factor_labels(["n01440764", "striped_disc"], [0, 1])
 
 
 def test_factor_knn_runs_on_synthscenes(synth_tiny, isolated_home):

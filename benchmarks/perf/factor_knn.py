@@ -24,6 +24,7 @@ from benchmarks.knn import weighted_knn
 from benchmarks.perf.reference_learners import REFERENCES
 from harness.backbone import ARCHS
 from harness.data.synthetic import default_root, generate
+from harness.errors import DataError
 from harness.evaluate import build_protocol
 from harness.features import extract_features
 from harness.models import ModelHandle
@@ -31,6 +32,10 @@ from harness.models import ModelHandle
 
 def factor_labels(class_names: list[str], labels) -> dict[str, np.ndarray]:
     """Class index -> texture and shape index (class names are ``<texture>_<shape>``)."""
+    odd = [n for n in class_names if n.count("_") != 1]
+    if odd:
+        raise DataError(f"class folders must be named <texture>_<shape> (SynthScenes object-centric), "
+                        f"found {odd[:5]}")
     textures = sorted({n.split("_")[0] for n in class_names})
     shapes = sorted({n.split("_")[1] for n in class_names})
     tex = np.array([textures.index(n.split("_")[0]) for n in class_names])
