@@ -20,26 +20,24 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+from benchmarks.classification_common import load_splits
 from harness.backbone import create_backbone
 from harness.config import load_config
 from harness.data.io import load_rgb
+from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from harness.models import ModelHandle
 from methods.shared import MultiCropAugmentation, MultiCropConfig, list_pretrain_images, sample_rng
 
-IMAGENET_MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
-IMAGENET_STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+_MEAN = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
+_STD = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
 
 
 def _object_train_split(root: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """(N, 3, H, W) float images in [0, 1] and labels, ImageFolder class order."""
-    split = root / "imagenet" / "train"
-    classes = sorted(d.name for d in split.iterdir() if d.is_dir())
-    images, labels = [], []
-    for i, name in enumerate(classes):
-        for path in sorted((split / name).iterdir()):
-            images.append(torch.from_numpy(np.asarray(load_rgb(path), dtype=np.float32) / 255.0))
-            labels.append(i)
-    return torch.stack(images).permute(0, 3, 1, 2).contiguous(), torch.tensor(labels)
+    """(N, 3, H, W) float images in [0, 1] and labels of the object-centric train split."""
+    splits = load_splits("imagefolder", root / "imagenet", "train", "val")
+    images = [torch.from_numpy(np.asarray(splits.train.load_image(i), dtype=np.float32) / 255.0)
+              for i in range(len(splits.train))]
+    return torch.stack(images).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(splits.train_labels)
 
 
 def _randomise_colour(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
@@ -49,7 +47,7 @@ def _randomise_colour(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     x[grey] = x[grey].mean(1, keepdim=True).expand(-1, 3, -1, -1)
     flip = torch.rand(len(x), generator=g) < 0.5
     x[flip] = x[flip].flip(-1)
-    return (x - IMAGENET_MEAN) / IMAGENET_STD
+    return (x - _MEAN) / _STD
 
 
 def train_supervised(root: Path, steps: int = 400, batch_size: int = 64, lr: float = 1e-3,
