@@ -248,15 +248,21 @@ class KNNProtocol(Protocol):
         c = self.cfg
         return ResizeCenterCrop(resize=c.resize, crop=c.crop, interpolation=c.interpolation)
 
-    def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
+    def extract(self, model: ModelHandle, data_root: Path):
+        """Both splits and their (cached) features: (splits, train FeatureSet, val FeatureSet)."""
         c = self.cfg
         splits = load_splits(c.dataset, data_root, c.train_split, c.val_split)
         tf = self.transform()
-        t0 = time.perf_counter()
         kw = dict(n_last_blocks=c.n_last_blocks, norm=True, batch_size=c.batch_size, num_workers=c.num_workers,
                   cache=c.cache, progress=c.progress, precision=c.precision)
         f_train = extract_features(model, splits.train, tf, desc="knn train", **kw)
         f_val = extract_features(model, splits.val, tf, desc="knn val", **kw)
+        return splits, f_train, f_val
+
+    def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
+        c = self.cfg
+        t0 = time.perf_counter()
+        splits, f_train, f_val = self.extract(model, data_root)
         t_feat = time.perf_counter() - t0
 
         def train_rows(a: int, b: int) -> torch.Tensor:

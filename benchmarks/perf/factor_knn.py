@@ -19,14 +19,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from benchmarks.classification_common import feature_for, load_splits
+from benchmarks.classification_common import feature_for
 from benchmarks.knn import weighted_knn
 from benchmarks.perf.reference_learners import REFERENCES
 from harness.backbone import ARCHS
 from harness.data.synthetic import default_root, generate
 from harness.errors import DataError
 from harness.evaluate import build_protocol
-from harness.features import extract_features
 from harness.models import ModelHandle
 
 
@@ -48,11 +47,7 @@ def factor_knn(model: ModelHandle, root: Path, feature: str = "cls", k: int = 20
     """k-NN top-1 on the class, the texture and the shape of object-centric SynthScenes."""
     knn = build_protocol("knn", "synth", {"dataset": "imagefolder", "feature": feature, "progress": False})
     c = knn.cfg
-    splits = load_splits(c.dataset, root / "imagenet", c.train_split, c.val_split)
-    kw = dict(n_last_blocks=c.n_last_blocks, norm=True, batch_size=c.batch_size, cache=c.cache,
-              progress=False, precision=c.precision)
-    f_train = extract_features(model, splits.train, knn.transform(), desc="train", **kw)
-    f_val = extract_features(model, splits.val, knn.transform(), desc="val", **kw)
+    splits, f_train, f_val = knn.extract(model, root / "imagenet")
     train = feature_for(feature, f_train.cls, f_train.patch_mean, c.n_last_blocks)
     val = feature_for(feature, f_val.cls, f_val.patch_mean, c.n_last_blocks)
     y_train = factor_labels(splits.classes, splits.train_labels)
