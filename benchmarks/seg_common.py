@@ -34,12 +34,17 @@ from typing import Any, Literal
 
 import torch
 
+from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from harness.errors import ConfigError, DataError, MissingDependencyError
 
 log = logging.getLogger(__name__)
 
 INSTALL_COMMAND = "bash scripts/install_mmcv.sh"
 MMSEG_VERSION = "1.2.2"
+# The CPU checkpoints are pretrained with ImageNet's mean/std: the synth presets read pixels
+# the same way (on 0..255 RGB, as mmseg's SegDataPreProcessor wants them).
+PRETRAIN_MEAN_255 = [round(255 * m, 3) for m in IMAGENET_MEAN]
+PRETRAIN_STD_255 = [round(255 * s, 3) for s in IMAGENET_STD]
 
 
 # ============================================================================ dependency

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from benchmarks.base import Protocol
-from benchmarks.seg_common import SegConfig, SegProtocolBase
+from benchmarks.seg_common import PRETRAIN_MEAN_255, PRETRAIN_STD_255, SegConfig, SegProtocolBase
 from harness.registry import register_protocol
 
 SEGMENTER_LRS = [8e-5, 3e-5, 1e-5, 8e-6]
@@ -34,6 +34,6 @@ class Segmenter(SegProtocolBase, Protocol):
     PRESETS = {
         "paper": {"crop_size": 512, "iters": None, "lrs": list(SEGMENTER_LRS), "batch_size": 8},
         "synth": {"crop_size": 64, "iters": 300, "lrs": [3e-4], "batch_size": 8, "num_workers": 0,
-                  "log_interval": 50},
+                  "mean": PRETRAIN_MEAN_255, "std": PRETRAIN_STD_255, "log_interval": 50},
     }
     DEFAULT_PRESET = "paper"

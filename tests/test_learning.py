@@ -1,14 +1,14 @@
 """Pretraining visibly learns: the DINO CPU preset, trained for its full schedule (408 steps
-on SynthScenes small, about 6 minutes on 2 cores), beats the same backbone at random init
-(the engine's step-0 weights, same seed) on k-NN (CLS and mean-pooled patch tokens) and
-dense-NN retrieval.
+on SynthScenes small, about 6 minutes on 2 cores; the shared ``dino_cpu_checkpoint``
+fixture), beats the same backbone at random init (the engine's step-0 weights, same seed)
+on k-NN (CLS and mean-pooled patch tokens) and dense-NN retrieval.
 Slow: CI runs it with `pytest -m slow`."""
 import pytest
 
 from benchmarks.perf.learning_curve import evaluate_point, step0_model
 from harness.config import load_config
 from harness.data.synthetic import default_root, generate
-from harness.engine import Trainer, load_pretrain_config
+from harness.engine import load_pretrain_config
 from harness.models import ModelHandle
 
 pytestmark = pytest.mark.slow
@@ -18,16 +18,14 @@ pytestmark = pytest.mark.slow
 METRICS = ("knn_cls_top1", "knn_avgpool_top1", "dense_nn_miou")
 
 
-def test_dino_cpu_preset_beats_random_init(tmp_path):
+def test_dino_cpu_preset_beats_random_init(tmp_path, dino_cpu_checkpoint):
     root = generate(default_root("small", 0), preset="small", seed=0, progress=False)
     raw = load_config("methods/dino_cpu.yaml")
     source = raw.pop("_source_")
     raw["data"] = {"root": str(root), "name": "synthscenes-small"}
-    raw["train"]["num_workers"] = 1
     cfg = load_pretrain_config(raw, source)
     random_init = evaluate_point(step0_model(cfg, tmp_path / "run", source), root)
-    ckpt = Trainer(cfg, tmp_path / "run", source, progress=False).train()
-    trained = evaluate_point(ModelHandle.from_checkpoint(ckpt, name="dino"), root)
+    trained = evaluate_point(ModelHandle.from_checkpoint(dino_cpu_checkpoint, name="dino"), root)
     table = "\n".join(f"{m:>18}: random {random_init[m]:6.2f}  dino {trained[m]:6.2f}"
                       for m in (*METRICS, "linear_top1"))
     print("\n" + table)
