@@ -133,7 +133,8 @@ class LinearProbe(Protocol):
                    "val_interpolation": "bilinear"},
         # CPU screening on SynthScenes (64 px, 12 classes): the iBOT recipe, shortened.
         # BatchNorm before the head (as SynCLR's probe): a briefly pretrained tiny ViT's feature
-        # dimensions are badly scaled for one SGD lr grid (docs/BENCHMARKS.md, "linear probe").
+        # dimensions are badly scaled for one SGD lr grid (docs/PROTOCOLS.md, "Why `synth` has
+        # the BatchNorm").
         "synth": {"recipe": "synth", "base_lrs": [0.01, 0.03, 0.1, 0.3, 1.0], "epochs": 10,
                   "batch_size": 128, "lr_schedule": "cosine_epoch", "crop": 64, "resize": 64,
                   "feature_layout": "concat", "batchnorm": True},

@@ -1,4 +1,5 @@
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,24 @@ def test_fingerprint_is_stable_and_order_free():
     assert fingerprint(Outer()) == fingerprint(Outer())
     # a committed value: changing the hashing silently would orphan every cache and record
     assert fingerprint({"k": 20, "temperature": 0.07}) == "0dbba8ba2fb59ec5"
+
+
+@pytest.mark.parametrize("suite_file", sorted((Path(__file__).resolve().parent.parent / "configs" / "suites").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_shipped_suite_resolves(suite_file):
+    # each model's pretraining config (with its overrides) and each protocol's preset + settings
+    # build without error, so a typo in a suite fails here and not 20 minutes into a run
+    import benchmarks  # noqa: F401  (registers the protocols)
+    from harness.engine import load_pretrain_config
+    from harness.evaluate import build_protocol
+    from harness.suite import load_suite
+
+    suite, source = load_suite(suite_file)
+    assert suite.models and suite.protocols
+    for entry in suite.models:
+        if entry.pretrain:
+            raw = apply_overrides(load_config(entry.pretrain), list(suite.pretrain_overrides) + list(entry.set))
+            raw["data"] = {"root": "/nonexistent", "name": "x"}
+            load_pretrain_config(raw, raw.pop("_source_"))
+    for p in suite.protocols:
+        build_protocol(p.name, p.preset, {"dataset": p.dataset, **p.set}, source)
