@@ -76,15 +76,35 @@ def _fill(template: str, synth_root: Path | None) -> str:
     return template
 
 
-def pretrained_checkpoint(entry: ModelEntry, data_root: Path, data_name: str, progress: bool = True,
-                          log=print) -> Path:
-    """Pretrain (or reuse the cached result of) one method configuration."""
-    from harness.engine import load_pretrain_config, pretrain
+def model_entries(suite: SuiteConfig) -> list[ModelEntry]:
+    """The suite's models, each pretraining entry with the suite-wide overrides first."""
+    if not suite.pretrain_overrides:
+        return list(suite.models)
+    return [dataclasses.replace(e, set=list(suite.pretrain_overrides) + list(e.set)) if e.pretrain else e
+            for e in suite.models]
+
+
+def pretrain_config(entry: ModelEntry, data_root: Path, data_name: str):
+    """(validated pretraining config, its source file) of one pretraining entry."""
+    from harness.engine import load_pretrain_config
 
     raw = apply_overrides(load_config(entry.pretrain), entry.set)
     source = raw.pop("_source_", entry.pretrain)
     raw["data"] = {"root": str(data_root), "name": data_name}
-    cfg = load_pretrain_config(raw, source)
+    return load_pretrain_config(raw, source), source
+
+
+def suite_protocol(entry: ProtocolEntry, source: str):
+    """The protocol object of one suite entry (its preset, its dataset and settings)."""
+    return build_protocol(entry.name, entry.preset, {"dataset": entry.dataset, **entry.set}, source)
+
+
+def pretrained_checkpoint(entry: ModelEntry, data_root: Path, data_name: str, progress: bool = True,
+                          log=print) -> Path:
+    """Pretrain (or reuse the cached result of) one method configuration."""
+    from harness.engine import pretrain
+
+    cfg, source = pretrain_config(entry, data_root, data_name)
     key = to_dict(cfg)
     key["train"].pop("num_workers", None)  # does not change the weights (the engine resumes across it)
     key["data_stamp"] = data_stamp(data_root)  # a regenerated dataset at the same path is other data
@@ -137,9 +157,7 @@ def run_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress:
     failures: list[str] = []
     records: list[dict] = []
     models = []
-    for entry in suite.models:
-        if entry.pretrain and suite.pretrain_overrides:
-            entry = dataclasses.replace(entry, set=list(suite.pretrain_overrides) + list(entry.set))
+    for entry in model_entries(suite):
         try:
             models.append(model_handle(entry, pre_root, pre_name, progress, log))
         except SslBenchError:
@@ -153,8 +171,7 @@ def run_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress:
             log(f"skipping protocol {p.name}: needs {', '.join(missing)} "
                 "(install with: bash scripts/install_mmcv.sh)")
             continue
-        values = {"dataset": p.dataset, **p.set}
-        protocol = build_protocol(p.name, p.preset, values, source)
+        protocol = suite_protocol(p, source)
         data_root = Path(_fill(p.data_root, synth_root))
         for model in models:
             t1 = time.perf_counter()

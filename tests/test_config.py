@@ -73,17 +73,12 @@ def test_fingerprint_is_stable_and_order_free():
 def test_every_shipped_suite_resolves(suite_file):
     # each model's pretraining config (with its overrides) and each protocol's preset + settings
     # build without error, so a typo in a suite fails here and not 20 minutes into a run
-    import benchmarks  # noqa: F401  (registers the protocols)
-    from harness.engine import load_pretrain_config
-    from harness.evaluate import build_protocol
-    from harness.suite import load_suite
+    from harness.suite import load_suite, model_entries, pretrain_config, suite_protocol
 
     suite, source = load_suite(suite_file)
     assert suite.models and suite.protocols
-    for entry in suite.models:
+    for entry in model_entries(suite):
         if entry.pretrain:
-            raw = apply_overrides(load_config(entry.pretrain), list(suite.pretrain_overrides) + list(entry.set))
-            raw["data"] = {"root": "/nonexistent", "name": "x"}
-            load_pretrain_config(raw, raw.pop("_source_"))
+            pretrain_config(entry, Path("/nonexistent"), "x")
     for p in suite.protocols:
-        build_protocol(p.name, p.preset, {"dataset": p.dataset, **p.set}, source)
+        suite_protocol(p, source)

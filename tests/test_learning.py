@@ -6,10 +6,9 @@ Slow: CI runs it with `pytest -m slow`."""
 import pytest
 
 from benchmarks.perf.learning_curve import evaluate_point, step0_model
-from harness.config import load_config
 from harness.data.synthetic import default_root, generate
-from harness.engine import load_pretrain_config
 from harness.models import ModelHandle
+from harness.suite import ModelEntry, pretrain_config
 
 pytestmark = pytest.mark.slow
 
@@ -20,10 +19,8 @@ METRICS = ("knn_cls_top1", "knn_avgpool_top1", "dense_nn_miou")
 
 def test_dino_cpu_preset_beats_random_init(tmp_path, dino_cpu_checkpoint):
     root = generate(default_root("small", 0), preset="small", seed=0, progress=False)
-    raw = load_config("methods/dino_cpu.yaml")
-    source = raw.pop("_source_")
-    raw["data"] = {"root": str(root), "name": "synthscenes-small"}
-    cfg = load_pretrain_config(raw, source)
+    cfg, source = pretrain_config(ModelEntry(name="dino", pretrain="methods/dino_cpu.yaml"), root,
+                                  "synthscenes-small")
     random_init = evaluate_point(step0_model(cfg, tmp_path / "run", source), root)
     trained = evaluate_point(ModelHandle.from_checkpoint(dino_cpu_checkpoint, name="dino"), root)
     table = "\n".join(f"{m:>18}: random {random_init[m]:6.2f}  dino {trained[m]:6.2f}"
