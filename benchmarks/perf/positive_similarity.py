@@ -17,6 +17,7 @@ batch-centred [CLS] and mean-patch features:
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -25,12 +26,12 @@ import torch.nn.functional as F
 
 from harness.backbone import ARCHS
 from harness.config import load_config
-from harness.data.captions import CaptionGroups
 from harness.data.io import load_rgb
 from harness.data.synthetic import default_root, generate
 from harness.errors import DataError
 from harness.models import ModelHandle
 from methods.shared import MultiCropAugmentation, MultiCropConfig, sample_rng
+from methods.synclr import caption_groups
 
 
 def positive_stats(anchor: torch.Tensor, instance: torch.Tensor, caption: torch.Tensor) -> dict[str, float]:
@@ -50,16 +51,14 @@ def positive_stats(anchor: torch.Tensor, instance: torch.Tensor, caption: torch.
 
 def caption_crops(root: Path, crops: MultiCropConfig, groups: int, seed: int = 0) -> list[torch.Tensor]:
     """Anchor crop, its image's other crop and a crop of another render, for ``groups`` captions."""
-    readable = CaptionGroups(root / "captions").groups
-    usable = [g for g in readable if len(g.image_paths) >= 2][:groups]
+    usable = caption_groups(root, min_images=2)[:groups]
     if len(usable) < groups:
-        raise DataError(f"{root / 'captions'}: {len(usable)} caption groups with 2 renders, {groups} asked")
-    augment = MultiCropAugmentation(MultiCropConfig(**{**crops.__dict__, "global_crops_number": 2,
-                                                        "local_crops_number": 0}))
+        raise DataError(f"{root}: {len(usable)} caption groups with 2 renders, {groups} asked")
+    augment = MultiCropAugmentation(replace(crops, global_crops_number=2, local_crops_number=0))
     anchor, instance, caption = [], [], []
-    for i, g in enumerate(usable):
-        first = augment(load_rgb(g.image_paths[0]), sample_rng(seed, 0, i))
-        second = augment(load_rgb(g.image_paths[1]), sample_rng(seed, 1, i))
+    for i, renders in enumerate(usable):
+        first = augment(load_rgb(renders[0]), sample_rng(seed, 0, i))
+        second = augment(load_rgb(renders[1]), sample_rng(seed, 1, i))
         anchor.append(first[0])
         instance.append(first[1])
         caption.append(second[1])
