@@ -1,30 +1,53 @@
-"""Pretraining visibly learns: the DINO CPU preset, trained for its full schedule (408 steps
-on SynthScenes small, about 6 minutes on 2 cores; the shared ``dino_cpu_checkpoint``
-fixture), beats the same backbone at random init (the engine's step-0 weights, same seed)
-on k-NN (CLS and mean-pooled patch tokens) and dense-NN retrieval.
-Slow: CI runs it with `pytest -m slow`."""
+"""Pretraining visibly learns. Each CPU preset below, trained for its full schedule on
+SynthScenes small, beats the same backbone at random init (the engine's step-0 weights,
+same seed) on the metrics it is known to move at that budget (docs/BENCHMARKS.md,
+"Learning" and "SynCLR's CPU preset since session 6"):
+- DINO (408 steps, about 6 minutes on 2 cores; the shared ``dino_cpu_checkpoint`` fixture):
+  k-NN (CLS and mean-pooled patch tokens) and dense-NN retrieval;
+- SynCLR (396 steps, about 7 minutes): dense-NN retrieval by more than 1 mIoU (measured
+  12.01 vs 9.53) and the cached-feature linear probe (15.00 vs 11.46). Its k-NN gains need
+  the 3x schedule (1200 steps), too long for CI.
+Slow: CI runs them with `pytest -m slow`."""
+from pathlib import Path
+
 import pytest
 
 from benchmarks.perf.learning_curve import evaluate_point, step0_model
 from harness.data.synthetic import default_root, generate
 from harness.models import ModelHandle
-from harness.suite import ModelEntry, pretrain_config
+from harness.suite import ModelEntry, pretrain_config, pretrained_checkpoint
 
 pytestmark = pytest.mark.slow
 
-# the learning curve's metrics (docs/BENCHMARKS.md, "Learning"); the cached-feature linear
-# probe is printed too but not asserted: at this budget it has not been shown to move
+# the learning curve's metrics (docs/BENCHMARKS.md, "Learning")
 METRICS = ("knn_cls_top1", "knn_avgpool_top1", "dense_nn_miou")
 
 
-def test_dino_cpu_preset_beats_random_init(tmp_path, dino_cpu_checkpoint):
+def _random_vs_trained(entry: ModelEntry, checkpoint: Path, work: Path) -> tuple[dict, dict, str]:
+    """Metrics of the run's step-0 weights and of its checkpoint, and a table of both."""
     root = generate(default_root("small", 0), preset="small", seed=0, progress=False)
-    cfg, source = pretrain_config(ModelEntry(name="dino", pretrain="methods/dino_cpu.yaml"), root,
-                                  "synthscenes-small")
-    random_init = evaluate_point(step0_model(cfg, tmp_path / "run", source), root)
-    trained = evaluate_point(ModelHandle.from_checkpoint(dino_cpu_checkpoint, name="dino"), root)
-    table = "\n".join(f"{m:>18}: random {random_init[m]:6.2f}  dino {trained[m]:6.2f}"
+    cfg, source = pretrain_config(entry, root, "synthscenes-small")
+    random_init = evaluate_point(step0_model(cfg, work / "run", source), root)
+    trained = evaluate_point(ModelHandle.from_checkpoint(checkpoint, name=entry.name), root)
+    table = "\n".join(f"{m:>18}: random {random_init[m]:6.2f}  {entry.name} {trained[m]:6.2f}"
                       for m in (*METRICS, "linear_top1"))
     print("\n" + table)
+    return random_init, trained, table
+
+
+def test_dino_cpu_preset_beats_random_init(tmp_path, dino_cpu_checkpoint):
+    entry = ModelEntry(name="dino", pretrain="methods/dino_cpu.yaml")
+    random_init, trained, table = _random_vs_trained(entry, dino_cpu_checkpoint, tmp_path)
+    # the cached-feature linear probe is printed but not asserted: at this budget it has not
+    # been shown to move for DINO
     for m in METRICS:
         assert trained[m] > random_init[m], f"{m} did not improve:\n{table}"
+
+
+def test_synclr_cpu_preset_beats_random_init_on_dense_nn_and_linear(tmp_path):
+    root = generate(default_root("small", 0), preset="small", seed=0, progress=False)
+    entry = ModelEntry(name="synclr-cpu", pretrain="methods/synclr_cpu.yaml")
+    checkpoint = pretrained_checkpoint(entry, root, "synthscenes-small", progress=False)
+    random_init, trained, table = _random_vs_trained(entry, checkpoint, tmp_path)
+    assert trained["dense_nn_miou"] > random_init["dense_nn_miou"] + 1.0, f"dense NN gained <= 1 mIoU:\n{table}"
+    assert trained["linear_top1"] > random_init["linear_top1"], f"linear probe did not improve:\n{table}"
