@@ -1,0 +1,149 @@
+"""Where work runs and in which precision: the one place that decides.
+
+Every entry point (pretraining, evaluation, feature extraction, suites, paper tables) takes a
+device spec ``auto | cpu | cuda | cuda:N`` and resolves it here. ``auto`` is CUDA when torch
+sees a GPU, else the CPU; under torchrun each process takes the GPU of its ``LOCAL_RANK``.
+Asking for CUDA where there is none is an error, never a silent fall-back to the CPU.
+
+Precision: ``fp32 | fp16 | bf16``. fp32 is strict: TF32 tensor-core maths is switched off on
+CUDA, so a GPU's fp32 number differs from the CPU's only by summation order. fp16 and bf16
+autocast the forward passes (as the official DINO / iBOT / CrIBo ``--use_fp16`` does, with
+a gradient scaler for fp16 training).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+from typing import Any
+
+import torch
+
+from harness.errors import SslBenchError
+
+DEVICE_HELP = "auto (CUDA when available), cpu, cuda or cuda:N"
+PRECISIONS = ("fp32", "fp16", "bf16")
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class DeviceError(SslBenchError):
+    """A device or precision that this machine cannot provide."""
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def _cuda_unavailable_reason() -> str:
+    if torch.version.cuda is None:
+        return "this torch build has no CUDA support (a CPU-only wheel)"
+    return (f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU "
+            "(no driver, or CUDA_VISIBLE_DEVICES hides them)")
+
+
+def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
+    """The torch.device for a spec; a clear error when it cannot be had here."""
+    if isinstance(spec, torch.device):
+        spec = str(spec)
+    text = (spec or "auto").strip().lower()
+    if text == "auto":
+        return resolve_device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    if text == "cpu":
+        return torch.device("cpu")
+    if text == "cuda" or text.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise DeviceError(f"device {text!r} was asked for, but {_cuda_unavailable_reason()}; "
+                              "use --device cpu (or auto)")
+        count = torch.cuda.device_count()
+        if text == "cuda":
+            # one GPU per process under torchrun; the current GPU otherwise
+            index = local_rank() if "LOCAL_RANK" in os.environ else torch.cuda.current_device()
+        else:
+            try:
+                index = int(text.split(":", 1)[1])
+            except ValueError:
+                raise DeviceError(f"device {text!r} is not of the form cuda:N") from None
+        if not 0 <= index < count:
+            raise DeviceError(f"device cuda:{index} was asked for, but torch sees {count} GPU(s) "
+                              f"(cuda:0 .. cuda:{count - 1})")
+        return torch.device("cuda", index)
+    raise DeviceError(f"device must be {DEVICE_HELP}; found {spec!r}")
+
+
+def check_precision(precision: str, device: torch.device) -> str:
+    if precision not in PRECISIONS:
+        raise DeviceError(f"precision must be one of {', '.join(PRECISIONS)}; found {precision!r}")
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise DeviceError(f"precision bf16 was asked for, but {gpu_name(device)} has no bf16 support; "
+                          "use fp16 or fp32")
+    return precision
+
+
+def prepare(device: torch.device, precision: str = "fp32") -> torch.device:
+    """Make `device` current for this process and set its maths to `precision`'s rules."""
+    check_precision(precision, device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        # fp32 means fp32: TF32 would change the numbers (cuDNN allows it by default).
+        strict = precision == "fp32"
+        torch.backends.cuda.matmul.allow_tf32 = not strict
+        torch.backends.cudnn.allow_tf32 = not strict
+    return device
+
+
+def autocast(device: torch.device, precision: str):
+    """Autocast for fp16/bf16; a no-op context for fp32."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
+
+
+def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler:
+    """Loss scaling for fp16 training (the official code's fp16_scaler); disabled otherwise."""
+    return torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+
+def to_device(obj: Any, device: torch.device, non_blocking: bool = True) -> Any:
+    """Move every tensor inside nested lists, tuples and dicts to `device`."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device, non_blocking=non_blocking)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device, non_blocking) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        moved = [to_device(v, device, non_blocking) for v in obj]
+        if hasattr(obj, "_fields"):  # namedtuple
+            return type(obj)(*moved)
+        return type(obj)(moved)
+    return obj
+
+
+def gpu_name(device: torch.device) -> str | None:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else None
+
+
+def pin_memory(device: torch.device) -> bool:
+    """Page-locked host batches only help (and only work) when copying to a GPU."""
+    return device.type == "cuda"
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work, so wall-clock timings measure it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def module_device(module: torch.nn.Module) -> torch.device:
+    p = next(module.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")
+
+
+def device_record(device: torch.device, precision: str, world_size: int = 1) -> dict[str, Any]:
+    """What did the work, as records and checkpoints state it."""
+    rec: dict[str, Any] = {"device": str(device), "device_type": device.type, "precision": precision,
+                           "world_size": int(world_size), "gpu": gpu_name(device)}
+    if device.type == "cuda":
+        rec["cuda"] = torch.version.cuda
+    else:
+        rec["cpu"] = platform.processor() or platform.machine()
+        rec["threads"] = torch.get_num_threads()
+    return rec
