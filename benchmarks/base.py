@@ -66,5 +66,9 @@ class Protocol:
     def fingerprint(self, extra: dict[str, Any] | None = None) -> str:
         return fingerprint({"protocol": self.registry_name, **self.settings(), **(extra or {})})
 
+    def precision(self) -> str:
+        """The arithmetic the protocol computes in (fp32 | fp16 | bf16), for the records."""
+        return getattr(self.cfg, "precision", "fp32")
+
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
         raise NotImplementedError

@@ -20,6 +20,7 @@ are extracted per (seed, epoch) over the union of that seed's subsets (a crop de
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import resource
 import sys
@@ -41,6 +42,7 @@ from benchmarks.dense_nn_index import IndexSpec
 from benchmarks.dense_nn_metric import compute_miou
 from benchmarks.dense_nn_subsets import Subset, check_nested, plan_subsets, write_subset_list
 from harness.config import from_dict
+from harness.device import module_device
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, PatchMultipleResize, SquareResize
 from harness.errors import ConfigError, DataError
 from harness.registry import DATASETS, register_protocol
@@ -71,7 +73,7 @@ class Config:
     norm_std: list[float] = field(default_factory=lambda: list(IMAGENET_STD))
     n_last_blocks: int = 1               # patch tokens of the last n blocks, concatenated
     feature_norm: bool = True            # final LayerNorm on the tokens
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"  # feature extraction (harness.device)
     # --- memory bank
     bank_augment: Literal["none", "hbird"] = "none"
     aug_epochs: int = 1
@@ -101,7 +103,7 @@ class Config:
     batch_size: int = 32
     num_workers: int = 0
     search_chunk: int = 8192
-    search_device: Literal["auto", "cpu", "cuda"] = "auto"
+    search_device: str = "auto"  # auto = the model's device; cpu | cuda | cuda:N
     threads: int | None = None
     memory_budget_gb: float | None = None
     artifacts_dir: str | None = None
@@ -314,6 +316,8 @@ class DenseNN(Protocol):
         num_classes, ignore = int(train_ds.num_classes), int(train_ds.ignore_index)
         patch = int(model.backbone.patch_size)
         s = core_settings(cfg, num_classes, ignore, patch)
+        if cfg.search_device == "auto":  # search where the model runs
+            s = dataclasses.replace(s, index=dataclasses.replace(s.index, device=str(module_device(model.backbone))))
         subsets = plan_subsets(list(train_ds.stems), list(val_ds.stems), cfg.fractions, cfg.seeds,
                                dataset=cfg.dataset, subset_dir=cfg.subset_dir)
         for w in check_nested(subsets):

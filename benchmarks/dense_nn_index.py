@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.device import resolve_device
 from harness.errors import ConfigError
 
 
@@ -32,7 +33,7 @@ class IndexSpec:
     nprobe: int = 32
     train_size: int = 131072
     seed: int = 0
-    device: str = "auto"         # exact search: "auto" (cuda if available) | "cpu" | "cuda"
+    device: str = "auto"         # exact search: auto | cpu | cuda | cuda:N (harness.device)
     block: int = 262144          # torch backend: bank rows per matmul block
 
 
@@ -52,8 +53,8 @@ class BankIndex:
         if spec.kind == "exact":
             if spec.dtype not in ("float32", "float16"):
                 raise ConfigError(f"bank_dtype must be 'float32' or 'float16', found {spec.dtype!r}")
-            device = _resolve_device(spec.device)
-            if spec.dtype == "float32" and device == "cpu":
+            device = resolve_device(spec.device)
+            if spec.dtype == "float32" and device.type == "cpu":
                 self.index = faiss.IndexFlatIP(dim)
             else:
                 self.index = None
@@ -135,22 +136,10 @@ class BankIndex:
         return self.ntotal * self.dim * per
 
 
-def _resolve_device(device: str) -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("search_device 'cuda' was asked for but torch sees no CUDA device")
-    if device not in ("cpu", "cuda"):
-        raise ConfigError(f"search_device must be 'auto', 'cpu' or 'cuda', found {device!r}")
-    return device
-
-
 class TorchExact:
     """Exhaustive inner-product search over a torch bank, in blocks (exact top-k)."""
 
-    def __init__(self, dim: int, dtype: str, device: str, block: int):
+    def __init__(self, dim: int, dtype: str, device, block: int):
         import torch
 
         self.dim, self.device, self.block = dim, device, int(block)
@@ -184,7 +173,7 @@ class TorchExact:
         bank = self.bank()
         block = min(self.block, bank.shape[0])
         # keep the (queries x block) similarity matrix near 256 MiB on CPU (4 GiB on GPU)
-        max_elems = 2**30 if self.device == "cuda" else 2**26
+        max_elems = 2**30 if self.device.type == "cuda" else 2**26
         q_step = max(1, max_elems // block)
         out_s, out_i = [], []
         for qs in range(0, len(q), q_step):

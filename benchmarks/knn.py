@@ -32,6 +32,7 @@ from benchmarks.base import Protocol, ProtocolResult
 from benchmarks.classification_common import (FeatureKind, accuracy_metrics, feature_for, load_splits,
                                               topk_hits)
 from harness.data.transforms import ResizeCenterCrop
+from harness.device import resolve_device
 from harness.errors import ConfigError, DataError
 from harness.features import extract_features
 from harness.models import ModelHandle
@@ -39,7 +40,7 @@ from harness.registry import register_protocol
 
 log = logging.getLogger(__name__)
 
-Backend = Literal["faiss", "torch"]
+Backend = Literal["auto", "faiss", "torch"]
 
 
 # ----------------------------------------------------------------------------- search
@@ -110,26 +111,37 @@ def _chunk_topk_faiss(queries: torch.Tensor, base: torch.Tensor, k: int) -> tupl
     return vals, idx
 
 
-def cosine_topk(train, test, k: int, *, backend: Backend = "faiss", train_chunk: int = 65536,
-                test_chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+def resolved_backend(backend: str, device: torch.device) -> str:
+    return ("faiss" if device.type == "cpu" else "torch") if backend == "auto" else backend
+
+
+def cosine_topk(train, test, k: int, *, backend: Backend = "auto", train_chunk: int = 65536,
+                test_chunk: int = 1024, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """The k most cosine-similar train rows for every test row: (sims, indices), (N_test, k).
 
     Features are L2-normalised here, train one chunk at a time, so the train set may be a
     memory-mapped array far larger than memory; the largest block ever held is
     test_chunk x train_chunk similarities (torch) and never the full test x train matrix.
+    On a GPU (`device`) the torch search runs there, train chunk by train chunk, as DINO's
+    knn_classifier does; "auto" is faiss on the CPU and torch on a GPU (faiss-cpu has none).
     """
+    dev = torch.device(device)
+    backend = resolved_backend(backend, dev)
+    if backend not in ("faiss", "torch"):
+        raise ConfigError(f"k-NN backend must be 'auto', 'faiss' or 'torch', found {backend!r}")
+    if backend == "faiss" and dev.type != "cpu":
+        raise ConfigError(f"k-NN backend 'faiss' searches on the CPU (faiss-cpu), not on {dev}; "
+                          "use backend 'torch' or 'auto'")
     train = train if isinstance(train, _Rows) else _Rows(train)
     test = test if isinstance(test, _Rows) else _Rows(test)
-    test_x = _normalise(test.get(0, len(test)), "val")
+    test_x = _normalise(test.get(0, len(test)).to(dev), "val")
     n_train, n_test = len(train), test_x.shape[0]
     if not 1 <= k <= n_train:
         raise ValueError(f"k must be in [1, {n_train}] (the train set size), found {k}")
-    if backend not in ("faiss", "torch"):
-        raise ConfigError(f"k-NN backend must be 'faiss' or 'torch', found {backend!r}")
-    best_v = torch.full((n_test, k), -float("inf"))
-    best_i = torch.full((n_test, k), -1, dtype=torch.int64)
+    best_v = torch.full((n_test, k), -float("inf"), device=dev)
+    best_i = torch.full((n_test, k), -1, dtype=torch.int64, device=dev)
     for t0 in range(0, n_train, train_chunk):
-        base = _normalise(train.get(t0, min(t0 + train_chunk, n_train)), "train")
+        base = _normalise(train.get(t0, min(t0 + train_chunk, n_train)).to(dev, non_blocking=True), "train")
         kk = min(k, base.shape[0])
         for q0 in range(0, n_test, test_chunk):
             q = test_x[q0:q0 + test_chunk]
@@ -144,7 +156,7 @@ def cosine_topk(train, test, k: int, *, backend: Backend = "faiss", train_chunk:
             order = vals.argsort(dim=1, descending=True, stable=True)[:, :k]
             best_v[q0:q0 + test_chunk] = vals.gather(1, order)
             best_i[q0:q0 + test_chunk] = idx.gather(1, order)
-    return best_v, best_i
+    return best_v.cpu(), best_i.cpu()
 
 
 # ----------------------------------------------------------------------------- voting
@@ -157,8 +169,9 @@ def class_scores(sims: torch.Tensor, neighbour_labels: torch.Tensor, k: int, tem
 
 
 def weighted_knn(train, train_labels, test, test_labels, *, ks: Sequence[int] = (10, 20, 100, 200),
-                 temperature: float = 0.07, num_classes: int | None = None, backend: Backend = "faiss",
-                 train_chunk: int = 65536, test_chunk: int = 1024) -> dict[int, dict]:
+                 temperature: float = 0.07, num_classes: int | None = None, backend: Backend = "auto",
+                 train_chunk: int = 65536, test_chunk: int = 1024,
+                 device: str | torch.device = "cpu") -> dict[int, dict]:
     """DINO's weighted k-NN for every k in ``ks`` from one search: {k: {"top1", "top5", "k_used"}}.
 
     ``train`` / ``test``: (N, d) features (not yet normalised; ndarray, memmap, tensor or
@@ -178,7 +191,8 @@ def weighted_knn(train, train_labels, test, test_labels, *, ks: Sequence[int] = 
     if not ks or min(ks) < 1:
         raise ConfigError(f"ks must be positive integers, found {list(ks)}")
     k_max = min(max(ks), n_train)
-    sims, idx = cosine_topk(train, test, k_max, backend=backend, train_chunk=train_chunk, test_chunk=test_chunk)
+    sims, idx = cosine_topk(train, test, k_max, backend=backend, train_chunk=train_chunk, test_chunk=test_chunk,
+                            device=device)
     neighbour_labels = train_labels[idx]
     out = {}
     for k in ks:
@@ -207,9 +221,11 @@ class KNNConfig:
     n_last_blocks: int = 1  # CLS of the last n blocks concatenated (iBOT eval_knn option)
     ks: list[int] = field(default_factory=lambda: [10, 20, 100, 200])
     temperature: float = 0.07
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"  # feature extraction (harness.device)
     # Exact search either way; the two differ only in float rounding of the similarities.
-    backend: Backend = "faiss"
+    # auto: faiss on the CPU, torch where the search runs on a GPU.
+    backend: Backend = "auto"
+    search_device: str = "auto"  # auto = the model's device; cpu | cuda | cuda:N
     train_chunk: int = 65536
     test_chunk: int = 1024
     batch_size: int = 64
@@ -235,7 +251,7 @@ class KNNProtocol(Protocol):
 
     Config = KNNConfig
     # ks: each k is its own result (variant), so the sweep list does not change any number.
-    NOT_IN_FINGERPRINT = ("ks", "backend", "train_chunk", "test_chunk", "batch_size", "num_workers",
+    NOT_IN_FINGERPRINT = ("ks", "backend", "search_device", "train_chunk", "test_chunk", "batch_size", "num_workers",
                           "cache", "progress")
     PRESETS = {
         "dino": {},
@@ -243,6 +259,9 @@ class KNNProtocol(Protocol):
         "synth": {"resize": 64, "crop": 64, "ks": [10, 20, 100, 200]},
     }
     DEFAULT_PRESET = "dino"
+
+    def search_device(self, model: ModelHandle) -> torch.device:
+        return model.device if self.cfg.search_device == "auto" else resolve_device(self.cfg.search_device)
 
     def transform(self) -> ResizeCenterCrop:
         c = self.cfg
@@ -270,10 +289,11 @@ class KNNProtocol(Protocol):
 
         train = _Rows(None, n=len(f_train), fn=train_rows)
         val = feature_for(c.feature, f_val.cls, f_val.patch_mean, c.n_last_blocks)
+        search_dev = self.search_device(model)
         t1 = time.perf_counter()
         res = weighted_knn(train, splits.train_labels, val, splits.val_labels, ks=c.ks,
                            temperature=c.temperature, num_classes=splits.num_classes, backend=c.backend,
-                           train_chunk=c.train_chunk, test_chunk=c.test_chunk)
+                           train_chunk=c.train_chunk, test_chunk=c.test_chunk, device=search_dev)
         t_search = time.perf_counter() - t1
         out = []
         for k in c.ks:
@@ -287,7 +307,8 @@ class KNNProtocol(Protocol):
                 variant={"k": k, "feature": c.feature},
                 params={"k_used": r["k_used"], "temperature": c.temperature, "n_last_blocks": c.n_last_blocks,
                         "feature_dim": int(val.shape[1]), "n_train": len(f_train), "n_val": len(f_val),
-                        "num_classes": splits.num_classes, "backend": c.backend,
+                        "num_classes": splits.num_classes, "backend": resolved_backend(c.backend, search_dev),
+                        "search_device": str(search_dev),
                         "transform": f"resize {c.resize} {c.interpolation} -> center crop {c.crop}",
                         "features_from_cache": bool(f_train.from_cache and f_val.from_cache),
                         "feature_seconds": round(t_feat, 3), "search_seconds": round(t_search, 3)},

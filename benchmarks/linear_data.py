@@ -104,6 +104,7 @@ class _EpochBatchSampler(Sampler):
 
 
 def augmented_loader(data: AugmentedImages, batch_size: int, epoch: int, drop_last: bool,
-                     num_workers: int = 0) -> DataLoader:
+                     num_workers: int = 0, pin_memory: bool = False) -> DataLoader:
     sampler = _EpochBatchSampler(len(data), batch_size, data.seed, epoch, drop_last)
-    return DataLoader(data, batch_sampler=sampler, num_workers=num_workers, persistent_workers=False)
+    return DataLoader(data, batch_sampler=sampler, num_workers=num_workers, persistent_workers=False,
+                      pin_memory=pin_memory)

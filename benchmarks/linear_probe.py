@@ -39,6 +39,7 @@ from benchmarks.classification_common import Layout, assemble, load_splits
 from benchmarks.linear_data import (_STREAM_INIT, AugmentedImages, RandomResizedCropFlip, augmented_loader,
                                     epoch_batches, seeded_generator, steps_per_epoch)
 from benchmarks.linear_heads import GridHistory, GridSGD, LinearHeads, Schedule, select_best, train_grid
+from harness.device import module_device, pin_memory
 from harness.data.transforms import ResizeCenterCrop
 from harness.errors import ConfigError
 from harness.features import batch_features, extract_features
@@ -95,7 +96,7 @@ class LinearConfig:
     hflip: bool = True
     cached_features: bool = False  # train on cached val-transform features, no augmentation
     seed: int = 0
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"  # feature extraction (harness.device)
     # ---- execution only (not in the fingerprint)
     num_workers: int = 0
     feature_batch_size: int = 64
@@ -181,8 +182,7 @@ class LinearProbe(Protocol):
             def probe_input(cls, patch_mean):
                 return assemble(cls, patch_mean, n_last_blocks=n_blocks, avgpool=avgpool, layout=c.feature_layout)
 
-            # heads train where the backbone lives (CPU here; a CUDA backbone keeps them on GPU)
-            device = next(backbone.parameters()).device
+            device = module_device(backbone)  # the heads train where the backbone lives
             f_val = extract_features(model, splits.val, self.val_transform(), desc="linear val", **fkw)
             val_x = probe_input(f_val.cls, f_val.patch_mean).to(device)
             val_y = torch.from_numpy(splits.val_labels).to(device)
@@ -209,7 +209,8 @@ class LinearProbe(Protocol):
                 data = AugmentedImages(splits.train, splits.train_labels, self.train_transform(), c.seed)
 
                 def batches(epoch: int):
-                    loader = augmented_loader(data, c.batch_size, epoch, c.drop_last, c.num_workers)
+                    loader = augmented_loader(data, c.batch_size, epoch, c.drop_last, c.num_workers,
+                                              pin_memory=pin_memory(device))
                     for images, labels in tqdm(loader, desc=f"linear epoch {epoch + 1}/{c.epochs}",
                                                disable=not c.progress, leave=False):
                         with torch.no_grad():

@@ -620,9 +620,18 @@ class SegProtocolBase:
         return (home() / "mmseg" / model.cache_key[:16]
                 / f"{self.registry_name}-{self.fingerprint()}-{data_stamp(data_root)[:8]}")
 
+    def precision(self) -> str:
+        return "fp16" if self.cfg.amp else "fp32"  # mmengine's AmpOptimWrapper autocasts to fp16
+
     def run(self, model, data_root: Path) -> list:
+        if model.device.type == "cpu" and torch.cuda.is_available():
+            # mmengine's Runner puts the model on the GPU whenever one is visible
+            raise ConfigError(f"{self.registry_name} runs through mmengine, which trains on the GPU when "
+                              "torch sees one: run it with --device cuda, or hide the GPUs "
+                              "(CUDA_VISIBLE_DEVICES='') to run it on the CPU")
         b = model.backbone
         state = b.backbone_state_dict() if hasattr(b, "backbone_state_dict") else b.state_dict()
+        state = {k: v.detach().cpu() for k, v in state.items()}  # mmengine loads them from a file
         arch = dict(getattr(b, "arch_kwargs", {}) or {})
         arch.setdefault("num_heads", b.blocks[0].attn.num_heads)
         work_dir = Path(self.cfg.work_dir) if self.cfg.work_dir else self.default_work_dir(model, data_root)

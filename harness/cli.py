@@ -22,6 +22,8 @@ def cmd_run(args) -> int:
     from harness.suite import load_suite, run_suite
 
     suite, source = load_suite(args.suite, args.set)
+    if args.device:
+        suite.device = args.device
     out = run_suite(suite, source, force=args.force, progress=not args.no_progress)
     return 1 if out["failures"] else 0
 
@@ -33,6 +35,8 @@ def cmd_pretrain(args) -> int:
     raw = apply_overrides(load_config(args.config), args.set)
     source = raw.pop("_source_", args.config)
     raw["data"] = {"root": args.data_root, "name": args.data_name or Path(args.data_root).name}
+    if args.device:
+        raw.setdefault("train", {})["device"] = args.device
     cfg = load_pretrain_config(raw, source)
     path = pretrain(cfg, Path(args.out), source, progress=not args.no_progress)
     print(f"checkpoint: {path}")
@@ -40,13 +44,21 @@ def cmd_pretrain(args) -> int:
 
 
 def _model(args):
+    """The model on the asked device; under torchrun, each process on its own GPU, joined into
+    one process group (feature extraction is then sharded over the processes)."""
+    from harness import distributed
+    from harness.device import prepare, resolve_device
     from harness.models import ModelHandle
 
     if bool(args.checkpoint) == bool(args.random_init):
         raise SslBenchError("give exactly one of --checkpoint CKPT or --random-init ARCH")
+    device = prepare(resolve_device(args.device))
+    distributed.init_from_env(device)
     if args.checkpoint:
-        return ModelHandle.from_checkpoint(args.checkpoint, name=args.name)
-    return ModelHandle.random_init(args.random_init, seed=args.init_seed, name=args.name)
+        model = ModelHandle.from_checkpoint(args.checkpoint, name=args.name)
+    else:
+        model = ModelHandle.random_init(args.random_init, seed=args.init_seed, name=args.name)
+    return model.to(device)
 
 
 def _values(pairs: list[str] | None) -> dict:
@@ -117,6 +129,13 @@ def cmd_data_synth(args) -> int:
     return 0
 
 
+def device_arg(parser, default_from: str = "auto") -> None:
+    from harness.device import DEVICE_HELP
+
+    parser.add_argument("--device", default=None,
+                        help=f"where the work runs: {DEVICE_HELP} (default: {default_from})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ssl-bench", description=__doc__)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -127,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     r.add_argument("--force", action="store_true", help="re-run protocols that have records")
     r.add_argument("--no-progress", action="store_true")
+    device_arg(r, "the suite's device key")
     r.set_defaults(func=cmd_run)
 
     t = sub.add_parser("pretrain", help="pretrain a method; resumes from OUT/resume.pt")
@@ -136,9 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True)
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     t.add_argument("--no-progress", action="store_true")
+    device_arg(t, "the config's train.device")
     t.set_defaults(func=cmd_pretrain)
 
     def model_args(q):
+        device_arg(q)
         q.add_argument("--checkpoint", help="harness checkpoint (.safetensors)")
         q.add_argument("--random-init", metavar="ARCH", help="evaluate a randomly initialised ARCH")
         q.add_argument("--init-seed", type=int, default=0)

@@ -1,9 +1,11 @@
 """Every collective goes through here; each is a no-op in a single process.
 
-Launch with ``torchrun --nproc_per_node=N``: ``init_from_env`` picks gloo on CPU and
-NCCL on GPUs. Gradients are averaged explicitly (``average_gradients``) rather than
-through DistributedDataParallel's bucketed hooks: the arithmetic is the same, it works
-for students made of several modules, and the order of reductions is deterministic.
+Launch with ``torchrun --nproc_per_node=N`` (one node) or with ``--nnodes``/``--rdzv-endpoint``
+(several), or through SLURM (harness/launch.py): ``init_from_env`` reads the rendezvous from the
+environment and picks NCCL when the work runs on GPUs, gloo on the CPU. Pretraining averages
+gradients through torch's DistributedDataParallel (harness/engine.py); the helpers here serve
+the methods' own collectives (centres, all-gathered keys, memory banks) and sharded
+feature extraction.
 """
 from __future__ import annotations
 
@@ -29,16 +31,17 @@ def is_main() -> bool:
     return rank() == 0
 
 
-def init_from_env() -> bool:
-    """Initialise the process group when launched by torchrun; returns True if distributed."""
+def init_from_env(device: torch.device | None = None) -> bool:
+    """Initialise the process group when launched by torchrun (or SLURM through
+    harness/launch.py); returns True if distributed. NCCL when `device` is a GPU, else gloo."""
     if is_dist():
         return True
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend=backend)
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    cuda = device is not None and device.type == "cuda"
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend="nccl" if cuda else "gloo", device_id=device if cuda else None)
     return True
 
 
@@ -95,17 +98,6 @@ def all_gather_variable(t: torch.Tensor) -> torch.Tensor:
     parts = [torch.empty_like(padded) for _ in sizes]
     dist.all_gather(parts, padded)
     return torch.cat([p[:s] for p, s in zip(parts, sizes)], dim=0)
-
-
-def average_gradients(params) -> None:
-    """Average .grad over ranks (what DistributedDataParallel does), in a fixed order."""
-    if not is_dist():
-        return
-    ws = world_size()
-    for p in params:
-        if p.grad is not None:
-            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
-            p.grad /= ws
 
 
 def broadcast_module(module: torch.nn.Module) -> None:

@@ -23,9 +23,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from harness import device as devices
 from harness import distributed as dist
 from harness.checkpoints import save_checkpoint
 from harness.config import fingerprint, from_dict, to_dict
@@ -51,10 +54,12 @@ class TrainConfig:
     momentum_teacher: float = 0.996
     momentum_teacher_end: float = 1.0
     seed: int = 0
-    num_workers: int = 0
+    num_workers: int = 0  # DataLoader worker processes decoding and augmenting the next batches
     checkpoint_every: int = 200  # steps; a checkpoint is also written at the end
     log_every: int = 10
-    amp: bool = False  # bf16 autocast (CPU) / fp16 (CUDA)
+    # fp16: autocast + gradient scaler, as the official --use_fp16; bf16: autocast, no scaler
+    precision: str = "fp32"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N (under torchrun: each process its LOCAL_RANK GPU)
 
 
 @dataclass
@@ -133,9 +138,15 @@ class Trainer:
         data_root = cfg.data.get("root")
         if not data_root:
             raise ConfigError(f"{source}: data.root is required for pretraining")
+        self.device = devices.prepare(devices.resolve_device(t.device), t.precision)
         torch.manual_seed(t.seed)
         self.method = build_method(cfg, source)
+        if dist.is_dist() and self.device.type == "cuda":
+            # the official code syncs head BatchNorm statistics over all GPUs (gloo has no SyncBN)
+            self.method = nn.SyncBatchNorm.convert_sync_batchnorm(self.method)
+        self.method.to(self.device)
         dist.broadcast_module(self.method)
+        self.model = self._distributed(self.method)
         self.dataset = self.method.build_dataset(Path(data_root), t.seed)
         if len(self.dataset) < t.batch_size:
             raise ConfigError(f"dataset has {len(self.dataset)} samples, fewer than one batch "
@@ -153,13 +164,25 @@ class Trainer:
         self.last_layer = [p for n, p in self.method.trainable_parameters()
                            if self.method.is_last_layer(n)]
         self.optimizer = torch.optim.AdamW(param_groups(self.method, t.weight_decay), lr=lr)
+        self.scaler = devices.grad_scaler(self.device, t.precision)
         self.step = 0
         self.log_path = self.out_dir / "log.jsonl"
+
+    def _distributed(self, method: Method) -> nn.Module:
+        """The method wrapped in DistributedDataParallel under torchrun (gradients averaged
+        in buckets overlapping the backward), or the method itself in one process."""
+        if not dist.is_dist():
+            return method
+        # Buffers (centres, CrIBo's memory bank) are kept equal by the methods' own
+        # all-reduces and all-gathers; broadcasting them every step would only cost time.
+        return DistributedDataParallel(method, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                                       forward_sync_buffers=False,
+                                       find_unused_parameters=method.ddp_find_unused_parameters)
 
     # ------------------------------------------------------------------ checkpoints
     # Settings that do not change the trajectory: a run may resume with other values
     # (e.g. a larger max_steps continues the same schedule).
-    RESUMABLE_CHANGES = ("max_steps", "checkpoint_every", "log_every", "num_workers")
+    RESUMABLE_CHANGES = ("max_steps", "checkpoint_every", "log_every", "num_workers", "device")
 
     def _identity(self) -> str:
         d = to_dict(self.cfg)
@@ -176,7 +199,9 @@ class Trainer:
             return
         state = {"method": self.method.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "step": self.step, "torch_rng": torch.get_rng_state(),
-                 "config": self._identity()}
+                 "scaler": self.scaler.state_dict(), "config": self._identity()}
+        if self.device.type == "cuda":  # drop-path draws on the GPU come from its own generator
+            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         atomic_write(self.resume_path, lambda p: torch.save(state, p))
 
     def try_resume(self) -> bool:
@@ -191,6 +216,10 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
         torch.set_rng_state(state["torch_rng"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        if self.device.type == "cuda" and "cuda_rng" in state:
+            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         self._truncate_log(self.step)
         return True
 
@@ -207,8 +236,10 @@ class Trainer:
                 "arch_kwargs": self.method.teacher.backbone.arch_kwargs,
                 "pretrain_data": cfg.data.get("name") or str(cfg.data.get("root")),
                 "epochs": self.step / self.steps_per_epoch, "steps": self.step,
-                "config": to_dict(cfg), "config_fingerprint": fingerprint(to_dict(cfg))}
-        return save_checkpoint(self.out_dir / "backbone", self.method.export_backbone(), meta)
+                "config": to_dict(cfg), "config_fingerprint": fingerprint(to_dict(cfg)),
+                "trained_on": devices.device_record(self.device, cfg.train.precision, dist.world_size())}
+        weights = {k: v.cpu() for k, v in self.method.export_backbone().items()}
+        return save_checkpoint(self.out_dir / "backbone", weights, meta)
 
     # ------------------------------------------------------------------ loop
     def _set_hparams(self, step: int) -> None:
@@ -229,10 +260,10 @@ class Trainer:
         if not resumed and dist.is_main():
             self.log_path.unlink(missing_ok=True)
         self.method.train()
-        autocast_dtype = torch.float16 if torch.cuda.is_available() else torch.bfloat16
         bar = tqdm(total=self.stop_step, initial=self.step, disable=not (self.progress and dist.is_main()),
-                   desc=f"pretrain {self.cfg.method.get('name')}", unit="step", dynamic_ncols=True)
-        t_start, n_seen = time.perf_counter(), 0
+                   desc=f"pretrain {self.cfg.method.get('name')} on {self.device}", unit="step",
+                   dynamic_ncols=True)
+        speed = _Throughput()
         while self.step < self.stop_step:
             epoch = self.step // self.steps_per_epoch
             if hasattr(self.dataset, "set_epoch"):
@@ -241,51 +272,91 @@ class Trainer:
             start_in_epoch = self.step - epoch * self.steps_per_epoch
             loader = DataLoader(self.dataset, batch_sampler=EpochBatches(batches, start_in_epoch),
                                 collate_fn=self.method.collate, num_workers=t.num_workers,
+                                pin_memory=devices.pin_memory(self.device),
                                 # a private generator keeps worker seeding off the global RNG
                                 generator=torch.Generator().manual_seed(t.seed + epoch))
+            speed.waiting()
             for batch in loader:
+                speed.got_batch()
+                batch = devices.to_device(batch, self.device)
                 info = StepInfo(step=self.step, epoch=epoch, steps_per_epoch=self.steps_per_epoch,
                                 total_steps=self.total_steps, lr=float(self.lr_schedule[self.step]),
                                 weight_decay=float(self.wd_schedule[self.step]),
                                 momentum=float(self.momentum_schedule[self.step]))
-                self._set_hparams(self.step)
-                with torch.autocast(device_type="cpu", dtype=autocast_dtype, enabled=t.amp):
-                    losses = self.method.training_step(batch, info)
-                loss = losses["loss"]
-                if not math.isfinite(loss.item()):
-                    raise FloatingPointError(f"loss is {loss.item()} at step {self.step}; stopping "
-                                             "(lower the learning rate or check the data)")
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                dist.average_gradients(self.params)
-                if t.clip_grad:
-                    clip_per_parameter(self.params, t.clip_grad)
-                if epoch < t.freeze_last_layer:
-                    for p in self.last_layer:
-                        p.grad = None
-                self.optimizer.step()
-                self.method.on_step_end(info)
+                losses = self._optimise(batch, info, epoch)
                 self.step += 1
-                n_seen += t.batch_size
+                speed.step_done(t.batch_size)
                 row = {"step": self.step, "epoch": epoch, "lr": info.lr, "wd": info.weight_decay,
                        "momentum": info.momentum}
                 for k, v in losses.items():
                     row[k] = float(dist.all_reduce_mean(v.detach().float().clone()).item())
                 if self.step % t.log_every == 0 or self.step == self.stop_step:
-                    row["img_per_s"] = n_seen / (time.perf_counter() - t_start)
-                    row["elapsed_s"] = time.perf_counter() - t_start
+                    row.update(speed.report())
                     self._log(row)
                     bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{info.lr:.2e}",
-                                    ips=f"{row['img_per_s']:.0f}")
+                                    ips=f"{row['img_per_s']:.0f}", data=f"{row['data_wait_share']:.0%}")
                 bar.update(1)
                 if self.step % t.checkpoint_every == 0 or self.step == self.stop_step:
                     self.save_resume()
                 _fault_injection(self.step)
                 if self.step >= self.stop_step:
                     break
+                speed.waiting()
         bar.close()
         dist.barrier()
         return self.export() if dist.is_main() else self.out_dir / "backbone.safetensors"
+
+    def _optimise(self, batch, info: StepInfo, epoch: int) -> dict[str, torch.Tensor]:
+        """One optimisation step (the official DINO/iBOT order: scaled backward, unscale,
+        per-parameter clip, cancel the last layer's gradients, scaler step, EMA)."""
+        t = self.cfg.train
+        self._set_hparams(self.step)
+        with devices.autocast(self.device, t.precision):
+            losses = self.model(batch, info)
+        loss = losses["loss"]
+        if not math.isfinite(loss.item()):
+            raise FloatingPointError(f"loss is {loss.item()} at step {self.step}; stopping "
+                                     "(lower the learning rate or check the data)")
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()  # under DDP the gradients are averaged here
+        self.scaler.unscale_(self.optimizer)
+        if t.clip_grad:
+            clip_per_parameter(self.params, t.clip_grad)
+        if epoch < t.freeze_last_layer:
+            for p in self.last_layer:
+                p.grad = None
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.method.on_step_end(info)
+        return losses
+
+
+class _Throughput:
+    """Images per second and the share of wall time spent waiting for the data loader, over
+    each logging interval: a GPU starved by its input pipeline shows a high share."""
+
+    def __init__(self):
+        self.t_interval = self.t_wait = time.perf_counter()
+        self.t_start = self.t_interval
+        self.images = 0
+        self.wait_s = 0.0
+
+    def waiting(self) -> None:
+        self.t_wait = time.perf_counter()
+
+    def got_batch(self) -> None:
+        self.wait_s += time.perf_counter() - self.t_wait
+
+    def step_done(self, images: int) -> None:
+        self.images += images
+
+    def report(self) -> dict[str, float]:
+        now = time.perf_counter()
+        span = max(now - self.t_interval, 1e-9)
+        out = {"img_per_s": self.images / span, "data_wait_share": min(1.0, self.wait_s / span),
+               "elapsed_s": now - self.t_start}
+        self.t_interval, self.images, self.wait_s = now, 0, 0.0
+        return out
 
 
 def _fault_injection(step: int) -> None:
@@ -299,7 +370,7 @@ def _fault_injection(step: int) -> None:
 
 def pretrain(cfg: PretrainConfig, out_dir: Path, source: str = "<config>", progress: bool = True) -> Path:
     """Train (resuming from ``out_dir/resume.pt`` when present) and export the teacher backbone."""
-    dist.init_from_env()
+    dist.init_from_env(devices.resolve_device(cfg.train.device))
     return Trainer(cfg, out_dir, source, progress).train()
 
 

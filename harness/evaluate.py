@@ -8,9 +8,11 @@ from typing import Any
 
 import torch
 
+from harness import distributed as dist
 from harness import results
 from harness.config import fingerprint, to_dict
 from harness.data.io import data_stamp
+from harness.device import device_record
 from harness.models import ModelHandle
 from harness.registry import PROTOCOLS
 
@@ -40,6 +42,7 @@ def already_done(model: ModelHandle, protocol, data_root: Path, runs_dir: Path |
             and r["protocol"].get("data_stamp") == stamp
             and r["protocol"]["name"] == protocol.registry_name
             and (r["model"].get("checkpoint_sha256") or r["model"]["name"]) == key
+            and r.get("cost", {}).get("device_type", "cpu") == model.device.type
             and r["model"]["name"] == model.name]
 
 
@@ -54,9 +57,11 @@ def evaluate(model: ModelHandle, protocol, data_root: Path, *, preset: str | Non
     t0 = time.perf_counter()
     outputs = protocol.run(model, Path(data_root))
     wall = time.perf_counter() - t0
+    # the device that did the work (the model's), never merely one that exists
     cost = {"wall_s": round(wall, 3), "peak_rss_mb": round(peak_rss_mb(), 1),
-            "device": "cuda" if torch.cuda.is_available() else "cpu",
-            "threads": torch.get_num_threads()}
+            **device_record(model.device, protocol.precision(), dist.world_size())}
+    if model.device.type == "cuda":
+        cost["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated(model.device) / 2**20, 1)
     fp = protocol.fingerprint()
     records = []
     for out in outputs:
@@ -66,6 +71,7 @@ def evaluate(model: ModelHandle, protocol, data_root: Path, *, preset: str | Non
                        "data_stamp": data_stamp(data_root)}
         rec = results.make_record(model.record_info(), proto_block, out.seed, out.variant,
                                   out.metrics, cost, out.artifacts)
-        results.write_record(rec, runs_dir, force=True)
+        if dist.is_main():  # under torchrun every rank holds the same numbers
+            results.write_record(rec, runs_dir, force=True)
         records.append(rec)
     return records, False

@@ -40,6 +40,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
+from harness import device as devices
+from harness import distributed as dist
 from harness.config import fingerprint
 from harness.data.io import content_stamp
 from harness.models import ModelHandle
@@ -117,12 +119,15 @@ def _collate_list(batch):
 
 def feature_key(model: ModelHandle, source: ImageSource, transform, n_last_blocks: int, norm: bool,
                 patches: bool, patch_dtype: str, precision: str = "fp32") -> str:
+    # A GPU's kernels round differently from the CPU's: features from each are kept apart.
+    device_type = devices.module_device(model.backbone).type
     return fingerprint({
         "v": CACHE_VERSION, "weights": model.cache_key, "data": source.fingerprint(),
         "data_stamp": content_stamp(source),
         "transform": transform.fingerprint(), "n_last_blocks": n_last_blocks, "norm": norm,
         "patches": patches, "patch_dtype": patch_dtype, "precision": precision,
         "pos_interp": model.backbone.pos_interp,
+        **({"device": device_type} if device_type != "cpu" else {}),
     }, length=24)
 
 
@@ -137,9 +142,13 @@ def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_la
     num_workers > 0 decodes in DataLoader worker processes instead of loader threads.
     threads: forward threads of the "threads" engine (default: torch.get_num_threads()).
     Neither changes the features, so neither is part of the cache key.
+
+    Under torchrun every rank extracts a contiguous shard of the images and rank 0 joins the
+    shards in order (`_extract_sharded`): the same arrays as one process.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, found {engine!r}")
+    devices.check_precision(precision, devices.module_device(model.backbone))
     if precision == "bf16":
         _warn_if_bf16_emulated(model)
     key = feature_key(model, source, transform, n_last_blocks, norm, patches, patch_dtype, precision)
@@ -148,11 +157,14 @@ def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_la
     if cache and (final / "meta.json").is_file():
         return _load(final, key)
     root.mkdir(parents=True, exist_ok=True)
+    args = (model, source, transform, n_last_blocks, norm, patches, patch_dtype, batch_size, num_workers,
+            progress, desc, precision, engine, threads)
+    if dist.world_size() > 1:
+        return _extract_sharded(root, key, cache, args)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{key}."))
     try:
         t0 = time.perf_counter()
-        _extract_into(tmp, model, source, transform, n_last_blocks, norm, patches, patch_dtype,
-                      batch_size, num_workers, progress, desc, precision, engine, threads)
+        _extract_into(tmp, *args)
         meta = json.loads((tmp / "meta.json").read_text())
         meta["seconds"] = time.perf_counter() - t0
         (tmp / "meta.json").write_text(json.dumps(meta))
@@ -171,6 +183,90 @@ def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_la
     fs = _load(final, key)
     fs.from_cache = False
     return fs
+
+
+class _Shard:
+    """Images [start, stop) of a source, as an ImageSource."""
+
+    def __init__(self, source: ImageSource, start: int, stop: int):
+        self.source, self.start, self.stop = source, start, stop
+        self.thread_safe = getattr(source, "thread_safe", True)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def load_image(self, i: int):
+        return self.source.load_image(self.start + i)
+
+    def fingerprint(self) -> str:
+        return f"{self.source.fingerprint()}[{self.start}:{self.stop}]"
+
+
+def shard_bounds(n: int, world: int, rank: int) -> tuple[int, int]:
+    """Contiguous shard of rank `rank`: sizes differ by at most one image, in rank order."""
+    base, extra = divmod(n, world)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+def _extract_sharded(root: Path, key: str, cache: bool, args: tuple) -> FeatureSet:
+    """Each rank extracts its shard into ``.<key>.shards/rank<r>``; rank 0 joins them. The
+    feature cache folder must be one folder for every rank (one node, or shared storage)."""
+    source = args[1]
+    world, rank = dist.world_size(), dist.rank()
+    staging = root / f".{key}.shards"
+    if dist.is_main():
+        shutil.rmtree(staging, ignore_errors=True)  # a killed earlier attempt
+        staging.mkdir(parents=True)
+    dist.barrier()
+    t0 = time.perf_counter()
+    start, stop = shard_bounds(len(source), world, rank)
+    mine = staging / f"rank{rank}"
+    mine.mkdir()
+    progress = args[9] and dist.is_main()
+    _extract_into(mine, args[0], _Shard(source, start, stop), *args[2:9], progress, *args[10:])
+    dist.barrier()
+    final = root / key
+    out = final if cache else staging / "joined"
+    if dist.is_main():
+        shards = [staging / f"rank{r}" for r in range(world)]
+        missing = [str(d) for d in shards if not (d / "meta.json").is_file()]
+        if missing:
+            raise RuntimeError(f"feature shards {missing} are not visible to rank 0: the feature cache "
+                               "must be on storage every rank shares (set SSL_BENCH_HOME there)")
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{key}."))
+        _join_shards(shards, tmp, time.perf_counter() - t0)
+        if out.exists():  # another run finished first; its result is identical
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(out)
+    dist.barrier()
+    fs = _load(out, key, in_memory=not cache)
+    fs.from_cache = False
+    dist.barrier()  # every rank has read the joined arrays before they go
+    if dist.is_main():
+        shutil.rmtree(staging, ignore_errors=True)
+    return fs
+
+
+def _join_shards(shards: list[Path], out: Path, seconds: float) -> None:
+    metas = [json.loads((d / "meta.json").read_text()) for d in shards]
+    for name in ("cls", "patch_mean", "grids"):
+        np.save(out / f"{name}.npy", np.concatenate([np.load(d / f"{name}.npy") for d in shards]))
+    meta = dict(metas[0], n=sum(m["n"] for m in metas), total_patches=sum(m["total_patches"] for m in metas),
+                seconds=seconds, shards=len(shards))
+    meta["stages"] = {k: round(sum(m["stages"].get(k, 0.0) for m in metas), 4) for k in STAGE_KEYS}
+    meta["stages"]["wall_s"] = round(seconds, 4)
+    if meta["patches"]:
+        offsets, base = [np.zeros(1, np.int64)], 0
+        with open(out / "patches.bin", "wb") as f:
+            for d, m in zip(shards, metas):
+                offsets.append(np.load(d / "offsets.npy")[1:] + base)
+                base += m["total_patches"]
+                with open(d / "patches.bin", "rb") as part:
+                    shutil.copyfileobj(part, f, 1 << 24)
+        np.save(out / "offsets.npy", np.concatenate(offsets))
+    (out / "meta.json").write_text(json.dumps(meta))
 
 
 _BF16_FLAGS = ("avx512_bf16", "amx_bf16", "avx_ne_convert")
@@ -350,8 +446,7 @@ def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patc
                                           collate_fn=_collate_list, persistent_workers=False))
 
             def submit(images):
-                return [(idx, fwd_pool.submit(_forward_chunk, backbone,
-                                              torch.stack([images[j] for j in idx]).to(device),
+                return [(idx, fwd_pool.submit(_forward_chunk, backbone, _to_device(images, idx, device),
                                               n_last_blocks, norm, precision, patches, patch_dtype, threaded))
                         for idx in _work_items(images, streams)]
 
@@ -421,8 +516,15 @@ def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patc
     (out / "meta.json").write_text(json.dumps(meta))
 
 
+def _to_device(images: list[torch.Tensor], idx: list[int], device: torch.device) -> torch.Tensor:
+    x = torch.stack([images[j] for j in idx])
+    if devices.pin_memory(device):  # page-locked, so the copy overlaps the GPU's work
+        x = x.pin_memory()
+    return x.to(device, non_blocking=True)
+
+
 def _forward(backbone, x: torch.Tensor, n_last_blocks: int, norm: bool, precision: str):
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+    with devices.autocast(x.device, precision):
         f = backbone.get_features(x, n_last_blocks=n_last_blocks, norm=norm)
     p = f.patches.float()  # (B, n, h, w, d)
     return f.cls.float(), p.mean(dim=(2, 3)), p

@@ -11,6 +11,7 @@ import torch
 
 from harness.backbone import ViTBackbone, create_backbone
 from harness.checkpoints import load_backbone
+from harness.device import module_device, resolve_device
 
 
 @dataclass
@@ -32,6 +33,15 @@ class ModelHandle:
                 h.update(t.detach().cpu().contiguous().numpy().tobytes())
             self.meta["_weights_hash"] = "weights-" + h.hexdigest()
         return self.meta["_weights_hash"]
+
+    @property
+    def device(self) -> torch.device:
+        return module_device(self.backbone)
+
+    def to(self, device: str | torch.device | None) -> "ModelHandle":
+        """Move the backbone to a device spec (harness.device: auto | cpu | cuda | cuda:N)."""
+        self.backbone.to(resolve_device(device))
+        return self
 
     def record_info(self) -> dict[str, Any]:
         """The `model` block of a result record."""

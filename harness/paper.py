@@ -23,6 +23,7 @@ import yaml
 
 from harness.backbone import ARCHS
 from harness.config import CONFIG_ROOT, from_dict
+from harness.device import DEVICE_HELP
 from harness.errors import CheckpointError, ConfigError, SslBenchError
 from harness.leaderboard import fraction_value, parse_variant
 from harness.paths import REPO_ROOT, checkpoint_cache_dir
@@ -506,7 +507,7 @@ def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo
               dry_run: bool = False, *, trust: bool = False, models: list[str] | None = None,
               datasets: list[str] | None = None, runs_dir: str | Path | None = None, force: bool = False,
               out_dir: str | Path | None = None, zoo_path: str | Path | None = None,
-              echo: Callable[[str], None] | None = print) -> ReproduceResult:
+              device: str = "auto", echo: Callable[[str], None] | None = print) -> ReproduceResult:
     """Regenerate one paper table from zoo checkpoints and compare with the published numbers.
 
     ``table``: a name from ``list_tables()`` (e.g. "cribo-table1") or a table YAML path.
@@ -532,7 +533,7 @@ def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo
         ps = tab.spec.protocols[job.protocol]
         ds = tab.spec.datasets[job.dataset]
         try:
-            model = zoo_model(job.zoo_name, zoo_dir, trust=trust, zoo_path=zoo_path)
+            model = zoo_model(job.zoo_name, zoo_dir, trust=trust, zoo_path=zoo_path).to(device)
             protocol = _protocol_class(job.protocol).from_preset(
                 ps.preset, {"dataset": ds.reader, **ps.values}, source=str(tab.source))
             if echo:
@@ -576,6 +577,7 @@ def add_cli(subparsers) -> None:
     r.add_argument("--runs", default=None, help="records folder (default results/runs)")
     r.add_argument("--out", default=None, help="write reproduce_<table>.csv here")
     r.add_argument("--force", action="store_true", help="re-run protocols that have records")
+    r.add_argument("--device", default="auto", help=f"where the models run: {DEVICE_HELP}")
     r.set_defaults(func=cmd_reproduce)
     p = subparsers.add_parser("paper", help="list the published numbers (results/paper)")
     p.add_argument("table", nargs="?", default=None)
@@ -589,7 +591,7 @@ def _split(s: str | None) -> list[str] | None:
 def cmd_reproduce(args) -> int:
     res = reproduce(args.table, args.data_root, args.zoo_dir, dry_run=args.dry_run, trust=args.trust_checkpoint,
                     models=_split(args.models), datasets=_split(args.datasets), runs_dir=args.runs,
-                    force=args.force, out_dir=args.out)
+                    force=args.force, out_dir=args.out, device=args.device)
     if res.cells is None:
         return 0
     return 1 if any(j.status == "failed" for j in res.jobs) else 0

@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.config import apply_overrides, fingerprint, from_dict, load_config, to_dict
 from harness.data.io import data_stamp
+from harness.device import prepare, resolve_device
 from harness.errors import ConfigError, SslBenchError
 from harness.evaluate import build_protocol, evaluate
 from harness.models import ModelHandle
@@ -49,6 +50,7 @@ class ProtocolEntry:
 @dataclass
 class SuiteConfig:
     synth: SynthSpec | None = None
+    device: str = "auto"  # where every model pretrains and runs (harness.device)
     pretrain_data: str = "{synth}"
     pretrain_overrides: list[str] = field(default_factory=list)  # applied to every pretrained model
     models: list[ModelEntry] = field(default_factory=list)
@@ -84,13 +86,14 @@ def model_entries(suite: SuiteConfig) -> list[ModelEntry]:
             for e in suite.models]
 
 
-def pretrain_config(entry: ModelEntry, data_root: Path, data_name: str):
+def pretrain_config(entry: ModelEntry, data_root: Path, data_name: str, device: str = "auto"):
     """(validated pretraining config, its source file) of one pretraining entry."""
     from harness.engine import load_pretrain_config
 
     raw = apply_overrides(load_config(entry.pretrain), entry.set)
     source = raw.pop("_source_", entry.pretrain)
     raw["data"] = {"root": str(data_root), "name": data_name}
+    raw.setdefault("train", {})["device"] = device
     return load_pretrain_config(raw, source), source
 
 
@@ -100,13 +103,15 @@ def suite_protocol(entry: ProtocolEntry, source: str):
 
 
 def pretrained_checkpoint(entry: ModelEntry, data_root: Path, data_name: str, progress: bool = True,
-                          log=print) -> Path:
+                          log=print, device: str = "auto") -> Path:
     """Pretrain (or reuse the cached result of) one method configuration."""
     from harness.engine import pretrain
 
-    cfg, source = pretrain_config(entry, data_root, data_name)
+    cfg, source = pretrain_config(entry, data_root, data_name, device)
     key = to_dict(cfg)
     key["train"].pop("num_workers", None)  # does not change the weights (the engine resumes across it)
+    # a GPU's rounding gives other weights than the CPU's; which GPU of a kind does not matter
+    key["train"]["device"] = resolve_device(device).type
     key["data_stamp"] = data_stamp(data_root)  # a regenerated dataset at the same path is other data
     out_dir = checkpoint_cache_dir() / f"{entry.name}-{fingerprint(key)}"
     ckpt = out_dir / "backbone.safetensors"
@@ -120,7 +125,13 @@ def pretrained_checkpoint(entry: ModelEntry, data_root: Path, data_name: str, pr
     return path
 
 
-def model_handle(entry: ModelEntry, data_root: Path | None, data_name: str, progress: bool, log) -> ModelHandle:
+def model_handle(entry: ModelEntry, data_root: Path | None, data_name: str, progress: bool, log,
+                 device: str = "auto") -> ModelHandle:
+    return _unplaced_model(entry, data_root, data_name, progress, log, device).to(device)
+
+
+def _unplaced_model(entry: ModelEntry, data_root: Path | None, data_name: str, progress: bool, log,
+                    device: str) -> ModelHandle:
     chosen = [k for k in ("random_init", "pretrain", "checkpoint") if getattr(entry, k)]
     if len(chosen) != 1:
         raise ConfigError(f"model {entry.name!r} needs exactly one of random_init / pretrain / "
@@ -133,7 +144,7 @@ def model_handle(entry: ModelEntry, data_root: Path | None, data_name: str, prog
         return ModelHandle.from_checkpoint(entry.checkpoint, name=entry.name)
     if data_root is None:
         raise ConfigError(f"model {entry.name!r} needs pretraining data (suite pretrain_data)")
-    return ModelHandle.from_checkpoint(pretrained_checkpoint(entry, data_root, data_name, progress, log),
+    return ModelHandle.from_checkpoint(pretrained_checkpoint(entry, data_root, data_name, progress, log, device),
                                        name=entry.name)
 
 
@@ -142,6 +153,7 @@ def run_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress:
     from harness.leaderboard import build_leaderboard, format_console, write_leaderboard
 
     t0 = time.perf_counter()
+    prepare(resolve_device(suite.device))  # a clear error before any work when it cannot be had
     synth_root = None
     if suite.synth is not None:
         from harness.data.synthetic import default_root, generate
@@ -159,7 +171,7 @@ def run_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress:
     models = []
     for entry in model_entries(suite):
         try:
-            models.append(model_handle(entry, pre_root, pre_name, progress, log))
+            models.append(model_handle(entry, pre_root, pre_name, progress, log, suite.device))
         except SslBenchError:
             raise
         except Exception as exc:  # keep the rest of the suite going; report at the end

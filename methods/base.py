@@ -74,9 +74,17 @@ class Method(nn.Module):
         return torch.utils.data.default_collate(samples)
 
     # ---- optimisation -------------------------------------------------------
+    # DistributedDataParallel raises when a trainable parameter gets no gradient in a step;
+    # a method whose step may leave some unused (e.g. a head it skips) sets this.
+    ddp_find_unused_parameters: ClassVar[bool] = False
+
     def training_step(self, batch: Any, step: StepInfo) -> dict[str, torch.Tensor]:
         """Return a dict of losses; ``loss`` is what the engine back-propagates."""
         raise NotImplementedError
+
+    def forward(self, batch: Any, step: StepInfo) -> dict[str, torch.Tensor]:
+        # The engine calls the method through DistributedDataParallel, which hooks forward().
+        return self.training_step(batch, step)
 
     @torch.no_grad()
     def on_step_end(self, step: StepInfo) -> None:

@@ -32,7 +32,7 @@ from harness import distributed as D
 from harness.errors import ConfigError
 from harness.registry import register_method
 from methods.base import BackboneConfig, Method, StepInfo
-from methods.dino import TeacherTemperature, check_crop_sizes, maybe_sync_batchnorm
+from methods.dino import TeacherTemperature, check_crop_sizes
 from methods.shared import (Centering, DINOHead, MultiCropAugmentation, MultiCropConfig, MultiCropDataset,
                             WeightNormLinear, collate_crops, list_pretrain_images, multicrop_cross_entropy,
                             random_resized_crop_params, sample_rng)
@@ -454,7 +454,7 @@ class CrIBo(Method):
             head.last_layer_c = WeightNormLinear(cfg.bottleneck_dim, cfg.out_dim_obj,
                                                  fix_norm=cfg.norm_last_layer if student else True)
             heads.append(head)
-        student_head, teacher_head = maybe_sync_batchnorm(*heads)
+        student_head, teacher_head = heads
         self.student = nn.ModuleDict({"backbone": student_bb, "head": student_head})
         self.teacher = nn.ModuleDict({"backbone": teacher_bb, "head": teacher_head})
         self.setup_teacher()

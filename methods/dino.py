@@ -18,7 +18,7 @@ from harness.registry import register_method
 from methods.base import BackboneConfig, Method, StepInfo
 from methods.shared import (Centering, DINOHead, MultiCropAugmentation, MultiCropConfig, MultiCropDataset,
                             TeacherTemperature, check_crop_sizes, collate_crops, forward_by_resolution,
-                            list_pretrain_images, maybe_sync_batchnorm, multicrop_cross_entropy)
+                            list_pretrain_images, multicrop_cross_entropy)
 
 
 @dataclass
@@ -71,7 +71,6 @@ class DINO(Method):
         head_kwargs = dict(hidden_dim=cfg.hidden_dim, bottleneck_dim=cfg.bottleneck_dim, use_bn=cfg.use_bn_in_head)
         student_head = DINOHead(student_bb.embed_dim, cfg.out_dim, norm_last_layer=cfg.norm_last_layer, **head_kwargs)
         teacher_head = DINOHead(teacher_bb.embed_dim, cfg.out_dim, **head_kwargs)
-        student_head, teacher_head = maybe_sync_batchnorm(student_head, teacher_head)
         self.student = nn.ModuleDict({"backbone": student_bb, "head": student_head})
         self.teacher = nn.ModuleDict({"backbone": teacher_bb, "head": teacher_head})
         self.setup_teacher()

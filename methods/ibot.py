@@ -20,8 +20,7 @@ from harness.registry import register_method
 from methods.base import BackboneConfig, Method, StepInfo
 from methods.shared import (BlockMaskGenerator, Centering, DINOHead, MultiCropAugmentation, MultiCropConfig,
                             MultiCropDataset, TeacherTemperature, WeightNormLinear, check_crop_sizes, collate_crops,
-                            forward_by_resolution, list_pretrain_images, maybe_sync_batchnorm,
-                            multicrop_cross_entropy)
+                            forward_by_resolution, list_pretrain_images, multicrop_cross_entropy)
 
 
 def _ibot_crops() -> MultiCropConfig:
@@ -149,7 +148,6 @@ class iBOT(Method):
         student_head = iBOTHead(student_bb.embed_dim, cfg.out_dim, cfg.patch_out_dim, cfg.shared_head,
                                 norm_last_layer=cfg.norm_last_layer, **kw)
         teacher_head = iBOTHead(teacher_bb.embed_dim, cfg.out_dim, cfg.patch_out_dim, cfg.shared_head_teacher, **kw)
-        student_head, teacher_head = maybe_sync_batchnorm(student_head, teacher_head)
         self.student = nn.ModuleDict({"backbone": student_bb, "head": student_head})
         self.teacher = nn.ModuleDict({"backbone": teacher_bb, "head": teacher_head})
         self.setup_teacher()  # official: teacher.load_state_dict(student.state_dict(), strict=False)

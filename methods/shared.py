@@ -588,13 +588,6 @@ def forward_by_resolution(backbone: nn.Module, crops: Sequence[torch.Tensor],
     return torch.cat(outs)
 
 
-def maybe_sync_batchnorm(*modules: nn.Module) -> list[nn.Module]:
-    """The official code converts head BatchNorms to SyncBatchNorm under DDP (GPU only)."""
-    if D.is_dist() and torch.cuda.is_available():
-        return [nn.SyncBatchNorm.convert_sync_batchnorm(m) for m in modules]
-    return list(modules)
-
-
 def check_crop_sizes(crops: MultiCropConfig, patch_size: int) -> None:
     """Crops must tile into whole patches."""
     for name in ("global_crops_size", "local_crops_size"):

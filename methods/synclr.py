@@ -25,7 +25,7 @@ from harness.errors import ConfigError, DataError
 from harness.registry import register_method
 from methods.base import BackboneConfig, Method, StepInfo
 from methods.shared import (BlockMaskGenerator, DINOHead, MultiCropAugmentation, MultiCropConfig, MultiCropDataset,
-                            TeacherTemperature, check_crop_sizes, maybe_sync_batchnorm, sample_rng, sinkhorn_knopp)
+                            TeacherTemperature, check_crop_sizes, sample_rng, sinkhorn_knopp)
 
 
 def _synclr_crops() -> MultiCropConfig:
@@ -238,6 +238,8 @@ def local_own_keys(n_captions: int, images_per_caption: int, n_global: int, n_lo
 @register_method("synclr")
 class SynCLR(Method):
     Config = SynCLRConfig
+    # the mask token gets no gradient in a step whose batch (on a rank) has no masked crop
+    ddp_find_unused_parameters = True
 
     def __init__(self, cfg: SynCLRConfig, backbone_cfg: BackboneConfig):
         super().__init__(cfg, backbone_cfg)
@@ -256,7 +258,6 @@ class SynCLR(Method):
         self.student = nn.ModuleDict({"backbone": student_bb, "proj": MLPHead(**proj), "pred": MLPHead(**pred),
                                       "dino_head": DINOHead(**dino)})
         self.teacher = nn.ModuleDict({"backbone": teacher_bb, "proj": MLPHead(**proj), "dino_head": DINOHead(**dino)})
-        self.student, self.teacher = maybe_sync_batchnorm(self.student, self.teacher)
         self.setup_teacher()
         self.teacher_temp = TeacherTemperature(cfg.warmup_teacher_temp, cfg.teacher_temp,
                                                cfg.warmup_teacher_temp_epochs, per_step=True)
