@@ -152,7 +152,7 @@ def class_scores(sims: torch.Tensor, neighbour_labels: torch.Tensor, k: int, tem
                  num_classes: int) -> torch.Tensor:
     """Sum over the first k neighbours of exp(sim / T), per class: (B, num_classes)."""
     weights = (sims[:, :k] / temperature).exp()  # DINO: distances.div_(T).exp_()
-    scores = torch.zeros(sims.shape[0], num_classes, dtype=weights.dtype)
+    scores = torch.zeros(sims.shape[0], num_classes, dtype=weights.dtype, device=weights.device)
     return scores.scatter_add_(1, neighbour_labels[:, :k], weights)
 
 
@@ -179,6 +179,8 @@ def weighted_knn(train, train_labels, test, test_labels, *, ks: Sequence[int] = 
         raise ConfigError(f"ks must be positive integers, found {list(ks)}")
     k_max = min(max(ks), n_train)
     sims, idx = cosine_topk(train, test, k_max, backend=backend, train_chunk=train_chunk, test_chunk=test_chunk)
+    # vote where the search left its results (a GPU search: on the GPU)
+    train_labels, test_labels = train_labels.to(idx.device), test_labels.to(sims.device)
     neighbour_labels = train_labels[idx]
     out = {}
     for k in ks:
