@@ -20,7 +20,6 @@ are extracted per (seed, epoch) over the union of that seed's subsets (a crop de
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import resource
 import sys
@@ -42,8 +41,8 @@ from benchmarks.dense_nn_index import IndexSpec
 from benchmarks.dense_nn_metric import compute_miou
 from benchmarks.dense_nn_subsets import Subset, check_nested, plan_subsets, write_subset_list
 from harness.config import from_dict
-from harness.device import module_device
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, PatchMultipleResize, SquareResize
+from harness.device import module_device
 from harness.errors import ConfigError, DataError
 from harness.registry import DATASETS, register_protocol
 
@@ -157,7 +156,14 @@ def resolve_bank_ignore(mode: str, dataset: str) -> str:
     return "extra_class" if dataset.lower().startswith("ade") else "zero"
 
 
-def core_settings(cfg: Config, num_classes: int, ignore_index: int, patch_size: int) -> CoreSettings:
+def core_settings(cfg: Config, num_classes: int, ignore_index: int, patch_size: int,
+                  model_device: str | None = None) -> CoreSettings:
+    """``model_device`` (the backbone's device, e.g. "cpu", "cuda:1") resolves search_device
+    "auto": a run asked for on the CPU searches on the CPU even where torch sees a GPU. Without
+    a model (features in) "auto" is CUDA when torch sees one (harness.device)."""
+    search_device = cfg.search_device
+    if search_device == "auto" and model_device is not None:
+        search_device = model_device
     return CoreSettings(
         num_classes=num_classes, ignore_index=ignore_index, patch_size=patch_size, k=cfg.k,
         label_mode=cfg.label_mode, vote_mode=cfg.vote_mode, temperature=cfg.temperature,
@@ -165,7 +171,7 @@ def core_settings(cfg: Config, num_classes: int, ignore_index: int, patch_size: 
         memory_size=cfg.memory_size,
         index=IndexSpec(kind=cfg.index, dtype=cfg.bank_dtype, nlist=cfg.ivf_nlist, pq_m=cfg.pq_m,
                         pq_nbits=cfg.pq_nbits, nprobe=cfg.nprobe, train_size=cfg.ivf_train_size,
-                        device=cfg.search_device),
+                        device=search_device),
         search_chunk=cfg.search_chunk)
 
 
@@ -315,9 +321,7 @@ class DenseNN(Protocol):
         val_ds = ds_cls(data_root, val_split)
         num_classes, ignore = int(train_ds.num_classes), int(train_ds.ignore_index)
         patch = int(model.backbone.patch_size)
-        s = core_settings(cfg, num_classes, ignore, patch)
-        if cfg.search_device == "auto":  # search where the model runs
-            s = dataclasses.replace(s, index=dataclasses.replace(s.index, device=str(module_device(model.backbone))))
+        s = core_settings(cfg, num_classes, ignore, patch, str(module_device(model.backbone)))
         subsets = plan_subsets(list(train_ds.stems), list(val_ds.stems), cfg.fractions, cfg.seeds,
                                dataset=cfg.dataset, subset_dir=cfg.subset_dir)
         for w in check_nested(subsets):

@@ -164,7 +164,7 @@ def class_scores(sims: torch.Tensor, neighbour_labels: torch.Tensor, k: int, tem
                  num_classes: int) -> torch.Tensor:
     """Sum over the first k neighbours of exp(sim / T), per class: (B, num_classes)."""
     weights = (sims[:, :k] / temperature).exp()  # DINO: distances.div_(T).exp_()
-    scores = torch.zeros(sims.shape[0], num_classes, dtype=weights.dtype)
+    scores = torch.zeros(sims.shape[0], num_classes, dtype=weights.dtype, device=weights.device)
     return scores.scatter_add_(1, neighbour_labels[:, :k], weights)
 
 

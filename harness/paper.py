@@ -6,8 +6,9 @@ dataset) the table needs, the registered protocol through ``harness.evaluate`` (
 result records land in results/runs and feed the leaderboards), then prints measured /
 paper / delta side by side with the seed spread and a verdict per cell. A cell whose
 checkpoint, dataset or protocol is missing says so; it never fails the whole table.
-``dry_run=True`` prints the plan: checkpoints, protocols, datasets and an estimate of the
-feature-extraction FLOPs.
+``dry_run=True`` prints the plan: checkpoints, protocols, datasets, an estimate of the
+backbone FLOPs and, from configs/gpus.yaml (harness.gpus), the GPU-hours they take on a chosen
+GPU model and precision, and the wall-clock hours on N such GPUs.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from harness.backbone import ARCHS
 from harness.config import CONFIG_ROOT, from_dict
 from harness.device import DEVICE_HELP
 from harness.errors import CheckpointError, ConfigError, SslBenchError
+from harness.gpus import DEFAULT_GPU, DEFAULT_PRECISION, GpuChoice
 from harness.leaderboard import fraction_value, parse_variant
 from harness.paths import REPO_ROOT, checkpoint_cache_dir
 from harness.zoo import ZooLookup, find_checkpoint, zoo_model
@@ -177,6 +179,9 @@ class Cost:
     gflops_per_image: float | None
     images: float | None  # forward passes of images, all included
     flops: float | None
+    # flops split by workload kind (harness.gpus.WORKLOADS): "train" where the backbone's
+    # backward runs too (flop_factor > 1), "forward" for everything else
+    flops_by_workload: dict[str, float] | None = None
 
 
 def estimate_cost(ps: ProtocolSpec, ds: DatasetSpec, dataset_key: str, arch_kwargs: dict | None) -> Cost:
@@ -194,8 +199,12 @@ def estimate_cost(ps: ProtocolSpec, ds: DatasetSpec, dataset_key: str, arch_kwar
     val_images = ps.passes.val * ds.n_val if ds.n_val is not None else None
     if train_images is None or val_images is None:
         return Cost(thw, vhw, f_train / 1e9, None, None)
+    train_flops = ps.sweep * ps.flop_factor * f_train * train_images
+    val_flops = ps.sweep * f_val * val_images
+    by_workload = {"forward": val_flops, "train": 0.0}
+    by_workload["train" if ps.flop_factor > 1 else "forward"] += train_flops
     flops = ps.sweep * (ps.flop_factor * f_train * train_images + f_val * val_images)
-    return Cost(thw, vhw, f_train / 1e9, ps.sweep * (train_images + val_images), flops)
+    return Cost(thw, vhw, f_train / 1e9, ps.sweep * (train_images + val_images), flops, by_workload)
 
 
 # ----------------------------------------------------------------------------- plan
@@ -216,6 +225,7 @@ class Job:
     message: str = ""
     records: list[dict] = field(default_factory=list)
     skipped: bool = False  # records came from an earlier run
+    gpu_hours: float | None = None  # on the GpuChoice the plan was estimated for
 
 
 def _protocol_class(name: str):
@@ -339,7 +349,15 @@ def _row_label(r) -> str:
     return f"{r['method']} {r['arch']} {r['pretrain_data']} {r['epochs']}".strip()
 
 
-def format_plan(tab: Table, jobs: list[Job], data_root=None, zoo_dir=None) -> str:
+def _fmt_hours(h: float | None) -> str:
+    if h is None:
+        return "n/a"
+    if h < 0.01:
+        return "<0.01"
+    return f"{h:.2f}" if h < 10 else f"{h:.1f}" if h < 1000 else f"{h:,.0f}"
+
+
+def format_plan(tab: Table, jobs: list[Job], data_root=None, zoo_dir=None, gpu: GpuChoice | None = None) -> str:
     spec, rows = tab.spec, tab.rows
     out = [f"Reproduce {spec.title}  [{tab.source}]",
            f"paper numbers: {len(rows)} cells in {rows['row'].nunique()} rows; "
@@ -347,9 +365,13 @@ def format_plan(tab: Table, jobs: list[Job], data_root=None, zoo_dir=None) -> st
            f"data root: {data_root if data_root is not None else '(not given: datasets not checked)'}   "
            f"zoo dir: {zoo_dir if zoo_dir is not None else default_zoo_dir()}", ""]
     header = ["#", "checkpoint", "arch", "found", "protocol", "dataset", "data", "cells", "input",
-              "GFLOP/img", "images", "est. FLOPs", "status"]
+              "GFLOP/img", "images", "est. FLOPs"]
+    if gpu is not None:
+        header += ["GPU-hours", f"wall h on {gpu.n_gpus}"]
+    header.append("status")
     body = []
     total = 0.0
+    total_hours, unknown_hours = 0.0, 0
     for i, j in enumerate(jobs, 1):
         ps = spec.protocols[j.protocol]
         proto = f"{j.protocol}[{ps.preset}]" if ps.preset else j.protocol
@@ -360,14 +382,26 @@ def format_plan(tab: Table, jobs: list[Job], data_root=None, zoo_dir=None) -> st
         data = "found" if j.data_status == "found" else ("?" if j.data_status.startswith("not") else "MISSING")
         found = {"harness": "imported", "official": "official file", "missing": "MISSING",
                  "unknown": "MISSING"}[j.lookup.status]
-        body.append([str(i), j.zoo_name, j.arch or "?", found, proto, j.dataset, data, str(len(j.cells)), inp,
-                     f"{j.cost.gflops_per_image:.3g}" if j.cost.gflops_per_image else "n/a",
-                     f"{j.cost.images:,.0f}" if j.cost.images else "n/a", _fmt_flops(j.cost.flops), j.status])
+        row = [str(i), j.zoo_name, j.arch or "?", found, proto, j.dataset, data, str(len(j.cells)), inp,
+               f"{j.cost.gflops_per_image:.3g}" if j.cost.gflops_per_image else "n/a",
+               f"{j.cost.images:,.0f}" if j.cost.images else "n/a", _fmt_flops(j.cost.flops)]
+        if gpu is not None:
+            row += [_fmt_hours(j.gpu_hours), _fmt_hours(gpu.wall_hours(j.gpu_hours))]
+            total_hours += j.gpu_hours or 0.0
+            unknown_hours += j.gpu_hours is None
+        body.append(row + [j.status])
         total += j.cost.flops or 0.0
-    out.append(_text_table(header, body, right={0, 7, 9, 10, 11}) if body else "(nothing to run)")
+    right = {0, 7, 9, 10, 11} | ({12, 13} if gpu is not None else set())
+    out.append(_text_table(header, body, right=right) if body else "(nothing to run)")
     out.append("")
     out.append(f"total estimated backbone FLOPs: {_fmt_flops(total)} over {len(jobs)} runs "
                f"(forward = 2 x multiply-adds; {', '.join(sorted({p for p in spec.protocols}))})")
+    if gpu is not None:
+        missing = f" ({unknown_hours} run(s) without an estimate not included)" if unknown_hours else ""
+        out.append(f"total estimated GPU-hours: {_fmt_hours(total_hours)} ({gpu.gpu.key}, {gpu.precision}); "
+                   f"wall-clock {_fmt_hours(gpu.wall_hours(total_hours))} h on {gpu.n_gpus} GPU(s) "
+                   f"assuming perfect scaling{missing}")
+        out += gpu.describe()
     notes = [f"  {p}: {s.note}" for p, s in spec.protocols.items() if s.note]
     if notes:
         out += ["cost model:"] + notes
@@ -507,17 +541,24 @@ def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo
               dry_run: bool = False, *, trust: bool = False, models: list[str] | None = None,
               datasets: list[str] | None = None, runs_dir: str | Path | None = None, force: bool = False,
               out_dir: str | Path | None = None, zoo_path: str | Path | None = None,
-              device: str = "auto", echo: Callable[[str], None] | None = print) -> ReproduceResult:
+              device: str = "auto", echo: Callable[[str], None] | None = print,
+              gpu: str | GpuChoice = DEFAULT_GPU, precision: str | None = None, n_gpus: int = 1) -> ReproduceResult:
     """Regenerate one paper table from zoo checkpoints and compare with the published numbers.
 
     ``table``: a name from ``list_tables()`` (e.g. "cribo-table1") or a table YAML path.
     ``data_root``: folder holding the datasets in their usual layouts (or {dataset key: folder}).
     ``zoo_dir``: imported checkpoints ``<zoo name>.safetensors`` or official files (see
     ``harness.zoo.find_checkpoint``). ``models`` / ``datasets`` restrict the table.
+    ``gpu`` / ``precision`` / ``n_gpus``: what the plan's GPU-hours are estimated for (a
+    configs/gpus.yaml name; default fp32, the protocols' precision); the runs themselves use
+    the protocols' own settings.
     Writes ``reproduce_<table>.csv`` into ``out_dir`` if given."""
+    choice = gpu if isinstance(gpu, GpuChoice) else GpuChoice.of(gpu, precision, n_gpus)
     zoo_dir = Path(zoo_dir) if zoo_dir is not None else default_zoo_dir()
     tab, jobs = plan(table, data_root, zoo_dir, trust=trust, models=models, datasets=datasets, zoo_path=zoo_path)
-    plan_text = format_plan(tab, jobs, data_root, zoo_dir)
+    for job in jobs:
+        job.gpu_hours = choice.gpu_hours(job.cost.flops_by_workload)
+    plan_text = format_plan(tab, jobs, data_root, zoo_dir, gpu=choice)
     if dry_run:
         if echo:
             echo(plan_text)
@@ -569,7 +610,14 @@ def add_cli(subparsers) -> None:
     r.add_argument("table", help=f"one of: {', '.join(list_tables())} (or a table YAML)")
     r.add_argument("--data-root", default=None, help="folder holding the datasets")
     r.add_argument("--zoo-dir", default=None, help=f"imported / downloaded checkpoints (default {default_zoo_dir()})")
-    r.add_argument("--dry-run", action="store_true", help="print the plan (checkpoints, datasets, FLOPs) only")
+    r.add_argument("--dry-run", action="store_true",
+                   help="print the plan (checkpoints, datasets, FLOPs, GPU-hours) only")
+    r.add_argument("--gpu", default=DEFAULT_GPU,
+                   help=f"GPU model the GPU-hours are estimated for (configs/gpus.yaml; default {DEFAULT_GPU})")
+    r.add_argument("--precision", default=DEFAULT_PRECISION, choices=("fp32", "fp16", "bf16"),
+                   help=f"precision of the estimate (default {DEFAULT_PRECISION}, the protocols' default; "
+                        "the runs use their protocol's setting)")
+    r.add_argument("--gpus", type=int, default=1, help="GPU count for the wall-clock estimate (default 1)")
     r.add_argument("--trust-checkpoint", action="store_true",
                    help="allow unpickling official full checkpoints (check their origin first)")
     r.add_argument("--models", default=None, help="comma-separated zoo names to restrict to")
@@ -591,7 +639,8 @@ def _split(s: str | None) -> list[str] | None:
 def cmd_reproduce(args) -> int:
     res = reproduce(args.table, args.data_root, args.zoo_dir, dry_run=args.dry_run, trust=args.trust_checkpoint,
                     models=_split(args.models), datasets=_split(args.datasets), runs_dir=args.runs,
-                    force=args.force, out_dir=args.out, device=args.device)
+                    force=args.force, out_dir=args.out, device=args.device, gpu=args.gpu,
+                    precision=args.precision, n_gpus=args.gpus)
     if res.cells is None:
         return 0
     return 1 if any(j.status == "failed" for j in res.jobs) else 0

@@ -338,15 +338,15 @@ class SynCLR(Method):
             s_cls.append(self.student.backbone(local)[:, 0])
         anchors = self.student.pred(self.student.proj(torch.cat(s_cls)))
         n_global_rows = g.shape[0]
+        dev = anchors.device  # the loss indexes the anchors' logits with these: same device
         q_labels = torch.cat([batch["global_labels"], batch["local_labels"]])
         if cfg.avoid_local_global_same:
-            own_local = batch["local_own_key"]
+            own_local = batch["local_own_key"].to(dev)
         else:
-            own_local = torch.full((anchors.shape[0] - n_global_rows,), -1, dtype=torch.long)
-        exclude = torch.cat([torch.arange(n_global_rows), own_local])  # a global anchor's own EMA crop
-        out = multi_positive_contrastive(anchors, keys, q_labels.to(anchors.device),
-                                         batch["global_labels"].to(keys.device), exclude.to(anchors.device),
-                                         n_global_rows, cfg.contrast_temperature)
+            own_local = torch.full((anchors.shape[0] - n_global_rows,), -1, dtype=torch.long, device=dev)
+        exclude = torch.cat([torch.arange(n_global_rows, device=dev), own_local])  # a global anchor's own EMA crop
+        out = multi_positive_contrastive(anchors, keys, q_labels.to(dev), batch["global_labels"].to(keys.device),
+                                         exclude, n_global_rows, cfg.contrast_temperature)
         if do_ibot:
             s_logits = self.student.dino_head(s_tokens[:, 1:].flatten(0, 1)[idx])
             ibot = masked_patch_loss(s_logits, targets, masks_flat, batch["n_masked_crops"], cfg.student_temp)

@@ -445,3 +445,18 @@ def test_memory_budget_is_checked_before_the_bank_is_built():
     labels = [image_labels(MASK, (2, 2), settings())] * 3
     with pytest.raises(ConfigError, match="budget"):
         build_bank(lambda i: feats[i], labels, settings(), max_bytes=1000)
+
+
+def test_search_device_auto_follows_the_model():
+    """search_device 'auto' is the model's device type, so a CPU run on a GPU host searches on
+    the CPU; an explicit choice wins; without a model it stays 'auto' (CUDA when torch sees one)."""
+    from benchmarks.dense_nn import core_settings
+    from harness.config import from_dict
+
+    cfg = from_dict(Config, PRESETS["cribo"])
+    assert cfg.search_device == "auto"
+    assert core_settings(cfg, 21, 255, 16, "cpu").index.device == "cpu"
+    assert core_settings(cfg, 21, 255, 16, "cuda").index.device == "cuda"
+    assert core_settings(cfg, 21, 255, 16).index.device == "auto"
+    cfg.search_device = "cpu"
+    assert core_settings(cfg, 21, 255, 16, "cuda").index.device == "cpu"
