@@ -18,13 +18,31 @@ def _threads(n: int | None) -> None:
         torch.set_num_threads(n)
 
 
+def _launch_options(args, default_job_dir: Path, device: str):
+    """The launcher options of `run` / `pretrain` (harness.launch.LaunchOptions)."""
+    from harness.launch import DEFAULT_TIME_MIN, LaunchOptions, parse_slurm_extra
+
+    return LaunchOptions(
+        cluster=args.launcher, job_dir=Path(args.job_dir) if args.job_dir else default_job_dir,
+        max_parallel=getattr(args, "max_parallel", None), partition=args.partition,
+        time_min=args.time_min or DEFAULT_TIME_MIN, gpus_per_node=args.gpus_per_node,
+        cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb, slurm_extra=parse_slurm_extra(args.slurm_extra),
+        device=device, threads=args.threads)
+
+
 def cmd_run(args) -> int:
     from harness.suite import load_suite, run_suite
 
     suite, source = load_suite(args.suite, args.set)
     if args.device:
         suite.device = args.device
-    out = run_suite(suite, source, force=args.force, progress=not args.no_progress)
+    if args.launcher == "inprocess":
+        out = run_suite(suite, source, force=args.force, progress=not args.no_progress)
+    else:
+        from harness.launch import default_job_dir, launch_suite
+
+        options = _launch_options(args, default_job_dir(Path(source).stem), suite.device)
+        out = launch_suite(suite, source, options, force=args.force, progress=not args.no_progress)
     return 1 if out["failures"] else 0
 
 
@@ -38,8 +56,23 @@ def cmd_pretrain(args) -> int:
     if args.device:
         raw.setdefault("train", {})["device"] = args.device
     cfg = load_pretrain_config(raw, source)
+    if args.launcher != "inprocess":
+        return _launch_pretrain(args, cfg, source)
     path = pretrain(cfg, Path(args.out), source, progress=not args.no_progress)
     print(f"checkpoint: {path}")
+    return 0
+
+
+def _launch_pretrain(args, cfg, source: str) -> int:
+    from harness.launch import launch_pretrain
+
+    options = _launch_options(args, Path(args.out) / "jobs", cfg.train.device)
+    outcome = launch_pretrain(cfg, Path(args.out), source, options, nodes=args.nodes,
+                              tasks_per_node=args.tasks_per_node, progress=not args.no_progress)
+    if not outcome.ok:
+        print(f"FAILED: {outcome.failure()}")
+        return 1
+    print(f"checkpoint: {outcome.value}")
     return 0
 
 
@@ -136,6 +169,21 @@ def device_arg(parser, default_from: str = "auto") -> None:
                         help=f"where the work runs: {DEVICE_HELP} (default: {default_from})")
 
 
+def _launcher_args(q, launcher_help: str) -> None:
+    """Options of commands that can run their work as submitit jobs (harness.launch)."""
+    q.add_argument("--launcher", choices=["inprocess", "local", "slurm"], default="inprocess",
+                   help=launcher_help)
+    q.add_argument("--job-dir", default=None, help="submitit's files and the job logs")
+    q.add_argument("--partition", default=None, help="slurm partition")
+    q.add_argument("--time-min", type=int, default=None, help="job time limit in minutes (default 1440)")
+    q.add_argument("--gpus-per-node", type=int, default=None,
+                   help="slurm: GPUs to request; local: GPUs the jobs see (default all of this machine's)")
+    q.add_argument("--cpus-per-task", type=int, default=None)
+    q.add_argument("--mem-gb", type=float, default=None)
+    q.add_argument("--slurm-extra", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other sbatch option, e.g. account=proj (repeatable)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ssl-bench", description=__doc__)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -147,6 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true", help="re-run protocols that have records")
     r.add_argument("--no-progress", action="store_true")
     device_arg(r, "the suite's device key")
+    _launcher_args(r, "run the suite in this process, or fan it out as one job per pretraining and "
+                     "per (model, protocol)")
+    r.add_argument("--max-parallel", type=int, default=None, metavar="N",
+                   help="jobs running at once (default: 1 with local, no limit with slurm; 0: no limit)")
     r.set_defaults(func=cmd_run)
 
     t = sub.add_parser("pretrain", help="pretrain a method; resumes from OUT/resume.pt")
@@ -157,6 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     t.add_argument("--no-progress", action="store_true")
     device_arg(t, "the config's train.device")
+    _launcher_args(t, "train in this process (torchrun for several), or as one submitit job of "
+                     "--nodes x --tasks-per-node data-parallel tasks")
+    t.add_argument("--nodes", type=int, default=1)
+    t.add_argument("--tasks-per-node", type=int, default=None,
+                   help="processes per node (default: one per GPU of --gpus-per-node, else 1)")
     t.set_defaults(func=cmd_pretrain)
 
     def model_args(q):

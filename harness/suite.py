@@ -102,18 +102,30 @@ def suite_protocol(entry: ProtocolEntry, source: str):
     return build_protocol(entry.name, entry.preset, {"dataset": entry.dataset, **entry.set}, source)
 
 
-def pretrained_checkpoint(entry: ModelEntry, data_root: Path, data_name: str, progress: bool = True,
-                          log=print, device: str = "auto") -> Path:
-    """Pretrain (or reuse the cached result of) one method configuration."""
-    from harness.engine import pretrain
-
+def _checkpoint_plan(entry: ModelEntry, data_root: Path, data_name: str, device: str = "auto"):
+    """(config, source, output folder) of one pretraining entry; the folder is keyed by
+    everything that changes the weights, so an equal configuration finds its earlier result."""
     cfg, source = pretrain_config(entry, data_root, data_name, device)
     key = to_dict(cfg)
     key["train"].pop("num_workers", None)  # does not change the weights (the engine resumes across it)
     # a GPU's rounding gives other weights than the CPU's; which GPU of a kind does not matter
     key["train"]["device"] = resolve_device(device).type
     key["data_stamp"] = data_stamp(data_root)  # a regenerated dataset at the same path is other data
-    out_dir = checkpoint_cache_dir() / f"{entry.name}-{fingerprint(key)}"
+    return cfg, source, checkpoint_cache_dir() / f"{entry.name}-{fingerprint(key)}"
+
+
+def cached_checkpoint(entry: ModelEntry, data_root: Path, data_name: str, device: str = "auto") -> Path | None:
+    """The checkpoint an earlier run pretrained for this entry, if there is one."""
+    ckpt = _checkpoint_plan(entry, data_root, data_name, device)[2] / "backbone.safetensors"
+    return ckpt if ckpt.is_file() else None
+
+
+def pretrained_checkpoint(entry: ModelEntry, data_root: Path, data_name: str, progress: bool = True,
+                          log=print, device: str = "auto") -> Path:
+    """Pretrain (or reuse the cached result of) one method configuration."""
+    from harness.engine import pretrain
+
+    cfg, source, out_dir = _checkpoint_plan(entry, data_root, data_name, device)
     ckpt = out_dir / "backbone.safetensors"
     if ckpt.is_file():
         log(f"[{entry.name}] using cached checkpoint {ckpt}")
@@ -125,35 +137,23 @@ def pretrained_checkpoint(entry: ModelEntry, data_root: Path, data_name: str, pr
     return path
 
 
-def model_handle(entry: ModelEntry, data_root: Path | None, data_name: str, progress: bool, log,
-                 device: str = "auto") -> ModelHandle:
-    return _unplaced_model(entry, data_root, data_name, progress, log, device).to(device)
+# ----------------------------------------------------------------------------- the steps of a run
+# run_suite calls these one after another in this process; harness.launch calls the same
+# functions inside separate jobs, so both ways of running share one definition of each step.
+
+@dataclass
+class SuiteData:
+    """Where a suite's data lives, resolved once (and SynthScenes generated) before any work."""
+    synth_root: Path | None
+    pretrain_root: Path | None
+    pretrain_name: str
+
+    def fill(self, template: str) -> str:
+        return _fill(template, self.synth_root)
 
 
-def _unplaced_model(entry: ModelEntry, data_root: Path | None, data_name: str, progress: bool, log,
-                    device: str) -> ModelHandle:
-    chosen = [k for k in ("random_init", "pretrain", "checkpoint") if getattr(entry, k)]
-    if len(chosen) != 1:
-        raise ConfigError(f"model {entry.name!r} needs exactly one of random_init / pretrain / "
-                          f"checkpoint, found {chosen or 'none'}")
-    if entry.random_init is not None:
-        spec = dict(entry.random_init)
-        arch = spec.pop("arch", "vit_cpu_tiny")
-        return ModelHandle.random_init(arch, seed=int(spec.pop("seed", 0)), name=entry.name, **spec)
-    if entry.checkpoint:
-        return ModelHandle.from_checkpoint(entry.checkpoint, name=entry.name)
-    if data_root is None:
-        raise ConfigError(f"model {entry.name!r} needs pretraining data (suite pretrain_data)")
-    return ModelHandle.from_checkpoint(pretrained_checkpoint(entry, data_root, data_name, progress, log, device),
-                                       name=entry.name)
-
-
-def run_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress: bool = True,
-              out_dir: Path | None = None, log=print) -> dict[str, Any]:
-    from harness.leaderboard import build_leaderboard, format_console, write_leaderboard
-
-    t0 = time.perf_counter()
-    prepare(resolve_device(suite.device))  # a clear error before any work when it cannot be had
+def prepare_data(suite: SuiteConfig, progress: bool = True, log=print) -> SuiteData:
+    """Generate SynthScenes (cached) and resolve the pretraining data of a suite."""
     synth_root = None
     if suite.synth is not None:
         from harness.data.synthetic import default_root, generate
@@ -165,39 +165,78 @@ def run_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress:
     pre_root = Path(_fill(suite.pretrain_data, synth_root)) if suite.pretrain_data else None
     pre_name = f"synthscenes-{suite.synth.preset}" if suite.synth and "{synth}" in suite.pretrain_data \
         else str(pre_root)
+    return SuiteData(synth_root, pre_root, pre_name)
 
-    failures: list[str] = []
-    records: list[dict] = []
-    models = []
-    for entry in model_entries(suite):
-        try:
-            models.append(model_handle(entry, pre_root, pre_name, progress, log, suite.device))
-        except SslBenchError:
-            raise
-        except Exception as exc:  # keep the rest of the suite going; report at the end
-            failures.append(f"model {entry.name}: {exc}")
-            log(traceback.format_exc())
+
+def check_model_entry(entry: ModelEntry, data: SuiteData) -> None:
+    chosen = [k for k in ("random_init", "pretrain", "checkpoint") if getattr(entry, k)]
+    if len(chosen) != 1:
+        raise ConfigError(f"model {entry.name!r} needs exactly one of random_init / pretrain / "
+                          f"checkpoint, found {chosen or 'none'}")
+    if entry.pretrain and data.pretrain_root is None:
+        raise ConfigError(f"model {entry.name!r} needs pretraining data (suite pretrain_data)")
+
+
+def prepare_model(entry: ModelEntry, data: SuiteData, progress: bool = True, log=print,
+                  device: str = "auto") -> ModelHandle:
+    """The model of one suite entry on `device`: built, loaded, or pretrained there
+    (checkpoints cached)."""
+    check_model_entry(entry, data)
+    if entry.random_init is not None:
+        spec = dict(entry.random_init)
+        arch = spec.pop("arch", "vit_cpu_tiny")
+        model = ModelHandle.random_init(arch, seed=int(spec.pop("seed", 0)), name=entry.name, **spec)
+    elif entry.checkpoint:
+        model = ModelHandle.from_checkpoint(entry.checkpoint, name=entry.name)
+    else:
+        path = pretrained_checkpoint(entry, data.pretrain_root, data.pretrain_name, progress, log, device)
+        model = ModelHandle.from_checkpoint(path, name=entry.name)
+    return model.to(device)
+
+
+def runnable_protocols(suite: SuiteConfig, log=print) -> list[ProtocolEntry]:
+    """The suite's protocol entries whose optional dependencies are installed."""
+    runnable = []
     for p in suite.protocols:
         missing = [m for m in p.requires if not _importable(m)]
         if missing:
             log(f"skipping protocol {p.name}: needs {', '.join(missing)} "
                 "(install with: bash scripts/install_mmcv.sh)")
             continue
-        protocol = suite_protocol(p, source)
-        data_root = Path(_fill(p.data_root, synth_root))
-        for model in models:
-            t1 = time.perf_counter()
-            try:
-                recs, skipped = evaluate(model, protocol, data_root, preset=p.preset, force=force)
-            except SslBenchError:
-                raise
-            except Exception as exc:
-                failures.append(f"{p.name} on {model.name}: {exc}")
-                log(traceback.format_exc())
-                continue
-            records += recs
-            state = "cached" if skipped else f"{time.perf_counter() - t1:.0f} s"
-            log(f"[{p.name}/{p.preset or '-'}] {model.name}: {len(recs)} record(s) ({state})")
+        runnable.append(p)
+    return runnable
+
+
+@dataclass
+class EvalOutcome:
+    """What evaluating one (model, protocol entry) gave; travels back from a job by pickle."""
+    protocol: str
+    preset: str | None
+    model: str
+    records: list[dict]
+    skipped: bool
+    seconds: float
+
+    def summary(self) -> str:
+        state = "cached" if self.skipped else f"{self.seconds:.0f} s"
+        return f"[{self.protocol}/{self.preset or '-'}] {self.model}: {len(self.records)} record(s) ({state})"
+
+
+def evaluate_entry(model: ModelHandle, entry: ProtocolEntry, data: SuiteData, source: str,
+                   force: bool = False, protocol=None) -> EvalOutcome:
+    """Run (or reuse the records of) one protocol entry on one model."""
+    protocol = protocol or suite_protocol(entry, source)
+    t0 = time.perf_counter()
+    records, skipped = evaluate(model, protocol, Path(data.fill(entry.data_root)), preset=entry.preset,
+                                force=force)
+    return EvalOutcome(entry.name, entry.preset, model.name, records, skipped, time.perf_counter() - t0)
+
+
+def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: Path | None = None,
+                 log=print) -> dict[str, Any]:
+    """Write and print the leaderboard of a run's records, then its failures."""
+    from harness.leaderboard import build_leaderboard, format_console, write_leaderboard
+
     out = Path(out_dir or results_dir())
     df = build_leaderboard(records)
     paths = write_leaderboard(df, out) if len(df) else {}
@@ -210,3 +249,36 @@ def run_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress:
     if failures:
         log("FAILED parts:\n  " + "\n  ".join(failures))
     return {"records": records, "paths": paths, "failures": failures}
+
+
+def run_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress: bool = True,
+              out_dir: Path | None = None, log=print) -> dict[str, Any]:
+    """Every step in this process (`--launcher inprocess`); harness.launch runs them as jobs."""
+    t0 = time.perf_counter()
+    prepare(resolve_device(suite.device))  # a clear error before any work when it cannot be had
+    data = prepare_data(suite, progress, log)
+    failures: list[str] = []
+    records: list[dict] = []
+    models = []
+    for entry in model_entries(suite):
+        try:
+            models.append(prepare_model(entry, data, progress, log, suite.device))
+        except SslBenchError:
+            raise
+        except Exception as exc:  # keep the rest of the suite going; report at the end
+            failures.append(f"model {entry.name}: {exc}")
+            log(traceback.format_exc())
+    for p in runnable_protocols(suite, log):
+        protocol = suite_protocol(p, source)
+        for model in models:
+            try:
+                outcome = evaluate_entry(model, p, data, source, force, protocol)
+            except SslBenchError:
+                raise
+            except Exception as exc:
+                failures.append(f"{p.name} on {model.name}: {exc}")
+                log(traceback.format_exc())
+                continue
+            records += outcome.records
+            log(outcome.summary())
+    return finish_suite(records, failures, t0, out_dir, log)

@@ -1,0 +1,359 @@
+"""Harness work as submitit jobs, on this machine (`local`) or on a SLURM cluster (`slurm`).
+
+A launched suite does in the parent only what is cheap and shared: SynthScenes generation,
+checking the suite, and the leaderboard. The heavy steps run as isolated jobs, each a
+process of its own (timm's bulk runner does the same, so one crash or out-of-memory does
+not end a sweep): first one job per model that needs pretraining, then one job per
+(model, protocol entry). The jobs call the very steps `harness.suite.run_suite` calls
+(`prepare_model`, `evaluate_entry`) and hand their records back through submitit's result
+pickle, so the leaderboard is the in-process run's. A failing job is reported with its id,
+model, protocol and traceback tail; the others go on.
+
+Launched pretraining is one job of `nodes x tasks_per_node` tasks; each task exports the
+torch.distributed variables from the job's environment (what `init_distributed_mode` of the
+official DINO / iBOT code reads from SLURM) and runs `harness.engine.pretrain`, whose
+`init_from_env` then sees what torchrun would have set.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.errors import MissingDependencyError, SslBenchError
+from harness.paths import REPO_ROOT, home, results_dir
+from harness.suite import (EvalOutcome, ModelEntry, ProtocolEntry, SuiteConfig, SuiteData, cached_checkpoint,
+                           check_model_entry, evaluate_entry, finish_suite, model_entries, prepare_data,
+                           prepare_model, pretrained_checkpoint, runnable_protocols, suite_protocol)
+
+CLUSTERS = ("local", "slurm")
+DEFAULT_TIME_MIN = 24 * 60  # submitit's own defaults (2 min local, 5 min slurm) would kill real runs
+POLL_S = 1.0
+TAIL_LINES = 15
+
+
+@dataclass
+class LaunchOptions:
+    """Where and how jobs run. Everything cluster-specific is the user's to give."""
+    cluster: str  # local | slurm
+    job_dir: Path  # submitit's pickles and the jobs' logs
+    max_parallel: int | None = None  # jobs at once; None: 1 on local, no limit on slurm; 0: no limit
+    partition: str | None = None
+    time_min: int = DEFAULT_TIME_MIN
+    gpus_per_node: int | None = None  # local: default all GPUs this process sees
+    cpus_per_task: int | None = None
+    mem_gb: float | None = None
+    slurm_extra: dict[str, str] = field(default_factory=dict)  # extra #SBATCH --key=value lines
+    device: str = "auto"  # passed to every job as text; resolved there, on the node that runs it
+    threads: int | None = None  # torch CPU threads inside each job
+
+    def __post_init__(self):
+        if self.cluster not in CLUSTERS:
+            raise SslBenchError(f"launcher must be one of {', '.join(CLUSTERS)}; found {self.cluster!r}")
+        if self.max_parallel is not None and self.max_parallel < 0:
+            raise SslBenchError(f"--max-parallel must be 0 (no limit) or more; found {self.max_parallel}")
+
+    def parallel_limit(self) -> int | None:
+        """How many jobs may run at once (None: all). Locally one: on a small machine two
+        jobs at once share the cores and each runs several times slower."""
+        if self.max_parallel is None:
+            return 1 if self.cluster == "local" else None
+        return self.max_parallel or None
+
+
+def parse_slurm_extra(pairs: list[str] | None) -> dict[str, str]:
+    """`--slurm-extra KEY=VALUE` items -> submitit's slurm_additional_parameters."""
+    extra = {}
+    for item in pairs or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SslBenchError(f"--slurm-extra expects KEY=VALUE (e.g. account=myproject, becoming "
+                                f"#SBATCH --account=myproject); found {item!r}")
+        extra[key.strip()] = value.strip()
+    return extra
+
+
+def default_job_dir(name: str) -> Path:
+    return results_dir() / "jobs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def require_submitit():
+    try:
+        import submitit
+    except ImportError:
+        raise MissingDependencyError(
+            "--launcher local/slurm runs jobs through submitit, which is not installed; install it "
+            "with: pip install 'ssl-bench[cluster]' (or pip install submitit), or use --launcher inprocess"
+        ) from None
+    return submitit
+
+
+# ----------------------------------------------------------------------------- executor
+def _visible_gpus(requested: int | None) -> str:
+    """The GPUs a local job may use: those this process sees, the first `requested` of them.
+    submitit's local executor sets CUDA_VISIBLE_DEVICES to 0..n-1 itself, which would hide
+    every GPU by default and ignore a CUDA_VISIBLE_DEVICES given to the parent."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        ids = [g.strip() for g in listed.split(",") if g.strip()]
+    else:
+        import torch
+
+        ids = [str(i) for i in range(torch.cuda.device_count())]
+    return ",".join(ids if requested is None else ids[:requested])
+
+
+def _setup_lines(options: LaunchOptions) -> list[str]:
+    """Shell lines run before each job: the job imports this checkout's harness and writes
+    records and caches where the parent reads them, even where the environment is not
+    passed on (sbatch --export=NONE) or another ssl-bench is installed."""
+    lines = [f"export PYTHONPATH={shlex.quote(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}",
+             f"export SSL_BENCH_HOME={shlex.quote(str(home()))}",
+             f"export SSL_BENCH_RESULTS={shlex.quote(str(results_dir()))}"]
+    if options.cluster == "local":
+        lines.append(f"export CUDA_VISIBLE_DEVICES={shlex.quote(_visible_gpus(options.gpus_per_node))}")
+    return lines
+
+
+def make_executor(options: LaunchOptions, name: str, nodes: int = 1, tasks_per_node: int = 1):
+    """A submitit AutoExecutor with the options mapped onto its parameters."""
+    submitit = require_submitit()
+    if options.cluster == "local" and nodes > 1:
+        raise SslBenchError(f"the local launcher runs on this machine only; found --nodes {nodes}: "
+                            "use --launcher slurm for several nodes")
+    try:
+        executor = submitit.AutoExecutor(folder=str(options.job_dir), cluster=options.cluster)
+    except RuntimeError as exc:  # slurm: no srun on PATH
+        raise SslBenchError(f"--launcher {options.cluster} needs SLURM's commands on this machine; "
+                            f"submitit says: {exc} Run from a SLURM login node, or use --launcher local"
+                            ) from None
+    setup = _setup_lines(options)
+    params: dict[str, Any] = {
+        "name": name, "timeout_min": options.time_min, "nodes": nodes, "tasks_per_node": tasks_per_node,
+        "gpus_per_node": options.gpus_per_node, "cpus_per_task": options.cpus_per_task,
+        "mem_gb": options.mem_gb, "slurm_partition": options.partition,
+        "slurm_additional_parameters": options.slurm_extra or None,
+        "slurm_setup": setup, "local_setup": setup,  # each executor takes its own, ignores the other
+    }
+    try:
+        executor.update_parameters(**params)
+    except (AssertionError, NameError, ValueError) as exc:
+        raise SslBenchError(f"submitit refused the job parameters {params}: {exc}") from None
+    return executor
+
+
+# ----------------------------------------------------------------------------- running jobs
+@dataclass
+class JobSpec:
+    label: str  # what the job does, as failures name it: "knn on dino", "model dino"
+    fn: Callable
+    args: tuple
+    model: str
+
+
+@dataclass
+class JobOutcome:
+    spec: JobSpec
+    job_id: str
+    stdout: Path
+    stderr: Path
+    value: Any = None  # the job function's return value (task 0's in a multi-task job)
+    error: str | None = None  # submitit's report: the job's traceback, or its stderr when killed
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def error_lines(self) -> list[str]:
+        """The traceback inside submitit's report (between its dashed rules), else the report."""
+        lines = (self.error or "").splitlines()
+        rules = [i for i, line in enumerate(lines) if set(line.strip()) == {"-"} and len(line.strip()) > 10]
+        if len(rules) >= 2:
+            lines = lines[rules[0] + 1:rules[1]]
+        return [line for line in lines if line.strip()]
+
+    def failure(self) -> str:
+        """One line: which job, what it ran, the exception, where its log is."""
+        last = (self.error_lines() or ["no error text"])[-1].strip()
+        return f"{self.spec.label} (job {self.job_id}): {last}; log {self.stderr}"
+
+
+def _collect(spec: JobSpec, job) -> JobOutcome:
+    paths = job.paths
+    try:
+        error = job.exception()  # waits; None when every task succeeded
+        value = job.results()[0] if error is None else None
+    except Exception as exc:  # e.g. a result that cannot be unpickled here
+        error, value = exc, None
+    return JobOutcome(spec, str(job.job_id), paths.stdout, paths.stderr, value,
+                      None if error is None else str(error) or type(error).__name__)
+
+
+def _report_failure(outcome: JobOutcome, log) -> None:
+    log(f"job {outcome.job_id} FAILED: {outcome.spec.label}")
+    for line in outcome.error_lines()[-TAIL_LINES:]:
+        log(f"    {line}")
+    log(f"    log: {outcome.stderr}")
+
+
+def _submit(executor, spec: JobSpec):
+    try:
+        return executor.submit(spec.fn, *spec.args)
+    except Exception as exc:  # sbatch refusing the options refuses every job alike: stop here
+        raise SslBenchError(f"submitting the job '{spec.label}' failed: {exc}; check the launcher options "
+                            "(--partition, --time-min, --gpus-per-node, --slurm-extra); jobs submitted "
+                            "before it keep running") from None
+
+
+def run_jobs(executor, specs: list[JobSpec], max_parallel: int | None, log=print,
+             on_done: Callable[[JobOutcome], None] | None = None) -> list[JobOutcome]:
+    """Submit `specs` keeping at most `max_parallel` running (None: all at once); wait for
+    all. Outcomes come back in the order of `specs`, whatever order the jobs finish in."""
+    outcomes: list[JobOutcome | None] = [None] * len(specs)
+    pending = list(range(len(specs)))
+    running: dict[int, Any] = {}
+    while pending or running:
+        while pending and (max_parallel is None or len(running) < max_parallel):
+            i = pending.pop(0)
+            job = _submit(executor, specs[i])
+            log(f"job {job.job_id}: {specs[i].label}; log {job.paths.stdout}")
+            running[i] = job
+        finished = [i for i, job in running.items() if job.done()]
+        for i in finished:
+            outcome = outcomes[i] = _collect(specs[i], running.pop(i))
+            if not outcome.ok:
+                _report_failure(outcome, log)
+            elif on_done is not None:
+                on_done(outcome)
+        if not finished:
+            time.sleep(POLL_S)
+    return outcomes
+
+
+# ----------------------------------------------------------------------------- inside a job
+@dataclass
+class JobSettings:
+    """Per-process settings the parent's command line gives each job."""
+    device: str = "auto"
+    threads: int | None = None
+
+    def apply(self) -> None:
+        import torch
+
+        from harness.device import prepare, resolve_device
+
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        # on the node that runs the job: a GPU asked for but absent fails here, clearly
+        prepare(resolve_device(self.device))
+
+
+def pretrain_model_job(entry: ModelEntry, data: SuiteData, progress: bool, settings: JobSettings) -> str:
+    settings.apply()
+    return str(pretrained_checkpoint(entry, data.pretrain_root, data.pretrain_name, progress, device=settings.device))
+
+
+def evaluate_job(model_entry: ModelEntry, protocol_entry: ProtocolEntry, data: SuiteData, source: str,
+                 force: bool, progress: bool, settings: JobSettings) -> EvalOutcome:
+    settings.apply()
+    model = prepare_model(model_entry, data, progress, device=settings.device)
+    outcome = evaluate_entry(model, protocol_entry, data, source, force)
+    print(outcome.summary())
+    return outcome
+
+
+def distributed_pretrain_job(cfg, out_dir: str, source: str, progress: bool, settings: JobSettings) -> str:
+    """One task of a launched pretraining job."""
+    import submitit
+
+    from harness.engine import pretrain
+
+    # GPUs stay all visible (not one per task, submitit's default): harness.distributed and
+    # harness.device pick this task's GPU by LOCAL_RANK, as under torchrun. Overwrite, since
+    # variables inherited from a shell that was itself a distributed job describe that job.
+    env = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+    print(f"rank {env.rank} of {env.world_size} (local rank {env.local_rank}), "
+          f"master {env.master_addr}:{env.master_port}", flush=True)
+    settings.apply()
+    return str(pretrain(cfg, Path(out_dir), source, progress=progress))
+
+
+# ----------------------------------------------------------------------------- suites
+def _check_suite(suite: SuiteConfig, source: str, data: SuiteData, log) -> tuple[list, list]:
+    """Model and protocol entries, every one checked here: a typo fails before any job starts.
+    Data roots are not checked: they may exist only on the nodes that run the jobs."""
+    entries = model_entries(suite)
+    for entry in entries:
+        check_model_entry(entry, data)
+    protocols = runnable_protocols(suite, log)
+    for p in protocols:
+        suite_protocol(p, source)
+    return entries, protocols
+
+
+def _pretrain_stage(executor, entries, data, options, progress, failures, log) -> set[str]:
+    """Pretrain every model without a cached checkpoint; returns the names that failed."""
+    settings = JobSettings(options.device, options.threads)
+    specs = []
+    for entry in entries:
+        if not entry.pretrain:
+            continue
+        # resolved here, where a login node may see no GPU: at worst a job finds the cache itself
+        ckpt = cached_checkpoint(entry, data.pretrain_root, data.pretrain_name, options.device)
+        if ckpt is not None:
+            log(f"[{entry.name}] using cached checkpoint {ckpt}")
+            continue
+        specs.append(JobSpec(f"model {entry.name}", pretrain_model_job, (entry, data, progress, settings),
+                             model=entry.name))
+    outcomes = run_jobs(executor, specs, options.parallel_limit(), log,
+                        on_done=lambda o: log(f"[{o.spec.model}] pretrained: {o.value}"))
+    failures += [o.failure() for o in outcomes if not o.ok]
+    return {o.spec.model for o in outcomes if not o.ok}
+
+
+def _evaluation_stage(executor, entries, protocols, data, source, options, force, progress,
+                      failures, log) -> list[dict]:
+    """One job per (model, protocol entry); records in the in-process run's order."""
+    settings = JobSettings(options.device, options.threads)
+    specs = [JobSpec(f"{p.name} on {entry.name}", evaluate_job,
+                     (entry, p, data, source, force, progress, settings), model=entry.name)
+             for p in protocols for entry in entries]
+    outcomes = run_jobs(executor, specs, options.parallel_limit(), log,
+                        on_done=lambda o: log(f"{o.value.summary()} (job {o.job_id})"))
+    failures += [o.failure() for o in outcomes if not o.ok]
+    return [record for o in outcomes if o.ok for record in o.value.records]
+
+
+def launch_suite(suite: SuiteConfig, source: str, options: LaunchOptions, *, force: bool = False,
+                 progress: bool = True, out_dir: Path | None = None, log=print) -> dict[str, Any]:
+    """`run_suite` with its pretraining and evaluations as jobs; same return value."""
+    require_submitit()  # before any data is generated
+    t0 = time.perf_counter()
+    data = prepare_data(suite, progress, log)
+    entries, protocols = _check_suite(suite, source, data, log)
+    executor = make_executor(options, name=f"ssl-bench-{Path(source).stem}")
+    log(f"launching on {options.cluster}; job logs under {options.job_dir}")
+    failures: list[str] = []
+    failed_models = _pretrain_stage(executor, entries, data, options, progress, failures, log)
+    trained = [e for e in entries if e.name not in failed_models]
+    records = _evaluation_stage(executor, trained, protocols, data, source, options, force, progress,
+                                failures, log)
+    return finish_suite(records, failures, t0, out_dir, log)
+
+
+# ----------------------------------------------------------------------------- pretraining
+def launch_pretrain(cfg, out_dir: Path, source: str, options: LaunchOptions, *, nodes: int = 1,
+                    tasks_per_node: int | None = None, progress: bool = True, log=print) -> JobOutcome:
+    """One job of `nodes x tasks_per_node` data-parallel tasks (default one per GPU, else one)."""
+    tasks = tasks_per_node or options.gpus_per_node or 1
+    method = cfg.method.get("name", "method")
+    executor = make_executor(options, name=f"ssl-bench-pretrain-{method}", nodes=nodes, tasks_per_node=tasks)
+    settings = JobSettings(options.device, options.threads)
+    spec = JobSpec(f"pretrain {method} ({nodes} node(s) x {tasks} task(s)) -> {out_dir}",
+                   distributed_pretrain_job, (cfg, str(Path(out_dir).resolve()), source, progress, settings),
+                   model=method)
+    [outcome] = run_jobs(executor, [spec], None, log)
+    return outcome
