@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import shutil
+import sys
 import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -182,7 +183,17 @@ def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_la
         raise
     fs = _load(final, key)
     fs.from_cache = False
+    if progress:
+        tqdm.write(throughput_line(desc, len(fs), fs.stages), file=sys.stderr)
     return fs
+
+
+def throughput_line(desc: str, n: int, stages: dict) -> str:
+    """Images per second and the share of the wall time the forward waited for decoded images:
+    a high share is an input-bound (starved) accelerator; raise the workers."""
+    wall = max(stages.get("wall_s", 0.0), 1e-9)
+    return (f"{desc}: {n} images in {wall:.1f} s ({n / wall:.0f} img/s; the forward waited for data "
+            f"{stages.get('wait_s', 0.0) / wall:.0%} of the time)")
 
 
 class _Shard:
