@@ -57,8 +57,10 @@ def test_dino_registered_and_configs_validate():
         parsed = from_dict(DINOConfig, method_cfg, source=name)
         assert isinstance(parsed.crops, MultiCropConfig)
         from_dict(BackboneConfig, cfg["backbone"], source=name)
-        # num_workers (CPU preset only) does not change the trajectory
-        assert set(cfg["train"]) - {"num_workers"} == {
+        # num_workers (CPU preset only) does not change the trajectory; precision: the official
+        # fp16 in the paper-scale config
+        assert cfg["train"].get("precision", "fp32") == ("fp16" if name == "dino_vit_s16" else "fp32")
+        assert set(cfg["train"]) - {"num_workers", "precision"} == {
             "epochs", "batch_size", "lr", "min_lr", "warmup_epochs", "weight_decay", "weight_decay_end",
             "clip_grad", "freeze_last_layer", "momentum_teacher", "momentum_teacher_end"}
     cpu = from_dict(DINOConfig, {k: v for k, v in load_config("methods/dino_cpu.yaml")["method"].items()
