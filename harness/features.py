@@ -27,7 +27,6 @@ import json
 import logging
 import math
 import shutil
-import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
@@ -42,6 +41,7 @@ from tqdm.auto import tqdm
 
 from harness.config import fingerprint
 from harness.data.io import content_stamp
+from harness.io_utils import clean_stale_tempdirs, make_owned_tempdir
 from harness.models import ModelHandle
 from harness.paths import feature_cache_dir
 
@@ -148,7 +148,8 @@ def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_la
     if cache and (final / "meta.json").is_file():
         return _load(final, key)
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{key}."))
+    clean_stale_tempdirs(root)  # folders of killed extractions (any key); never a running one's
+    tmp = make_owned_tempdir(root, prefix=f".{key}.")
     try:
         t0 = time.perf_counter()
         _extract_into(tmp, model, source, transform, n_last_blocks, norm, patches, patch_dtype,
