@@ -120,8 +120,8 @@ def load_checkpoint(path: str | Path, *, on_hash_mismatch: HashMismatch = "error
             raise CheckpointError(
                 f"{weights}: its sha256 {actual} is not the {recorded} recorded in {meta_path.name} "
                 f"beside it (other weights were put there, or a save was cut off between its two "
-                f"files); put back the .json written with these weights, or re-save the checkpoint "
-                f"(`ssl-bench pretrain`, `ssl-bench zoo import`, harness.checkpoints.save_checkpoint)")
+                f"files); put back the .json written with these weights, or delete both files and "
+                f"re-run what wrote them (`ssl-bench pretrain`, `ssl-bench zoo import`, save_checkpoint)")
         meta = dict(meta, sha256_recorded=recorded)
     return state, dict(meta, sha256=actual)
 
