@@ -70,5 +70,19 @@ class Protocol:
         """The arithmetic the protocol computes in (fp32 | fp16 | bf16), for the records."""
         return getattr(self.cfg, "precision", "fp32")
 
+    def artifact_dir(self, model: ModelHandle, data_root: Path, base: str | Path | None = None) -> Path:
+        """The folder for the files the records of one run point to (confusion matrices,
+        subset lists, ...): keyed like those records, by the model's weights and name, the data
+        (resolved root and stamp) and the whole protocol request, so that no other model's,
+        data set's or request's run writes there. Within it, files are named by what tells the
+        run's records apart (split, seed, variant). ``base``: default results/runs/<protocol>/."""
+        from harness.data.io import data_identity
+        from harness.evaluate import request_hash
+        from harness.paths import results_dir
+
+        key = fingerprint({"weights": model.cache_key, "model": model.name, "data": data_identity(data_root),
+                           "request": request_hash(self)}, length=20)
+        return Path(base or results_dir() / "runs" / self.registry_name) / key
+
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
         raise NotImplementedError

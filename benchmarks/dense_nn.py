@@ -20,6 +20,7 @@ are extracted per (seed, epoch) over the union of that seed's subsets (a crop de
 """
 from __future__ import annotations
 
+import functools
 import math
 import resource
 import sys
@@ -44,6 +45,7 @@ from harness.config import from_dict
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, PatchMultipleResize, SquareResize
 from harness.device import module_device
 from harness.errors import ConfigError, DataError
+from harness.io_utils import atomic_write
 from harness.registry import DATASETS, register_protocol
 
 DEFAULT_SEEDS = [42, 400, 783, 1293, 4019]
@@ -358,7 +360,8 @@ class DenseNN(Protocol):
                           f"(bank {len(bank):,} patches from {len(sub.stems)} images)", file=sys.stderr)
                 del bank
 
-        results = self._results(runs, train_split, val_split, s, num_classes)
+        results = self._results(runs, train_split, val_split, s, num_classes,
+                                self.artifact_dir(model, data_root, cfg.artifacts_dir))
         timings["total_s"] = time.perf_counter() - t_start
         timings["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         self.last_timings = timings
@@ -446,13 +449,13 @@ class DenseNN(Protocol):
     def _max_bytes(self) -> float | None:
         return None if self.cfg.memory_budget_gb is None else self.cfg.memory_budget_gb * 2**30
 
-    def _results(self, runs, train_split, val_split, s: CoreSettings, num_classes) -> list[ProtocolResult]:
+    def _results(self, runs, train_split, val_split, s: CoreSettings, num_classes,
+                 art_dir: Path) -> list[ProtocolResult]:
         cfg = self.cfg
         metric_params = {"hungarian": cfg.hungarian, "count_absent_classes": cfg.count_absent_classes,
                          "count_ignored_class": cfg.count_ignored_class,
                          "name": ("hbird" if cfg.hungarian or cfg.count_absent_classes or cfg.count_ignored_class
                                   else "plain mIoU (mmseg)")}
-        art_dir = Path(cfg.artifacts_dir) if cfg.artifacts_dir else _default_artifacts_dir(self.fingerprint())
         out = []
         for sub, conf, bank_size in runs:
             m = metrics_from_confusion(conf, cfg)
@@ -461,8 +464,7 @@ class DenseNN(Protocol):
                 if sub.fraction != 1:
                     artifacts["subset_list"] = str(write_subset_list(art_dir, sub, cfg.dataset, train_split))
                 conf_path = art_dir / "confusion" / f"{sub.fraction.denominator}_{sub.seed}.npy"
-                conf_path.parent.mkdir(parents=True, exist_ok=True)
-                np.save(conf_path, conf)
+                atomic_write(conf_path, functools.partial(_save_npy, array=conf))
                 artifacts["confusion"] = str(conf_path)
             sha = sub.sha256
             params = {
@@ -479,11 +481,9 @@ class DenseNN(Protocol):
         return out
 
 
-def _default_artifacts_dir(fp: str) -> Path:
-    """Beside the records (results/runs/, git-ignored): subset lists and confusion matrices."""
-    from harness.paths import results_dir
-
-    return results_dir() / "runs" / "dense_nn" / fp
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    with open(path, "wb") as f:  # np.save(path) would add ".npy" to the temp name
+        np.save(f, array)
 
 
 # ============================================================================ tables

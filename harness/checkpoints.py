@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -26,26 +26,74 @@ def _stem(path: str | Path) -> Path:
 
 def save_checkpoint(path: str | Path, state_dict: dict[str, torch.Tensor], meta: dict[str, Any]) -> Path:
     """Write weights + metadata; returns the .safetensors path. ``meta`` needs
-    method, arch, arch_kwargs; pretrain_data, epochs, steps, config are recorded if given."""
+    method, arch, arch_kwargs; pretrain_data, epochs, steps, config are recorded if given.
+
+    The weights are renamed into place first, the .json last, and the .json records the
+    weights' sha256 with their size and mtime: a pair cut between the two writes (old .json,
+    new weights) fails the check in :func:`load_checkpoint` instead of loading as the old model."""
     missing = [k for k in REQUIRED_META if k not in meta]
     if missing:
         raise CheckpointError(f"checkpoint metadata lacks {missing}")
     stem = _stem(path)
     weights = stem.with_suffix(".safetensors")
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
-    atomic_write(weights, lambda p: save_file(tensors, str(p)))
+    digest: dict[str, str] = {}
+
+    def write(tmp: Path) -> None:
+        save_file(tensors, str(tmp))
+        digest["sha256"] = sha256_file(tmp)  # the bytes renamed into place, not a re-read
+
+    atomic_write(weights, write)
     full_meta = {
         "format": FORMAT,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "patch_size": meta["arch_kwargs"].get("patch_size"),
         **meta,
-        "sha256": sha256_file(weights),
+        "sha256": digest["sha256"],
+        **_stat_stamp(weights),
     }
     atomic_write_json(stem.with_suffix(".json"), full_meta)
     return weights
 
 
-def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def _stat_stamp(weights: Path) -> dict[str, int]:
+    st = weights.stat()
+    return {"weights_size": st.st_size, "weights_mtime_ns": st.st_mtime_ns}
+
+
+def read_meta(meta_path: Path) -> dict[str, Any]:
+    """The metadata of a checkpoint: a JSON object naming at least the architecture."""
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{meta_path}: not valid JSON ({exc})") from exc
+    if not isinstance(meta, dict):
+        raise CheckpointError(
+            f"{meta_path}: expected a JSON object with the checkpoint's metadata (method, arch, "
+            f"arch_kwargs, sha256), found a JSON {type(meta).__name__}; re-create it with "
+            f"harness.checkpoints.save_checkpoint or `ssl-bench zoo import`")
+    arch, arch_kwargs = meta.get("arch"), meta.get("arch_kwargs", {})
+    if not isinstance(arch, str) or not arch:
+        raise CheckpointError(
+            f"{meta_path}: the metadata names no architecture ('arch' {'missing' if arch is None else repr(arch)}); "
+            f"add \"arch\" (e.g. \"vit_small_patch16_224\") and \"arch_kwargs\", or re-create the "
+            f"checkpoint with harness.checkpoints.save_checkpoint or `ssl-bench zoo import`")
+    if not isinstance(arch_kwargs, dict):
+        raise CheckpointError(f"{meta_path}: 'arch_kwargs' must be a JSON object, found {arch_kwargs!r}")
+    return meta
+
+
+HashMismatch = Literal["error", "use_actual"]
+
+
+def load_checkpoint(path: str | Path, *, on_hash_mismatch: HashMismatch = "error",
+                    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(state dict, metadata). ``meta["sha256"]`` is the hash of the weights actually loaded:
+    taken from the .json only while the file's size and mtime are the ones recorded there,
+    else recomputed (the file must not change while it is read). A recomputed hash that
+    differs from the recorded one (other weights put beside an old .json, or a save cut off
+    between its two writes) is an error; ``on_hash_mismatch="use_actual"`` loads the weights
+    under their real hash instead (the recorded one kept as ``sha256_recorded``)."""
     stem = _stem(path)
     weights, meta_path = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
     if not weights.is_file():
@@ -55,21 +103,33 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
         )
     if not meta_path.is_file():
         raise CheckpointError(f"checkpoint metadata {meta_path} not found beside {weights}")
+    meta = read_meta(meta_path)
+    recorded = meta.get("sha256")
+    before = _stat_stamp(weights)
+    trusted = bool(recorded) and before == {k: meta.get(k) for k in before}
     try:
-        meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{meta_path}: not valid JSON ({exc})") from exc
-    try:
+        actual = recorded if trusted else sha256_file(weights)
         state = load_file(str(weights))
     except Exception as exc:  # safetensors raises several types for corrupt files
         raise CheckpointError(f"{weights}: cannot be read as safetensors ({exc})") from exc
-    return state, meta
+    if _stat_stamp(weights) != before:
+        raise CheckpointError(f"{weights} changed while it was being read; load it again once "
+                              f"whatever writes it has finished")
+    if recorded and actual != recorded:
+        if on_hash_mismatch != "use_actual":
+            raise CheckpointError(
+                f"{weights}: its sha256 {actual} is not the {recorded} recorded in {meta_path.name} "
+                f"beside it (other weights were put there, or a save was cut off between its two "
+                f"files); put back the .json written with these weights, or delete both files and "
+                f"re-run what wrote them (`ssl-bench pretrain`, `ssl-bench zoo import`, save_checkpoint)")
+        meta = dict(meta, sha256_recorded=recorded)
+    return state, dict(meta, sha256=actual)
 
 
 def verify_sha256(path: str | Path) -> str:
     """Recompute the weights' sha256 and compare with the metadata."""
     stem = _stem(path)
-    _, meta = load_checkpoint(stem)
+    meta = read_meta(stem.with_suffix(".json"))
     actual = sha256_file(stem.with_suffix(".safetensors"))
     if meta.get("sha256") and meta["sha256"] != actual:
         raise CheckpointError(f"{stem}.safetensors: sha256 {actual} != recorded {meta['sha256']} "
@@ -102,15 +162,16 @@ def load_state_into(backbone: ViTBackbone, state: dict[str, torch.Tensor], sourc
     backbone.load_state_dict(state, strict=False)  # strictness checked above; mask_token may be absent
 
 
-def load_backbone(path: str | Path, *, arch: str | None = None, **backbone_kwargs) -> tuple[ViTBackbone, dict]:
+def load_backbone(path: str | Path, *, arch: str | None = None, on_hash_mismatch: HashMismatch = "error",
+                  **backbone_kwargs) -> tuple[ViTBackbone, dict]:
     """Build the architecture recorded in the checkpoint and load it strictly.
 
     ``arch`` (optional) is what the caller expects; a different recorded arch is an error.
     """
-    state, meta = load_checkpoint(path)
+    state, meta = load_checkpoint(path, on_hash_mismatch=on_hash_mismatch)
     if arch is not None and meta["arch"] != arch:
         raise CheckpointError(
             f"{path}: checkpoint holds arch {meta['arch']!r} but {arch!r} was requested")
-    backbone = create_backbone(meta["arch"], **meta["arch_kwargs"], **backbone_kwargs)
+    backbone = create_backbone(meta["arch"], **meta.get("arch_kwargs", {}), **backbone_kwargs)
     load_state_into(backbone, state, str(path))
     return backbone, meta

@@ -81,9 +81,51 @@ def merge(base: Mapping, override: Mapping) -> dict:
     return out
 
 
-def apply_overrides(cfg: dict, overrides: list[str] | None) -> dict:
-    """Apply ``a.b.c=value`` strings; values are parsed as YAML (1e-4, true, [1,2])."""
+class ConfigSource(str):
+    """The name of a config file that also knows which settings overrides gave (dotted key ->
+    the ``key=value`` item, and where the items came from), so that an error about one of
+    them blames the override, not the file."""
+
+    overrides: dict[str, str]
+    origin: str
+
+    def __new__(cls, name: str, overrides: Mapping[str, str] | None = None, origin: str = "command line --set"):
+        obj = super().__new__(cls, name)
+        obj.overrides, obj.origin = dict(overrides or {}), origin
+        return obj
+
+    def __reduce__(self):
+        return ConfigSource, (str(self), self.overrides, self.origin)
+
+
+def blame(source: str, path: str) -> str:
+    """Who gave the setting at ``path`` (dotted; list items as ``[i]``): the override that set
+    it or a mapping above it, else ``source`` (the file)."""
+    overrides = getattr(source, "overrides", None)
+    if overrides and path:
+        parts = path.split("[")[0].split(".")
+        for n in range(len(parts), 0, -1):
+            item = overrides.get(".".join(parts[:n]))
+            if item is not None:
+                return f"{source.origin} {item!r}"
+    return str(source)
+
+
+def _with_overrides(source: str, path: str) -> str:
+    """``source``, plus the overrides given under ``path`` (a check over several settings)."""
+    items = [item for key, item in getattr(source, "overrides", {}).items()
+             if not path or key == path or key.startswith(path + ".")]
+    return f"{source} with {source.origin} {', '.join(map(repr, items))}" if items else str(source)
+
+
+def apply_overrides(cfg: dict, overrides: list[str] | None, origin: str = "command line --set") -> dict:
+    """Apply ``a.b.c=value`` strings; values are parsed as YAML (1e-4, true, [1,2]).
+
+    The ``_source_`` of a loaded file becomes a :class:`ConfigSource` that remembers the
+    items and ``origin`` (where they were given, e.g. "command line --set"), so that an
+    error about an overridden setting blames the override instead of the file."""
     out = copy.deepcopy(cfg)
+    given: dict[str, str] = {}
     for item in overrides or []:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key.path=value")
@@ -96,6 +138,10 @@ def apply_overrides(cfg: dict, overrides: list[str] | None) -> dict:
                 raise ConfigError(f"override {item!r}: {part!r} is not a mapping")
             node = node.setdefault(part, {})
         node[parts[-1]] = value
+        given[".".join(p.strip() for p in parts)] = item
+    if given and "_source_" in out:
+        src = out["_source_"]
+        out["_source_"] = ConfigSource(src, {**getattr(src, "overrides", {}), **given}, origin)
     return out
 
 
@@ -123,8 +169,9 @@ def from_dict(schema: type[T], data: Mapping[str, Any] | None, source: str = "<c
     unknown = sorted(set(data) - set(fields))
     if unknown:
         where = f" under {path!r}" if path else ""
+        given_by = "; ".join(dict.fromkeys(blame(source, f"{path}.{k}" if path else k) for k in unknown))
         raise ConfigError(
-            f"{source}: unknown key(s) {', '.join(repr(k) for k in unknown)}{where} for "
+            f"{given_by}: unknown key(s) {', '.join(repr(k) for k in unknown)}{where} for "
             f"{schema.__name__}; allowed keys: {', '.join(sorted(fields))}"
         )
     hints = typing.get_type_hints(schema)
@@ -134,9 +181,9 @@ def from_dict(schema: type[T], data: Mapping[str, Any] | None, source: str = "<c
     try:
         return schema(**kwargs)
     except TypeError as exc:
-        raise ConfigError(f"{source}: {schema.__name__}: {exc}") from exc
+        raise ConfigError(f"{_with_overrides(source, path)}: {schema.__name__}: {exc}") from exc
     except ValueError as exc:  # raised by __post_init__ validation
-        raise ConfigError(f"{source}: {schema.__name__}: {exc}") from exc
+        raise ConfigError(f"{_with_overrides(source, path)}: {schema.__name__}: {exc}") from exc
 
 
 def _coerce(tp, value, source: str, path: str):
@@ -154,31 +201,33 @@ def _coerce(tp, value, source: str, path: str):
             try:
                 return _coerce(arg, value, source, path)
             except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(f"{source}: {path!r}: value {value!r} does not fit {tp}")
+                errors.append(exc)
+        if len(errors) == 1:  # X | None: X's own message (it names the key and who gave it)
+            raise errors[0]
+        raise ConfigError(f"{blame(source, path)}: {path!r}: value {value!r} does not fit {tp}")
     if origin is typing.Literal:
         if value not in args:
-            raise ConfigError(f"{source}: {path!r} must be one of {list(args)}, found {value!r}")
+            raise ConfigError(f"{blame(source, path)}: {path!r} must be one of {list(args)}, found {value!r}")
         return value
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{source}: {path!r} must be a mapping, found {value!r}")
+            raise ConfigError(f"{blame(source, path)}: {path!r} must be a mapping, found {value!r}")
         return from_dict(tp, value, source, path)
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{source}: {path!r} must be a list, found {value!r}")
+            raise ConfigError(f"{blame(source, path)}: {path!r} must be a list, found {value!r}")
         if origin is tuple and args and args[-1] is not Ellipsis:
             if len(args) != len(value):
-                raise ConfigError(f"{source}: {path!r} must have {len(args)} items, found {value!r}")
+                raise ConfigError(f"{blame(source, path)}: {path!r} must have {len(args)} items, found {value!r}")
             return tuple(_coerce(a, v, source, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
         item_tp = args[0] if args else Any
         items = [_coerce(item_tp, v, source, f"{path}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict or tp is dict:
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{source}: {path!r} must be a mapping, found {value!r}")
+            raise ConfigError(f"{blame(source, path)}: {path!r} must be a mapping, found {value!r}")
         return dict(value)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -187,21 +236,21 @@ def _coerce(tp, value, source: str, path: str):
                     return float(value)
                 except ValueError:
                     pass
-            raise ConfigError(f"{source}: {path!r} must be a number, found {value!r}")
+            raise ConfigError(f"{blame(source, path)}: {path!r} must be a number, found {value!r}")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
                 return int(value)
-            raise ConfigError(f"{source}: {path!r} must be an integer, found {value!r}")
+            raise ConfigError(f"{blame(source, path)}: {path!r} must be an integer, found {value!r}")
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{source}: {path!r} must be true or false, found {value!r}")
+            raise ConfigError(f"{blame(source, path)}: {path!r} must be true or false, found {value!r}")
         return value
     if tp is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(f"{source}: {path!r} must be a string, found {value!r}")
+            raise ConfigError(f"{blame(source, path)}: {path!r} must be a string, found {value!r}")
         return str(value)
     return value
 

@@ -50,7 +50,7 @@ def _loss(method, batch, step: int, seed: int = 0) -> dict:
 
 def check_method(config: str | Path, data_root: Path, overrides: list[str] | None = None,
                  steps: int = 6, protocols: bool = True) -> dict:
-    raw = apply_overrides(load_config(config), TINY + list(overrides or []))
+    raw = apply_overrides(load_config(config), TINY + list(overrides or []), origin="conformance override")
     source = raw.pop("_source_", str(config))
     raw["data"] = {"root": str(data_root)}
     cfg = load_pretrain_config(raw, source)

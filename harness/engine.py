@@ -208,7 +208,12 @@ class Trainer:
         if not self.resume_path.is_file():
             return False
         # weights-only: the resume file holds only tensors, numbers and strings
-        state = torch.load(self.resume_path, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(self.resume_path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # truncated or corrupt: torch raises several types
+            why = (str(exc).splitlines() or [""])[0].split(". ")[0]
+            raise ConfigError(f"{self.resume_path} cannot be read ({type(exc).__name__}: {why}); it is damaged "
+                              "(e.g. truncated): delete it to start over, or use another --out") from exc
         if state["config"] != self._identity():
             raise ConfigError(f"{self.resume_path} was written by a different configuration; "
                               "use another output directory or delete it to start over")

@@ -11,7 +11,7 @@ import torch
 from harness import distributed as dist
 from harness import results
 from harness.config import fingerprint, to_dict
-from harness.data.io import data_stamp
+from harness.data.io import data_identity
 from harness.device import device_record
 from harness.models import ModelHandle
 from harness.registry import PROTOCOLS
@@ -34,14 +34,16 @@ def request_hash(protocol) -> str:
 
 
 def already_done(model: ModelHandle, protocol, data_root: Path, runs_dir: Path | None = None) -> list[dict]:
-    """Records of an earlier run of this exact (model weights, protocol request, data)."""
-    fp, req, stamp = protocol.fingerprint(), request_hash(protocol), data_stamp(data_root)
-    key = model.meta.get("sha256") or model.name
+    """Records of an earlier run of this exact (model weights, protocol request, data root and
+    stamp). Older records match only where they name the same checkpoint sha256 and root:
+    a random init's record without its weights key cannot tell which init seed it measured."""
+    fp, req, data = protocol.fingerprint(), request_hash(protocol), data_identity(data_root)
+    key = results.model_identity(model.record_info())
     return [r for r in results.iter_records(runs_dir)
             if r["protocol"]["fingerprint"] == fp and r["protocol"].get("request") == req
-            and r["protocol"].get("data_stamp") == stamp
+            and all(r["protocol"].get(k) == v for k, v in data.items())
             and r["protocol"]["name"] == protocol.registry_name
-            and (r["model"].get("checkpoint_sha256") or r["model"]["name"]) == key
+            and results.model_identity(r["model"]) == key
             and r.get("cost", {}).get("device_type", "cpu") == model.device.type
             and r["model"]["name"] == model.name]
 
@@ -67,8 +69,7 @@ def evaluate(model: ModelHandle, protocol, data_root: Path, *, preset: str | Non
     for out in outputs:
         proto_block = {"name": protocol.registry_name, "preset": preset, "dataset": out.dataset,
                        "split": out.split, "params": {**protocol.settings(), **out.params},
-                       "fingerprint": fp, "request": request_hash(protocol), "data_root": str(data_root),
-                       "data_stamp": data_stamp(data_root)}
+                       "fingerprint": fp, "request": request_hash(protocol), **data_identity(data_root)}
         rec = results.make_record(model.record_info(), proto_block, out.seed, out.variant,
                                   out.metrics, cost, out.artifacts)
         if dist.is_main():  # under torchrun every rank holds the same numbers

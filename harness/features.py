@@ -28,7 +28,6 @@ import logging
 import math
 import shutil
 import sys
-import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
@@ -45,6 +44,7 @@ from harness import device as devices
 from harness import distributed as dist
 from harness.config import fingerprint
 from harness.data.io import content_stamp
+from harness.io_utils import clean_stale_tempdirs, make_owned_tempdir
 from harness.models import ModelHandle
 from harness.paths import feature_cache_dir
 
@@ -158,11 +158,12 @@ def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_la
     if cache and (final / "meta.json").is_file():
         return _load(final, key)
     root.mkdir(parents=True, exist_ok=True)
+    clean_stale_tempdirs(root)  # folders of killed extractions (any key); never a running one's
     args = (model, source, transform, n_last_blocks, norm, patches, patch_dtype, batch_size, num_workers,
             progress, desc, precision, engine, threads)
     if dist.world_size() > 1:
         return _extract_sharded(root, key, cache, args)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{key}."))
+    tmp = make_owned_tempdir(root, prefix=f".{key}.")
     try:
         t0 = time.perf_counter()
         _extract_into(tmp, *args)
@@ -245,7 +246,7 @@ def _extract_sharded(root: Path, key: str, cache: bool, args: tuple) -> FeatureS
         if missing:
             raise RuntimeError(f"feature shards {missing} are not visible to rank 0: the feature cache "
                                "must be on storage every rank shares (set SSL_BENCH_HOME there)")
-        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{key}."))
+        tmp = make_owned_tempdir(root, prefix=f".{key}.")
         _join_shards(shards, tmp, time.perf_counter() - t0)
         if out.exists():  # another run finished first; its result is identical
             shutil.rmtree(tmp)

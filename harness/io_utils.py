@@ -4,7 +4,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,3 +42,86 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- temp folders
+# A writer that builds a folder under a temporary name and renames it into place (the
+# feature cache) leaves the folder behind when it is killed (kill -9, OOM killer, a lost
+# node). The owner file lets a later writer tell a dead owner's folder from a running one's.
+OWNER_FILE = ".owner.json"
+# ``.<hex key>.<mkdtemp suffix>``: nothing else in a cache folder (say a user's ``.git``) matches.
+TEMPDIR_PATTERN = r"\.[0-9a-f]{16,}\.[A-Za-z0-9_]+"
+
+
+def make_owned_tempdir(root: Path, prefix: str) -> Path:
+    """``tempfile.mkdtemp(dir=root, prefix=prefix)`` with this process's host and pid inside."""
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=prefix))
+    (tmp / OWNER_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+    return tmp
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except (OSError, OverflowError):
+        return False
+    return True
+
+
+def _process_start(pid: int) -> float | None:
+    """Start time (epoch seconds) of a process, where /proc tells (Linux), else None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        btime = next(int(ln.split()[1]) for ln in Path("/proc/stat").read_text().splitlines()
+                     if ln.startswith("btime"))
+        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _owner_running(pid: int, since: float) -> bool:
+    """Whether process ``pid``, which wrote its owner file at ``since``, still runs: alive, and
+    not a newer process that reuses the number (started after the file was written)."""
+    if not _pid_alive(pid):
+        return False
+    start = _process_start(pid)
+    return start is None or start <= since + 2.0  # /proc times are in clock ticks, btime in s
+
+
+def clean_stale_tempdirs(root: Path, pattern: str = TEMPDIR_PATTERN, max_age_hours: float = 24.0) -> list[Path]:
+    """Remove the temp folders under ``root`` (names matching ``pattern``) of writers that
+    died: the owner recorded inside ran on this host and is gone (or its pid now belongs to a
+    process started later); or, with no owner readable (older versions) or another host's
+    owner (which cannot be asked), the folder is older than ``max_age_hours``. A folder whose
+    owner still runs is kept. Returns the removed folders."""
+    name_re = re.compile(pattern)
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    host, now = socket.gethostname(), time.time()
+    removed = []
+    for d in root.iterdir():
+        try:
+            if not name_re.fullmatch(d.name) or not d.is_dir() or d.is_symlink():
+                continue
+            try:
+                owner_file = d / OWNER_FILE
+                owner = json.loads(owner_file.read_text())
+                pid = int(owner["pid"]) if owner.get("host") == host else None
+                since = owner_file.stat().st_mtime
+            except (OSError, ValueError, TypeError, KeyError):
+                pid = None
+            if pid is not None:
+                stale = not _owner_running(pid, since)
+            else:
+                stale = now - d.stat().st_mtime > max_age_hours * 3600
+        except OSError:  # removed meanwhile by another cleaner or its owner
+            continue
+        if stale:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed

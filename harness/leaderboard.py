@@ -101,6 +101,13 @@ def column_label(col: tuple, with_fp: bool = False) -> str:
     return f"{label} @{fp[:SHORT_FP]}" if with_fp else label
 
 
+def _weights_label(model: dict) -> str:
+    """The weights of a record's model (random inits included: two init seeds under one name
+    are two rows); "" for records that do not say."""
+    key = model.get("weights_key") or model.get("checkpoint_sha256") or ""
+    return key.removeprefix("weights-")
+
+
 def _flatten(records: Iterable[dict]) -> pd.DataFrame:
     rows = []
     for rec in records:
@@ -111,7 +118,7 @@ def _flatten(records: Iterable[dict]) -> pd.DataFrame:
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 continue  # e.g. per-class lists stay in the record only
             rows.append({
-                "model": model["name"], "sha": model.get("checkpoint_sha256") or "",
+                "model": model["name"], "sha": _weights_label(model),
                 "method": model.get("method"), "arch": model.get("arch"),
                 "pretrain_data": model.get("pretrain_data"), "epochs": model.get("epochs"),
                 "protocol": proto["name"], "dataset": proto.get("dataset") or "",

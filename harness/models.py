@@ -56,6 +56,8 @@ class ModelHandle:
             "steps": m.get("steps"),
             "checkpoint": m.get("checkpoint"),
             "checkpoint_sha256": m.get("sha256"),
+            "init_seed": m.get("init_seed"),
+            "weights_key": self.cache_key,  # what records and artifacts are keyed by
         }
 
     @classmethod

@@ -1,6 +1,7 @@
 """Result records: one JSON file per measured number set, written atomically and
-never edited. A record's key is (model, protocol fingerprint, dataset, split, seed,
-variant); a run whose key already has a record is skipped unless forced."""
+never edited. A record's key is (model weights, protocol request, dataset, split, data
+root and stamp, seed, variant); a run whose key already has a record is skipped unless
+forced."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -21,13 +22,26 @@ def runs_dir() -> Path:
     return results_dir() / "runs"
 
 
-def record_key(model: dict, protocol: dict, seed: int | None, variant: dict) -> str:
+def model_identity(model: dict) -> str:
+    """Which weights a record measured: its ``weights_key`` (the verified checkpoint sha256, or
+    the hash of a random init's tensors, so the init seed and overrides count). Records written
+    before that field: the checkpoint sha256, else only the name."""
+    return model.get("weights_key") or model.get("checkpoint_sha256") or model["name"]
+
+
+def record_key(model: dict, protocol: dict, seed: int | None, variant: dict, device_type: str = "cpu") -> str:
+    """Everything that changes the number: the weights, the protocol request (fingerprint and
+    settings, precision included), the data (resolved root and stamp), dataset, split, seed,
+    variant, and the kind of device that computed it (a GPU rounds otherwise than the CPU)."""
     return fingerprint({
-        "model": model.get("checkpoint_sha256") or model["name"],
+        "model": model_identity(model),
         "model_name": model["name"],
         "protocol": protocol["name"], "fingerprint": protocol["fingerprint"],
+        "request": protocol.get("request"),
         "dataset": protocol["dataset"], "split": protocol["split"],
+        "data": {"root": protocol.get("data_root"), "stamp": protocol.get("data_stamp")},
         "seed": seed, "variant": variant,
+        **({"device": device_type} if device_type != "cpu" else {}),  # CPU keys as before devices
     }, length=20)
 
 
@@ -63,7 +77,7 @@ def provenance() -> dict[str, Any]:
 
 def make_record(model: dict, protocol: dict, seed: int | None, variant: dict, metrics: dict,
                 cost: dict, artifacts: dict | None = None) -> dict[str, Any]:
-    key = record_key(model, protocol, seed, variant)
+    key = record_key(model, protocol, seed, variant, cost.get("device_type", "cpu"))
     return {
         "id": key,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

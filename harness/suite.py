@@ -90,7 +90,7 @@ def pretrain_config(entry: ModelEntry, data_root: Path, data_name: str, device: 
     """(validated pretraining config, its source file) of one pretraining entry."""
     from harness.engine import load_pretrain_config
 
-    raw = apply_overrides(load_config(entry.pretrain), entry.set)
+    raw = apply_overrides(load_config(entry.pretrain), entry.set, origin=f"suite set of model {entry.name!r}:")
     source = raw.pop("_source_", entry.pretrain)
     raw["data"] = {"root": str(data_root), "name": data_name}
     raw.setdefault("train", {})["device"] = device

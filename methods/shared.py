@@ -503,8 +503,9 @@ def list_pretrain_images(root: str | Path) -> list[Path]:
 
         return list(pretrain_image_paths(root))
     if not root.is_dir():
-        raise DataError(f"pretraining data root {root} does not exist; give a SynthScenes root "
-                        f"(with pretrain.txt) or an ImageFolder directory")
+        raise DataError(f"pretraining data root {root} does not exist; pass an existing folder of "
+                        f"images (ImageFolder layout or flat) or a SynthScenes root, which "
+                        f"`ssl-bench data synth --out {root}` generates")
     paths = sorted(p for p in root.rglob("*") if p.is_file() and is_image_file(p.name))
     if not paths:
         raise DataError(f"no images (.jpg/.jpeg/.png) under {root} and no pretrain.txt; "

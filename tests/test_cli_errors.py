@@ -93,3 +93,88 @@ def test_checkpoint_of_another_architecture(isolated_home, synth_tiny, capsys):
     rc, err = _eval(KNN + ["--data-root", str(synth_tiny / "imagenet"), "--checkpoint", str(path)], capsys)
     assert rc == 2 and "does not fit architecture" in err and "shape mismatches" in err
     assert _no_records(isolated_home)
+
+
+def _one_error_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def _tiny_checkpoint(path: Path, seed: int) -> Path:
+    torch.manual_seed(seed)
+    b = create_backbone("vit_cpu_tiny")
+    return save_checkpoint(path, b.state_dict(), {"method": "dino", "arch": "vit_cpu_tiny",
+                                                  "arch_kwargs": b.arch_kwargs})
+
+
+def test_weights_replaced_beside_an_old_json_are_refused(isolated_home, synth_tiny, capsys):
+    """Other weights beside an old .json used to be keyed by the old sha256: eval served
+    the old model's cached features and its stored number ("already measured")."""
+    ckpt = _tiny_checkpoint(isolated_home / "ck", 0)
+    other = _tiny_checkpoint(isolated_home / "other", 1)
+    args = KNN + ["--data-root", str(synth_tiny / "imagenet"), "--checkpoint", str(ckpt)]
+    rc, _ = _eval(args, capsys)
+    assert rc == 0
+    shutil.copyfile(other, ckpt)
+    rc = main(["--threads", "1", "eval", *args])
+    out, err = capsys.readouterr()
+    assert rc == 2 and "already measured" not in out
+    line = _one_error_line(err)
+    assert str(ckpt) in line and "sha256" in line and "save" in line
+
+
+@pytest.mark.parametrize("meta, expected", [({"method": "dino", "arch_kwargs": {}}, "'arch'"),
+                                            ([1, 2], "JSON object")])
+def test_checkpoint_metadata_without_arch_or_not_an_object(isolated_home, synth_tiny, capsys, meta, expected):
+    ckpt = _tiny_checkpoint(isolated_home / "ck", 0)
+    (isolated_home / "ck.json").write_text(json.dumps(meta))
+    rc, err = _eval(KNN + ["--data-root", str(synth_tiny / "imagenet"), "--checkpoint", str(ckpt)], capsys)
+    assert rc == 2
+    line = _one_error_line(err)
+    assert "ck.json" in line and expected in line
+    assert _no_records(isolated_home)
+
+
+TINY_PRETRAIN = ["--set", "train.batch_size=8", "--set", "train.max_steps=1", "--set", "backbone.depth=1",
+                 "--no-progress"]
+
+
+def test_truncated_resume_file(isolated_home, synth_tiny, capsys, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    torch.save({"step": 3, "method": {"w": torch.zeros(4096)}}, out / "resume.pt")
+    data = (out / "resume.pt").read_bytes()
+    (out / "resume.pt").write_bytes(data[:len(data) // 2])  # killed while copying it, disk full, ...
+    rc = main(["--threads", "1", "pretrain", "methods/dino_cpu.yaml", "--data-root", str(synth_tiny),
+               "--out", str(out), *TINY_PRETRAIN])
+    assert rc == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert str(out / "resume.pt") in line and "delete" in line and "--out" in line
+
+
+def test_unknown_override_blames_the_command_line(isolated_home, synth_tiny, capsys, tmp_path):
+    rc = main(["pretrain", "methods/dino_cpu.yaml", "--data-root", str(synth_tiny), "--out", str(tmp_path / "o"),
+               "--set", "train.foo=1"])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and "'foo'" in line and "train.foo=1" in line and "command line" in line
+    assert "dino_cpu.yaml" not in line
+    rc = main(["pretrain", "methods/dino_cpu.yaml", "--data-root", str(synth_tiny), "--out", str(tmp_path / "o"),
+               "--set", "train.lr=fast"])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and "train.lr=fast" in line and "command line" in line and "number" in line
+    # a key that is wrong in the file itself still names the file
+    cfg = tmp_path / "m.yaml"
+    cfg.write_text("_base_: methods/dino_cpu.yaml\ntrain: {fooo: 1}\n")
+    rc = main(["pretrain", str(cfg), "--data-root", str(synth_tiny), "--out", str(tmp_path / "o"),
+               "--set", "train.lr=0.1"])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and "m.yaml" in line and "'fooo'" in line and "command line" not in line
+
+
+def test_pretrain_missing_data_root_says_what_to_do(isolated_home, capsys, tmp_path):
+    rc = main(["pretrain", "methods/dino_cpu.yaml", "--data-root", str(tmp_path / "nowhere"),
+               "--out", str(tmp_path / "o")])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and "nowhere" in line and "does not exist" in line and "ssl-bench data synth" in line
+    assert not (tmp_path / "o").exists()

@@ -39,6 +39,25 @@ def test_unknown_key_names_key_and_file(tmp_path):
     assert "'kk'" in msg and "bad.yaml" in msg and "allowed keys" in msg
 
 
+def test_errors_about_overrides_blame_the_override(tmp_path):
+    (tmp_path / "ok.yaml").write_text("lr: 0.1\ninner: {k: 5}\n")
+    raw = apply_overrides(load_config(tmp_path / "ok.yaml"), ["inner.kk=1"])
+    with pytest.raises(ConfigError) as exc:
+        from_dict(Outer, raw, raw["_source_"])
+    assert str(exc.value).startswith("command line --set 'inner.kk=1': unknown key(s) 'kk'")
+    raw = apply_overrides(load_config(tmp_path / "ok.yaml"), ["inner={k: 1, kk: 2}"], origin="suite set:")
+    with pytest.raises(ConfigError, match=r"^suite set: 'inner=\{k: 1, kk: 2\}': unknown key"):
+        from_dict(Outer, raw, raw["_source_"])
+    raw = apply_overrides(load_config(tmp_path / "ok.yaml"), ["inner.temps=[1, 2, 3]", "lr=0.2"])
+    with pytest.raises(ConfigError, match=r"^command line --set 'inner.temps=\[1, 2, 3\]': 'inner.temps' must have"):
+        from_dict(Outer, raw, raw["_source_"])
+    # a bad value in the file still names the file, even with overrides elsewhere
+    (tmp_path / "bad.yaml").write_text("lr: fast\n")
+    raw = apply_overrides(load_config(tmp_path / "bad.yaml"), ["inner.k=3"])
+    with pytest.raises(ConfigError, match=r"bad.yaml: 'lr' must be a number"):
+        from_dict(Outer, raw, raw["_source_"])
+
+
 def test_types_are_checked():
     with pytest.raises(ConfigError, match="must be a number"):
         from_dict(Outer, {"lr": "fast"})

@@ -362,6 +362,35 @@ def test_protocol_cribo_on_synthscenes(synth_root, tiny_model, tmp_path, capsys)
     assert df.loc[df.fraction == "1/8", "n_seeds"].item() == 2
 
 
+@pytest.mark.parametrize("artifacts_dir", [None, "art"])
+def test_each_record_owns_its_artifacts(synth_root, tmp_path, artifacts_dir):
+    """Two models' runs of one protocol request: each record points to its own confusion
+    matrix (they used to share one file per protocol fingerprint, the last run's), and each
+    file gives back its record's number."""
+    from benchmarks.dense_nn import metrics_from_confusion
+    from harness.evaluate import evaluate
+    from harness.models import ModelHandle
+
+    values = {"dataset": "voc", "k": 5, "fractions": ["1/8", "1/1"], "seeds": [42], "progress": False,
+              "threads": 1}
+    if artifacts_dir:
+        values["artifacts_dir"] = str(tmp_path / artifacts_dir)
+    records = []
+    for model in (ModelHandle.random_init("vit_cpu_tiny", seed=0, name="a"),
+                  ModelHandle.random_init("vit_cpu_tiny", seed=1, name="b")):
+        proto = DenseNN.from_preset("cribo", values)
+        records += evaluate(model, proto, synth_root)[0]
+    paths = [r["artifacts"]["confusion"] for r in records]
+    assert len(records) == 4 and len(set(paths)) == 4
+    for rec in records:
+        conf = np.load(rec["artifacts"]["confusion"])
+        m = metrics_from_confusion(conf, DenseNN.from_preset("cribo", values).cfg)
+        assert m["mIoU"] == pytest.approx(rec["metrics"]["mIoU"], abs=1e-9)
+    assert records[0]["metrics"]["mIoU"] != records[2]["metrics"]["mIoU"]
+    lists = {r["artifacts"]["subset_list"] for r in records if "subset_list" in r["artifacts"]}
+    assert len(lists) == 2
+
+
 def test_protocol_hbird_with_augmentation_and_cap(synth_root, tiny_model, tmp_path):
     proto = DenseNN.from_preset("hbird", {"dataset": "ade20k", "k": 5, "input_size": 64, "aug_epochs": 2,
                                           "memory_size": 300, "fractions": ["1/8", "1/1"], "seeds": [42],

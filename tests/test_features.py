@@ -94,3 +94,73 @@ def test_cache_is_not_served_for_files_changed_in_place(tmp_path, model):
     again = extract_features(model, src, tf, cache_dir=tmp_path / "cache", progress=False)
     assert not again.from_cache and again.key != first.key
     assert not np.allclose(again.cls[1], first.cls[1]) and np.allclose(again.cls[0], first.cls[0], atol=1e-6)
+
+
+KILLED_EXTRACTION = """
+import os, signal, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from harness import features
+from harness.data.transforms import ResizeCenterCrop
+from harness.models import ModelHandle
+from image_sources import RandomImages
+
+def killed(out, *args):
+    (out / "patches.bin").write_bytes(b"half")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+features._extract_into = killed
+features.extract_features(ModelHandle.random_init("vit_cpu_tiny", seed=3), RandomImages([(64, 64)] * 3),
+                          ResizeCenterCrop(64, 64), cache_dir=Path(sys.argv[1]), progress=False)
+"""
+
+
+def test_temp_dirs_of_killed_extractions_are_cleaned(tmp_path, model):
+    """kill -9 during an extraction leaves its `.<key>.<random>/` folder; the next extraction
+    removes it (its owner process is dead)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cache = tmp_path / "cache"
+    script = KILLED_EXTRACTION.format(tests=str(Path(__file__).parent))
+    proc = subprocess.run([sys.executable, "-c", script, str(cache)], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == -9, proc.stderr
+    left = [p for p in cache.iterdir() if p.name.startswith(".")]
+    assert len(left) == 1 and (left[0] / "patches.bin").is_file()
+    fs = extract_features(model, RandomImages([(64, 64)] * 3), ResizeCenterCrop(64, 64), cache_dir=cache,
+                          progress=False)
+    assert not fs.from_cache
+    assert sorted(p.name for p in cache.iterdir()) == [fs.key]
+
+
+def test_stale_temp_dir_rules(tmp_path):
+    """Removed: a dead owner's folder, an ownerless folder older than the limit. Kept: a
+    folder whose owner runs, an ownerless young one (an older version may be writing it),
+    cache entries and anything not named like a temp folder."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from harness.io_utils import OWNER_FILE, clean_stale_tempdirs, make_owned_tempdir
+
+    live = make_owned_tempdir(tmp_path, prefix="." + "a" * 24 + ".")
+    dead = make_owned_tempdir(tmp_path, prefix="." + "b" * 24 + ".")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    owner = dead / OWNER_FILE
+    owner.write_text(owner.read_text().replace(str(os.getpid()), gone))
+    key = "c" * 24
+    old_legacy, young_legacy = tmp_path / f".{key}.x1", tmp_path / f".{key}.x2"
+    entry, foreign = tmp_path / key, tmp_path / ".git"  # a cache entry; something not ours
+    for d in (old_legacy, young_legacy, entry, foreign):
+        d.mkdir()
+    old = time.time() - 48 * 3600
+    for d in (old_legacy, entry, foreign):
+        os.utime(d, (old, old))
+    removed = clean_stale_tempdirs(tmp_path, max_age_hours=24)
+    assert sorted(p.name for p in removed) == sorted([dead.name, old_legacy.name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, young_legacy.name, key, ".git"])

@@ -125,3 +125,9 @@ def data_stamp(data_root: Path) -> str:
     else:
         ident = {"root": str(Path(data_root).expanduser().resolve())}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def data_identity(data_root: Path) -> dict[str, str]:
+    """The data a result was computed on, as records (and the artifacts they own) key it: the
+    resolved root and its :func:`data_stamp`."""
+    return {"data_root": str(Path(data_root).expanduser().resolve()), "data_stamp": data_stamp(data_root)}
