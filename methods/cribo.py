@@ -10,9 +10,10 @@ object cross-image). The head MLP, centring, crops, schedules and EMA are shared
 (methods/shared.py, methods/base.py).
 
 Reference: tileb1/CrIBo main_cribo.py (Clustering, get_nn_centroids, CrIBoLoss,
-train_one_epoch) and cribo_utils/data_transforms.py. Where the official code has a
-quirk, the paper's intent is the default and ``official_quirks: true`` restores the
-official behaviour; docs/METHODS.md (CrIBo section) lists every difference and every quirk kept.
+train_one_epoch) and cribo_utils/data_transforms.py. The official behaviour is the
+default, quirks included; each deliberate fix is an opt-in setting of its own
+(``fix_cross_image_normalisation``, ``fix_cycle_check_all_ranks``); docs/METHODS.md (CrIBo
+section) lists every difference, every quirk kept and each fix's measured effect.
 """
 from __future__ import annotations
 
@@ -78,7 +79,9 @@ class CrIBoConfig:
     student_temp_obj: float = 0.1
     center_momentum: float = 0.9
     center_momentum_obj: float = 0.9
-    official_quirks: bool = False
+    # deliberate fixes of two official slips, off by default (docs/METHODS.md, CrIBo, "Deliberate fixes")
+    fix_cross_image_normalisation: bool = False  # each direction of L_ci over its own valid pairs
+    fix_cycle_check_all_ranks: bool = False  # cycle check against every rank's objects, not this rank's
     crops: CrIBoCropConfig = field(default_factory=CrIBoCropConfig)
 
     def __post_init__(self):
@@ -400,26 +403,27 @@ def object_cross_view_loss(student_obj: torch.Tensor, teacher_obj_probs: torch.T
 
 def object_cross_image_loss(student_obj: torch.Tensor, teacher_nn_v1_probs: torch.Tensor,
                             teacher_nn_v2_probs: torch.Tensor, cycle_v1: torch.Tensor, cycle_v2: torch.Tensor,
-                            student_temp: float, official_quirks: bool = False) -> torch.Tensor:
+                            student_temp: float, fix_normalisation: bool = False) -> torch.Tensor:
     """L_ci^o: the teacher's view-1 neighbour nn(c_1, M1) is the target of the student's
     view-2 object and nn(c_2, M2) that of the view-1 object, over cycle-consistent pairs.
 
-    Default: each direction is the mean over its own consistent pairs (0 when it has none),
-    the two directions averaged. ``official_quirks``: the second direction is also divided by
-    the *first* direction's count, and nothing is computed when the first has none
-    (main_cribo.py ``CrIBoLoss.forward``)."""
+    Default, as officially (main_cribo.py ``CrIBoLoss.forward``, ``loss_nn``): both directions
+    are divided by the *first* direction's count of consistent pairs, and the loss is 0 when
+    the first has none. ``fix_normalisation`` (the paper's "normalised by the count of valid
+    pairs"): each direction is the mean over its own consistent pairs (0 when it has none),
+    the two directions averaged."""
     s1, s2 = (student_obj.float() / student_temp).chunk(2)
     ce12 = torch.sum(-teacher_nn_v1_probs * F.log_softmax(s2, dim=-1), dim=-1)
     ce21 = torch.sum(-teacher_nn_v2_probs * F.log_softmax(s1, dim=-1), dim=-1)
     n1, n2 = cycle_v1.sum(), cycle_v2.sum()
     zero = student_obj.new_zeros((), dtype=torch.float32)
-    if official_quirks:
-        if n1 == 0:
-            return zero
-        return (ce12[cycle_v1].sum() / n1 + ce21[cycle_v2].sum() / n1) / 2
-    t12 = ce12[cycle_v1].sum() / n1 if n1 > 0 else zero
-    t21 = ce21[cycle_v2].sum() / n2 if n2 > 0 else zero
-    return (t12 + t21) / 2
+    if fix_normalisation:
+        t12 = ce12[cycle_v1].sum() / n1 if n1 > 0 else zero
+        t21 = ce21[cycle_v2].sum() / n2 if n2 > 0 else zero
+        return (t12 + t21) / 2
+    if n1 == 0:
+        return zero
+    return (ce12[cycle_v1].sum() / n1 + ce21[cycle_v2].sum() / n1) / 2
 
 
 # ============================================================================ the method
@@ -519,10 +523,13 @@ class CrIBo(Method):
         """NN retrieval in the banks (before this batch enters them), cycle check, then FIFO update
         with the objects of every rank's images."""
         counts_all = D.all_gather_variable(objects_per_image.to(torch.long))
-        if self.cfg.official_quirks or not D.is_dist():
+        if not self.cfg.fix_cycle_check_all_ranks or not D.is_dist():
+            # official (and the only possibility in one process): the cycle check nn(M2[j], B_2)
+            # searches this rank's objects only, so an object passes even when its neighbour's
+            # nearest object in the global batch lives on another rank
             pool_v1 = pool_v2 = None
             offset = 0
-        else:  # the paper's batch: every rank's objects
+        else:  # the fix: the whole global batch, every rank's objects
             pool_v1, pool_v2 = D.all_gather_variable(obj_v1), D.all_gather_variable(obj_v2)
             per_rank = D.all_gather_cat(torch.tensor([len(obj_v1)], device=obj_v1.device))
             offset = int(per_rank[:D.rank()].sum())
@@ -589,7 +596,7 @@ class CrIBo(Method):
             nn_probs = self.centering_obj.softmax(teacher_nn.float(), temp_obj)
             nn1, nn2 = nn_probs.chunk(2)
             loss_ci = object_cross_image_loss(student_obj, nn1, nn2, found.cycle_v1, found.cycle_v2,
-                                              cfg.student_temp_obj, cfg.official_quirks)
+                                              cfg.student_temp_obj, cfg.fix_cross_image_normalisation)
         else:
             loss_ci = student_obj.new_zeros((), dtype=torch.float32)
         # centres move after the losses, from this step's teacher outputs (as officially)

@@ -42,7 +42,10 @@ class SynCLRConfig:
     contrast_output_dim: int = 256
     contrast_mlp_norm: str = "ln"  # ln | bn
     contrast_temperature: float = 0.08  # paper; the PyTorch reference default is 0.1
-    avoid_local_global_same: bool = False  # exclude a local crop's own image's EMA crop too
+    # the reference's flag (off in its command): local anchor row r also leaves out key r mod (keys)
+    avoid_local_global_same: bool = False
+    # deliberate fix, opt-in: with the flag, leave out the local crop's own image's global crop instead
+    fix_avoid_local_global_same: bool = False
     contrast_loss_weight: float = 1.0
     ibot_loss_weight: float = 1.0
     dino_mlp_dim: int = 2048
@@ -65,6 +68,9 @@ class SynCLRConfig:
         if self.images_per_caption * self.crops.global_crops_number < 2:
             raise ValueError("a global crop needs another same-caption key: use images_per_caption >= 2 "
                              "(or 2 global crops)")
+        if self.fix_avoid_local_global_same and not self.avoid_local_global_same:
+            raise ValueError("fix_avoid_local_global_same changes which key avoid_local_global_same leaves "
+                             "out; set avoid_local_global_same: true as well (or drop the fix)")
         if self.contrast_mlp_norm not in ("ln", "bn"):
             raise ValueError(f"contrast_mlp_norm must be 'ln' or 'bn', found {self.contrast_mlp_norm!r}")
         if self.mask_shape != "rand":
@@ -224,11 +230,24 @@ def caption_batches(members: list[list[int]], images_per_caption: int, batch_siz
     return batches
 
 
+def reference_local_exclude(n_keys: int, n_local_rows: int) -> torch.Tensor:
+    """For each local anchor, the key the reference's ``avoid_local_global_same`` leaves out
+    (``SupConMomentumLoss``: exclude index ``arange(keys)`` repeated ``anchors // keys`` times,
+    scattered row by row): anchor row R (globals first) loses key ``R mod keys``, i.e. local
+    row r loses key ``r mod keys``; anchor rows past ``(anchors // keys) * keys`` lose none
+    (-1). With one global crop per image, that key is the crop's own image's global crop only
+    when there is one local crop per image or one image per caption; otherwise another
+    same-caption image's."""
+    n_anchors = n_keys + n_local_rows
+    rows = torch.arange(n_keys, n_anchors)
+    return torch.where(rows < (n_anchors // n_keys) * n_keys, rows % n_keys, torch.full_like(rows, -1))
+
+
 def local_own_keys(n_captions: int, images_per_caption: int, n_global: int, n_local: int) -> torch.Tensor:
     """For each local crop in collate order, the index of its own image's first global crop
-    among the keys. (The official ``avoid_local_global_same`` excludes key ``row mod keys``,
-    which is this crop only when n_local == 1 or images_per_caption == 1; otherwise it drops
-    another same-caption image's global crop. We exclude the crop's own image, the intent.)"""
+    among the keys: what ``fix_avoid_local_global_same`` leaves out, the flag's stated intent
+    ("avoid local and global crops to be from the same image"); see
+    :func:`reference_local_exclude` for what the reference leaves out."""
     rows = [(p // n_local) * n_global * n_captions + s
             for p in range(images_per_caption * n_local) for s in range(n_captions)]
     return torch.tensor(rows, dtype=torch.long)
@@ -340,10 +359,13 @@ class SynCLR(Method):
         n_global_rows = g.shape[0]
         dev = anchors.device  # the loss indexes the anchors' logits with these: same device
         q_labels = torch.cat([batch["global_labels"], batch["local_labels"]])
-        if cfg.avoid_local_global_same:
+        n_local_rows = anchors.shape[0] - n_global_rows
+        if cfg.avoid_local_global_same and cfg.fix_avoid_local_global_same:
             own_local = batch["local_own_key"].to(dev)
+        elif cfg.avoid_local_global_same:  # the reference's rule
+            own_local = reference_local_exclude(keys.shape[0], n_local_rows).to(dev)
         else:
-            own_local = torch.full((anchors.shape[0] - n_global_rows,), -1, dtype=torch.long, device=dev)
+            own_local = torch.full((n_local_rows,), -1, dtype=torch.long, device=dev)
         exclude = torch.cat([torch.arange(n_global_rows, device=dev), own_local])  # a global anchor's own EMA crop
         out = multi_positive_contrastive(anchors, keys, q_labels.to(dev), batch["global_labels"].to(keys.device),
                                          exclude, n_global_rows, cfg.contrast_temperature)

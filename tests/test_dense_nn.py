@@ -469,6 +469,33 @@ def test_protocol_yaml_equals_the_preset_in_code(name):
     assert doc["settings"] == to_dict(DenseNN.from_preset(name, {"dataset": "voc"}).cfg)
 
 
+def test_hbird_synth_yaml_is_the_hbird_preset_at_64px():
+    """dense_nn_hbird_synth.yaml is named hbird: the preset's values (the reference's std and
+    metric included), only input_size 64 for SynthScenes' 64 px images."""
+    import yaml
+
+    from harness.config import to_dict
+
+    path = Path(__file__).resolve().parents[1] / "configs" / "protocols" / "dense_nn_hbird_synth.yaml"
+    doc = yaml.safe_load(path.read_text())
+    assert doc["protocol"] == "dense_nn" and doc["preset"] == "hbird"
+    assert doc["settings"] == to_dict(DenseNN.from_preset("hbird", {"dataset": "voc", "input_size": 64}).cfg)
+
+
+def test_hbird_is_the_reference_by_default_and_cribo_keeps_plain_miou():
+    hb = DenseNN.from_preset("hbird", {"dataset": "voc"}).cfg
+    assert (hb.hungarian, hb.count_absent_classes, hb.count_ignored_class) == (True, True, True)
+    assert hb.norm_std == [0.229, 0.224, 0.255]
+    # CrIBo's text says mIoU (no matching) and its pretraining normalisation is ImageNet's
+    cr = DenseNN.from_preset("cribo", {"dataset": "voc"}).cfg
+    assert (cr.hungarian, cr.count_absent_classes, cr.count_ignored_class) == (False, False, False)
+    assert cr.norm_std == [0.229, 0.224, 0.225]
+    # the opt-in departures are settings in the fingerprint
+    fp = DenseNN.from_preset("hbird", {"dataset": "voc"}).fingerprint()
+    for over in ({"hungarian": False}, {"count_absent_classes": False}, {"norm_std": [0.229, 0.224, 0.225]}):
+        assert DenseNN.from_preset("hbird", {"dataset": "voc", **over}).fingerprint() != fp, over
+
+
 def test_memory_budget_is_checked_before_the_bank_is_built():
     feats = [np.ones((4, 64), np.float32)] * 3
     labels = [image_labels(MASK, (2, 2), settings())] * 3

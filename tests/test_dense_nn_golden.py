@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.dense_nn import dense_nn_from_features
+from benchmarks.dense_nn import PRESETS, dense_nn_from_features
 
 FIXTURE = Path(__file__).parent / "fixtures" / "hbird_golden.json"
 
@@ -129,3 +129,45 @@ def test_hbird_parity_identity_mapping(name):
     ref = _golden()["cases"][name]
     got = run_harness(name, hungarian=False)
     assert abs(got["mIoU"] / 100 - ref["miou_identity"]) < 1e-6
+
+
+# The hbird preset's own defaults, only augmentation off (the fixture's features are the inputs):
+# the number open-hummingbird-eval returns, and the opt-in plain mIoU on the same confusion matrix.
+# mIoU in percent, rounded to 4 decimals: (preset default = reference, plain mIoU).
+PRESET_VS_PLAIN = {"voc_unbounded": (35.6064, 39.9540), "ade_unbounded": (67.3730, 89.8306),
+                   "voc_memory_cap": (46.4100, 54.1450)}
+PLAIN = {"hungarian": False, "count_absent_classes": False, "count_ignored_class": False}
+
+
+def run_preset(name: str, **over) -> dict:
+    spec = CASES[name]
+    case = make_case(spec)
+    rand = None
+    if spec.get("rand_seed") is not None:
+        g = torch.Generator().manual_seed(spec["rand_seed"])
+        rand = lambda i: (lambda n: torch.rand(n, generator=g))  # noqa: E731 - one stream, image order
+    cfg = dict(PRESETS["hbird"], dataset="ade20k" if spec["kind"] == "ade" else "voc", bank_augment="none",
+               k=spec["k"], memory_size=spec["memory_size"], search_chunk=spec["n_val"] * spec["grid"] ** 2,
+               threads=1, **over)
+    num_classes = spec["num_classes"] - (1 if spec["kind"] == "ade" else 0)
+    return dense_nn_from_features(case["train_feats"], to_harness_masks(case["train_masks"], spec["kind"]),
+                                  case["val_feats"], to_harness_masks(case["val_masks"], spec["kind"]), cfg,
+                                  num_classes=num_classes, ignore_index=255, rand=rand)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_hbird_preset_defaults_give_the_reference_number(name):
+    """Without any metric setting, the hbird preset returns what open-hummingbird-eval's
+    evaluate() returns (Hungarian matching, mean over every class, ADE20K's "other" counted)."""
+    ref = _golden()["cases"][name]
+    got = run_preset(name)
+    assert abs(got["mIoU"] / 100 - ref["miou_hungarian"]) < 1e-6
+    plain = run_preset(name, **PLAIN)
+    assert (round(got["mIoU"], 4), round(plain["mIoU"], 4)) == PRESET_VS_PLAIN[name]
+
+
+def test_hbird_preset_normalises_with_the_reference_std():
+    """hbird/utils/transforms.py IMAGENET_STD = [0.229, 0.224, 0.255] (0.255: a typo for 0.225),
+    used by both its train and val transforms."""
+    assert PRESETS["hbird"]["norm_mean"] == [0.485, 0.456, 0.406]
+    assert PRESETS["hbird"]["norm_std"] == [0.229, 0.224, 0.255]

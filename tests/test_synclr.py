@@ -3,6 +3,7 @@ training behaviour, EMA, export, configs."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from harness.config import from_dict, load_config
 from harness.registry import METHODS
 from methods.base import BackboneConfig, StepInfo
 from methods.shared import MultiCropConfig, sinkhorn_knopp
+import methods.synclr as S
 from methods.synclr import (MLPHead, SynCLR, SynCLRConfig, caption_batches, local_own_keys, masked_patch_loss,
                             multi_positive_contrastive)
 from test_methods_shared import RTOL, load_fixture
@@ -68,8 +70,12 @@ def test_contrastive_loss_matches_official(case):
     ids = torch.arange(bs).long() * 7 + 3
     t_lab = ids.repeat(n_img)
     s_lab = torch.cat([t_lab, ids.repeat(n_img * n_local)])
-    local_exclude = local_own_keys(bs, n_img, 1, n_local) if gold["avoid_local_global_same"] else \
-        torch.full((n_g * n_local,), -1)
+    if gold["avoid_local_global_same"]:
+        local_exclude = S.reference_local_exclude(n_g, n_g * n_local)
+        if n_local == 1:  # the one layout where the reference's key is the crop's own image's
+            assert torch.equal(local_exclude, local_own_keys(bs, n_img, 1, n_local))
+    else:
+        local_exclude = torch.full((n_g * n_local,), -1)
     out = multi_positive_contrastive(q, k, s_lab, t_lab, torch.cat([torch.arange(n_g), local_exclude]), n_g,
                                      gold["temperature"])
     assert out["contrast_global"].item() == pytest.approx(gold["global"], rel=RTOL)
@@ -210,9 +216,102 @@ def test_synclr_trains_and_ema_skips_student_only_parts(tmp_path):
 def test_synclr_avoid_local_global_same_and_determinism(tmp_path):
     root = make_caption_root(tmp_path)
     values = []
-    for avoid in (False, True, True):
+    for over in ({}, {"avoid_local_global_same": True}, {"avoid_local_global_same": True},
+                 {"avoid_local_global_same": True, "fix_avoid_local_global_same": True}):
         torch.manual_seed(0)
-        m = tiny_synclr(avoid_local_global_same=avoid)
+        m = tiny_synclr(**over)
         m.train()
         values.append(m.training_step(batch_from(m, root), step_info())["contrast_local"].item())
-    assert values[1] == values[2] and values[0] != values[1]
+    # 2 images per caption x 2 local crops: the reference's key and the own image's differ
+    assert values[1] == values[2] and len({values[0], values[1], values[3]}) == 3
+    with pytest.raises(ValueError, match="avoid_local_global_same"):
+        SynCLRConfig(fix_avoid_local_global_same=True)
+
+
+# ----------------------------------------------------------------------------- avoid_local_global_same by hand
+# local loss on the contrastive fixture's case-0 inputs: the reference's avoid_local_global_same, and
+# with fix_avoid_local_global_same (without the flag: 3.6221, the fixture's official value)
+LOCAL_REFERENCE, LOCAL_FIX = 3.2581, 3.0362
+def reference_contrast_by_hand(q, k, q_labels, k_labels, temperature, avoid_local_global_same):
+    """SupConMomentumLoss (syn-rep-learn models/mask_losses.py), one process, written out in loops
+    from its text: keys = rows of k; exclude index = arange(keys), repeated anchors // keys times
+    when avoid_local_global_same; anchor row i (while i < len(exclude index)) loses key
+    exclude[i] from numerator and denominator; loss of an anchor = - mean over its remaining
+    same-label keys of log softmax over its remaining keys. Returns (global, local) means."""
+    q = torch.nn.functional.normalize(q.double(), dim=1).tolist()
+    k = torch.nn.functional.normalize(k.double(), dim=1).tolist()
+    n_keys, n_anchors = len(k), len(q)
+    exclude = list(range(n_keys))
+    if avoid_local_global_same:
+        exclude = exclude * (n_anchors // n_keys)
+    per_anchor = []
+    for i in range(n_anchors):
+        keep = [j for j in range(n_keys) if not (i < len(exclude) and exclude[i] == j)]
+        logits = {j: sum(a * b for a, b in zip(q[i], k[j])) / temperature for j in keep}
+        log_z = math.log(sum(math.exp(v) for v in logits.values()))
+        pos = [j for j in keep if int(k_labels[j]) == int(q_labels[i])]
+        per_anchor.append(-sum(logits[j] - log_z for j in pos) / len(pos))
+    return float(np.mean(per_anchor[:n_keys])), float(np.mean(per_anchor[n_keys:]))
+
+
+def test_avoid_local_global_same_leaves_out_the_reference_key(tmp_path, monkeypatch):
+    """A training step with avoid_local_global_same (2 images per caption x 2 local crops) gives
+    the local loss the reference's rule gives on the same anchors and keys, computed by hand."""
+    root = make_caption_root(tmp_path)
+    seen = {}
+
+    def spy(q, k, q_labels, k_labels, q_exclude, n_global_rows, temperature):
+        seen.update(q=q.detach().clone(), k=k.detach().clone(), q_labels=q_labels.clone(),
+                    k_labels=k_labels.clone(), temperature=temperature)
+        return multi_positive_contrastive(q, k, q_labels, k_labels, q_exclude, n_global_rows, temperature)
+
+    monkeypatch.setattr(S, "multi_positive_contrastive", spy)
+    torch.manual_seed(0)
+    m = tiny_synclr(avoid_local_global_same=True)
+    m.train()
+    batch = batch_from(m, root)
+    assert batch["local"].shape[0] == 2 * batch["global"].shape[0]  # 2 local crops per image
+    out = m.training_step(batch, step_info())
+    glob, local = reference_contrast_by_hand(seen["q"], seen["k"], seen["q_labels"], seen["k_labels"],
+                                             seen["temperature"], True)
+    assert out["contrast_global"].item() == pytest.approx(glob, rel=1e-5)
+    assert out["contrast_local"].item() == pytest.approx(local, rel=1e-5)
+
+
+def test_avoid_local_global_same_on_the_fixture_inputs_and_the_fix():
+    """The contrastive fixture's case-0 inputs (3 captions x 2 images, 2 local crops, tau 0.08):
+    the reference rule by hand vs the harness, and what the opt-in fix changes (docs/METHODS.md)."""
+    torch.manual_seed(0)
+    bs, n_img, n_local, tau = 3, 2, 2, 0.08
+    n_g = bs * n_img
+    q = torch.randn(n_g * (1 + n_local), 16)
+    k = torch.randn(n_g, 16)
+    ids = torch.arange(bs).long() * 7 + 3
+    t_lab = ids.repeat(n_img)
+    s_lab = torch.cat([t_lab, ids.repeat(n_img * n_local)])
+    gold = load_fixture("synclr_golden.json")["contrastive"][0]
+    assert [gold[key] for key in ("seed", "bs", "n_img", "n_local", "temperature")] == [0, bs, n_img, n_local, tau]
+    # the hand-written rule reproduces the official code's output where the fixture has it (flag off)
+    assert reference_contrast_by_hand(q, k, s_lab, t_lab, tau, False) == pytest.approx((gold["global"], gold["local"]),
+                                                                                         rel=1e-5)
+    glob, local = reference_contrast_by_hand(q, k, s_lab, t_lab, tau, True)
+    official = S.reference_local_exclude(n_g, n_g * n_local)
+    own = local_own_keys(bs, n_img, 1, n_local)
+    # local crop p = view * n_local + c of caption s: the reference drops key (p mod n_img) * bs + s,
+    # another image's global crop whenever p mod n_img != view
+    assert official.tolist() == [0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5]
+    assert own.tolist() == [0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5]
+    got = multi_positive_contrastive(q, k, s_lab, t_lab, torch.cat([torch.arange(n_g), official]), n_g, tau)
+    assert got["contrast_global"].item() == pytest.approx(glob, rel=1e-5)
+    assert got["contrast_local"].item() == pytest.approx(local, rel=1e-5)
+    fixed = multi_positive_contrastive(q, k, s_lab, t_lab, torch.cat([torch.arange(n_g), own]), n_g, tau)
+    assert fixed["contrast_global"].item() == pytest.approx(glob, rel=1e-5)  # globals untouched
+    # measured effect of the fix on these inputs (quoted in docs/METHODS.md)
+    assert (round(local, 4), round(fixed["contrast_local"].item(), 4)) == (LOCAL_REFERENCE, LOCAL_FIX)
+
+
+def test_reference_exclusion_covers_only_whole_multiples_of_the_keys():
+    """anchors // keys rows get an excluded key: with 2 global crops per image and 1 local crop
+    (8 keys, 4 local rows) the reference leaves no key out for the local rows."""
+    assert S.reference_local_exclude(8, 4).tolist() == [-1, -1, -1, -1]
+    assert S.reference_local_exclude(4, 6).tolist() == [0, 1, 2, 3, -1, -1]
