@@ -83,6 +83,7 @@ def test_local_jobs_give_the_in_process_leaderboard(two_runs):
     assert len(_record_files(tmp / "launched")) == len(_record_files(tmp / "inprocess")) == 4  # 2 models x 2 k
 
 
+@pytest.mark.slow  # real subprocess jobs: ~20 s each on 2 cores
 def test_rerun_reuses_checkpoint_and_records(two_runs):
     tmp = two_runs["tmp"]
     before = _record_files(tmp / "launched")
@@ -95,6 +96,7 @@ def test_rerun_reuses_checkpoint_and_records(two_runs):
     assert (tmp / "launched" / "results" / "leaderboard.csv").read_text() == csv_before
 
 
+@pytest.mark.slow  # real subprocess jobs: ~20 s each on 2 cores
 def test_a_failing_job_is_reported_and_the_others_finish(tmp_path, synth_tiny):
     missing = {**KNN, "data_root": "{synth}/no_such_folder"}
     suite = _write_suite(tmp_path / "suite.yaml", synth_tiny, [RANDOM_INIT], [missing, KNN])
@@ -146,6 +148,7 @@ def _losses(out: Path) -> np.ndarray:
     return np.array([json.loads(line)["loss"] for line in (out / "log.jsonl").read_text().splitlines()])
 
 
+@pytest.mark.slow  # real subprocess jobs: ~20 s each on 2 cores
 def test_pretrain_as_a_two_task_local_job_matches_one_process(tmp_path, synth_tiny):
     """submitit's local executor starts tasks_per_node processes on this machine; each exports
     RANK / WORLD_SIZE / MASTER_ADDR from the job and trains under gloo."""
