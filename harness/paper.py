@@ -4,8 +4,13 @@ reproduce them from zoo checkpoints (configs/paper/<table>.yaml).
 ``reproduce(table, data_root, zoo_dir)`` runs, for every (zoo checkpoint, protocol,
 dataset) the table needs, the registered protocol through ``harness.evaluate`` (so the
 result records land in results/runs and feed the leaderboards), then prints measured /
-paper / delta side by side with the seed spread and a verdict per cell. A cell whose
-checkpoint, dataset or protocol is missing says so; it never fails the whole table.
+paper / delta side by side with the seed spread and a verdict per cell. The verdict rule is
+strict: a cell's measurement uses only the records whose variant is the table's protocol
+exactly (``cell_variant``; several unpinned groups are "ambiguous", never the best of
+them), and it passes iff |delta| <= the tolerance the table YAML states with its reason (a
+std above the tolerance makes it "inconclusive", never a pass). A cell whose checkpoint,
+dataset or protocol is missing says so; it never stops the rest of the table.
+``exit_status``: 1 when any cell failed or nothing was measured.
 ``dry_run=True`` prints the plan: checkpoints, protocols, datasets, an estimate of the
 backbone FLOPs and, from configs/gpus.yaml (harness.gpus), the GPU-hours they take on a chosen
 GPU model and precision, and the wall-clock hours on N such GPUs.
@@ -47,7 +52,15 @@ class Passes:
 class ProtocolSpec:
     preset: str | None = None
     values: dict = field(default_factory=dict)  # protocol settings on top of the preset
-    tolerance: float = 1.0  # |measured - paper| accepted when the seed spread does not cover it
+    # The verdict rule (harness.paper.verdict): a cell passes iff |measured - paper| <= tolerance,
+    # in the metric's points; the seed spread never widens it. Both are required in a table
+    # YAML, the reason in words (printed beside every comparison).
+    tolerance: float | None = None
+    tolerance_reason: str = ""
+    # The paper's protocol as the variant its result records carry: key -> value for the keys
+    # a cell's own variant does not give (a cell's value wins); null = records must not carry
+    # the key. A record counts for a cell only if it matches all of these and the cell's keys.
+    variant: dict = field(default_factory=dict)
     input: Any = "native"  # FLOPs estimate: "native" (dataset's typical size) or [h, w] or an int
     val_input: Any = None  # default: same as input
     passes: Passes = field(default_factory=Passes)
@@ -138,6 +151,12 @@ def load_table(table: str | Path) -> Table:
     if not csv.is_absolute():
         csv = (path.parent / csv) if (path.parent / csv).is_file() else PAPER_DIR / csv
     rows = read_paper_csv(csv)
+    for name, ps in spec.protocols.items():
+        if ps.tolerance is None or ps.tolerance < 0 or not ps.tolerance_reason.strip():
+            raise ConfigError(
+                f"{path}: protocols.{name}: tolerance {ps.tolerance!r}, tolerance_reason "
+                f"{ps.tolerance_reason!r}; every protocol of a paper table states the |measured - paper| it "
+                f"accepts (a number >= 0, in the metric's points) and why (tolerance_reason: a sentence)")
     unknown_p = sorted(set(rows["protocol"]) - set(spec.protocols))
     unknown_d = sorted(set(rows["dataset"]) - set(spec.datasets))
     if unknown_p or unknown_d:
@@ -405,6 +424,8 @@ def format_plan(tab: Table, jobs: list[Job], data_root=None, zoo_dir=None, gpu: 
     notes = [f"  {p}: {s.note}" for p, s in spec.protocols.items() if s.note]
     if notes:
         out += ["cost model:"] + notes
+    out += ["verdicts (a measured std never widens the tolerance; std > tolerance is inconclusive):"]
+    out += tolerance_lines(tab)
     issues = [j for j in jobs if j.status != "ready"]
     if issues:
         out += ["", "not ready:"]
@@ -425,83 +446,148 @@ def format_plan(tab: Table, jobs: list[Job], data_root=None, zoo_dir=None, gpu: 
 
 
 # ----------------------------------------------------------------------------- matching
-def _variant_matches(cell: dict[str, str], measured: dict[str, Any]) -> bool:
-    for k, v in cell.items():
-        if k not in measured:
-            return False
-        m = measured[k]
-        if k == "fraction":
-            a, b = fraction_value(v), fraction_value(m)
-            if a is None or b is None or abs(a - b) > 1e-12:
+# Verdicts a measured cell can get, and what a cell's `outcome` is: "pass" only for OK;
+# "fail" for a cell whose run finished (or broke) without a pass; "not run" for a cell
+# nothing was run for (no checkpoint, dataset or protocol), which fails nothing by itself.
+OK, DIFFERS, INCONCLUSIVE, AMBIGUOUS, NOT_MEASURED = "ok", "DIFFERS", "inconclusive", "ambiguous", "not measured"
+FAILED_RUN = ("failed", "checkpoint error")
+
+
+def _same_value(want: Any, got: Any) -> bool:
+    """Variant values from a CSV/YAML (strings, numbers) against a record's: equal as text
+    (case aside), or as numbers ("1/8" == 0.125, "8e-4" == 0.0008); booleans only as text."""
+    if str(want).lower() == str(got).lower():
+        return True
+    if isinstance(want, bool) or isinstance(got, bool):
+        return False
+    a, b = fraction_value(want), fraction_value(got)
+    return a is not None and b is not None and abs(a - b) <= 1e-12 * max(1.0, abs(a))
+
+
+def _variant_matches(want: dict[str, Any], measured: dict[str, Any]) -> bool:
+    """Every key of ``want`` matches: None = ``measured`` must not carry the key."""
+    for k, v in want.items():
+        if v is None:
+            if k in measured:
                 return False
-        elif str(m) != str(v):
+        elif k not in measured or not _same_value(v, measured[k]):
             return False
     return True
 
 
-def _measure(cell: pd.Series, records: list[dict]) -> dict[str, Any]:
-    """Mean/std/n over seeds of the records that fit the cell; with several other variant
-    values (e.g. per-lr results) the best group is taken, as the papers report the best."""
-    want = parse_variant(cell["variant"])
+def _label(variant: dict[str, Any]) -> str:
+    return ",".join(f"{k}={'(absent)' if v is None else v}" for k, v in sorted(variant.items())) or "(no variant)"
+
+
+def cell_variant(cell: pd.Series, protocol: ProtocolSpec) -> dict[str, Any]:
+    """The variant a record must carry to count for ``cell``: the table's protocol variant
+    (its defaults) with the cell's own keys on top."""
+    return {**(protocol.variant or {}), **parse_variant(cell["variant"])}
+
+
+def _measure(cell: pd.Series, records: list[dict], protocol: ProtocolSpec) -> dict[str, Any]:
+    """Mean/std/n over seeds of the records whose variant is exactly the cell's protocol
+    (``cell_variant``). Records that also vary in keys neither the cell nor the table pins
+    (e.g. one result per lr when the cell does not say which) are grouped by those keys: one
+    group is measured; several are an ambiguity, never resolved by taking the best of them.
+    Returns {"status": "measured" | AMBIGUOUS | NOT_MEASURED, "note": ..., measured/std/n}."""
+    want = cell_variant(cell, protocol)
     metric = cell["metric"].lower()
     groups: dict[str, list[float]] = {}
+    others: set[str] = set()
     for rec in records:
-        if not _variant_matches(want, rec.get("variant") or {}):
+        var = rec.get("variant") or {}
+        if not _variant_matches(want, var):
+            others.add(_label(var))
             continue
         value = next((v for k, v in (rec.get("metrics") or {}).items() if k.lower() == metric), None)
-        if not isinstance(value, (int, float)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
-        rest = {k: v for k, v in (rec.get("variant") or {}).items() if k not in want}
-        groups.setdefault(repr(sorted(rest.items())), []).append(float(value))
+        groups.setdefault(_label({k: v for k, v in var.items() if k not in want}), []).append(float(value))
     if not groups:
-        return {}
-    stats = []
-    for key, vals in groups.items():
-        s = pd.Series(vals)
-        stats.append((s.mean(), float(s.std(ddof=1)) if len(s) > 1 else 0.0, len(s), key))
-    mean, std, n, key = max(stats)
-    return {"measured": mean, "std": std, "n": n,
-            "note": f"best of {len(stats)} variants ({key})" if len(stats) > 1 else ""}
+        seen = f"; the run's records have {'; '.join(sorted(others))}" if others else ""
+        return {"status": NOT_MEASURED, "note": f"no {cell['metric']} record with variant {_label(want)}{seen}"}
+    if len(groups) > 1:
+        parts = [f"{key} (n={len(vals)})" for key, vals in sorted(groups.items())]
+        return {"status": AMBIGUOUS,
+                "note": f"{len(groups)} variant groups match and neither the cell nor the table's protocol "
+                        f"variant says which is the paper's: {'; '.join(parts)}; pin the key in the table "
+                        f"YAML (protocols.<name>.variant)"}
+    (vals,) = groups.values()
+    s = pd.Series(vals)
+    return {"status": "measured", "measured": float(s.mean()), "std": float(s.std(ddof=1)) if len(s) > 1 else 0.0,
+            "n": len(s), "note": ""}
 
 
 def verdict(delta: float, std: float, n: int, tolerance: float) -> str:
-    spread = 2 * std if n > 1 else 0.0
-    if n > 1 and abs(delta) <= spread:
-        return "ok (within 2 std)"
-    if abs(delta) <= tolerance:
-        return f"ok (within ±{tolerance:g})"
-    return f"DIFFERS (|delta| > {'2 std, ' if n > 1 else ''}±{tolerance:g})"
+    """Pass iff |delta| <= tolerance. The seed spread only makes it stricter: with several
+    seeds whose std exceeds the tolerance the cell is inconclusive, even with a small delta
+    (a noisier run never passes more easily)."""
+    if abs(delta) > tolerance:
+        return f"{DIFFERS} (|delta| > {tolerance:g})"
+    if n > 1 and std > tolerance:
+        return f"{INCONCLUSIVE} (std {std:.2f} > {tolerance:g})"
+    return f"{OK} (|delta| <= {tolerance:g})"
 
 
 def compare_cells(tab: Table, jobs: list[Job]) -> pd.DataFrame:
+    """Per cell: measured / std / n / delta / tolerance, a verdict and an outcome (pass, fail,
+    not run; see the constants above)."""
     rows = tab.rows.copy()
-    for col in ("measured", "std", "delta"):
+    for col in ("measured", "std", "delta", "tolerance"):
         rows[col] = float("nan")
     rows["n"] = 0
     rows["verdict"] = "no public checkpoint"
+    rows["outcome"] = "not run"
     rows["note"] = ""
     for job in jobs:
-        tol = tab.spec.protocols[job.protocol].tolerance
+        ps = tab.spec.protocols[job.protocol]
         for idx in job.cells:
+            rows.at[idx, "tolerance"] = ps.tolerance
             if job.status != "done":
                 rows.at[idx, "verdict"] = job.status
                 rows.at[idx, "note"] = job.message
+                rows.at[idx, "outcome"] = "fail" if job.status in FAILED_RUN else "not run"
                 continue
-            m = _measure(rows.loc[idx], job.records)
-            if not m:
-                rows.at[idx, "verdict"] = "not measured"
-                rows.at[idx, "note"] = (f"the {job.protocol} run produced no {rows.at[idx, 'metric']} for "
-                                        f"{rows.at[idx, 'variant'] or 'this cell'}")
+            m = _measure(rows.loc[idx], job.records, ps)
+            stored = " (stored records)" if job.skipped else ""
+            if m["status"] != "measured":
+                rows.at[idx, "verdict"], rows.at[idx, "outcome"] = m["status"], "fail"
+                rows.at[idx, "note"] = f"{job.protocol}: {m['note']}{stored}"
                 continue
             delta = m["measured"] - rows.at[idx, "value"]
             rows.at[idx, "measured"], rows.at[idx, "std"], rows.at[idx, "n"] = m["measured"], m["std"], m["n"]
             rows.at[idx, "delta"] = delta
-            rows.at[idx, "verdict"] = verdict(delta, m["std"], m["n"], tol)
-            rows.at[idx, "note"] = m["note"] + (" (stored records)" if job.skipped else "")
+            v = verdict(delta, m["std"], m["n"], ps.tolerance)
+            rows.at[idx, "verdict"] = v
+            rows.at[idx, "outcome"] = "pass" if v.startswith(OK) else "fail"
+            rows.at[idx, "note"] = stored.strip()
     return rows
 
 
-def format_comparison(cells: pd.DataFrame, title: str = "", show_unreproducible: bool = False) -> str:
+def exit_status(cells: pd.DataFrame | None) -> int:
+    """`ssl-bench reproduce`'s exit status: 0 for a dry run (None) or when at least one cell
+    was measured and no cell failed; 1 when any cell failed (DIFFERS, inconclusive,
+    ambiguous, not measured by a finished run, or its run failed) or nothing was measured.
+    Cells nothing was run for (no checkpoint / dataset / protocol) fail nothing by
+    themselves."""
+    if cells is None:
+        return 0
+    if (cells["outcome"] == "fail").any() or not (cells["n"] > 0).any():
+        return 1
+    return 0
+
+
+def tolerance_lines(tab: Table) -> list[str]:
+    """One line per protocol: the verdict rule's tolerance and why."""
+    metrics = tab.rows.groupby("protocol")["metric"].agg(lambda m: "/".join(sorted(set(m)))).to_dict()
+    return [f"  {name}: pass iff |measured - paper| <= {ps.tolerance:g} {metrics.get(name, '')} points"
+            f"{'; variant ' + _label(ps.variant) if ps.variant else ''} - {ps.tolerance_reason}"
+            for name, ps in tab.spec.protocols.items()]
+
+
+def format_comparison(cells: pd.DataFrame, title: str = "", show_unreproducible: bool = False,
+                      tolerances: list[str] | None = None) -> str:
     shown = cells if show_unreproducible else cells[cells["verdict"] != "no public checkpoint"]
     header = ["row", "model", "zoo", "protocol", "dataset", "variant", "metric", "paper", "measured", "delta",
               "verdict"]
@@ -516,14 +602,24 @@ def format_comparison(cells: pd.DataFrame, title: str = "", show_unreproducible:
                      r["protocol"], r["dataset"], r["variant"] or "-", r["metric"], f"{r['value']:.1f}", meas,
                      delta, r["verdict"]])
     out = [title] if title else []
+    if tolerances:
+        out += ["tolerances (a measured std never widens them; std > tolerance is inconclusive):"] + tolerances
     out.append(_text_table(header, body, right={7, 8, 9}) if body else "(no reproducible cells)")
     counts = cells["verdict"].map(lambda v: v.split(" (")[0]).value_counts()
     out.append("")
     out.append("cells: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    outcomes = cells["outcome"].value_counts()
+    status = exit_status(cells)
+    why = ("some cell failed" if (cells["outcome"] == "fail").any() else "nothing was measured") if status else \
+        "every measured cell passed"
+    out.append(f"outcome: {outcomes.get('pass', 0)} pass, {outcomes.get('fail', 0)} fail, "
+               f"{outcomes.get('not run', 0)} not run -> exit status {status} ({why})")
     notes = shown[(shown["note"] != "") & (shown["n"] == 0)].drop_duplicates("note")
     if len(notes):
-        out.append("why cells were not measured:")
-        out += [f"  - {r['zoo_name']} {r['protocol']}/{r['dataset']}: {r['note']}" for _, r in notes.iterrows()]
+        out.append("why cells have no measurement:")
+        out += [f"  - {r['zoo_name']} {r['protocol']}/{r['dataset']}"
+                f"{' ' + r['variant'] if r['outcome'] == 'fail' and r['variant'] else ''}: {r['verdict']}: {r['note']}"
+                for _, r in notes.iterrows()]
     return "\n".join(out)
 
 
@@ -535,6 +631,11 @@ class ReproduceResult:
     cells: pd.DataFrame | None  # None for a dry run
     text: str
     csv: Path | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """What `ssl-bench reproduce` exits with (``exit_status``)."""
+        return exit_status(self.cells)
 
 
 def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo_dir: str | Path | None = None,
@@ -592,7 +693,7 @@ def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo
             traceback.print_exc(file=sys.stderr)
             job.status, job.message = "failed", f"{type(exc).__name__}: {exc}"
     cells = compare_cells(tab, jobs)
-    text = format_comparison(cells, f"{tab.spec.title}: measured vs paper")
+    text = format_comparison(cells, f"{tab.spec.title}: measured vs paper", tolerances=tolerance_lines(tab))
     csv_path = None
     if out_dir is not None:
         from harness.io_utils import atomic_write_text
@@ -606,7 +707,19 @@ def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo
 # ----------------------------------------------------------------------------- CLI
 def add_cli(subparsers) -> None:
     """Adds `reproduce` and `paper` subcommands to an argparse subparsers object."""
-    r = subparsers.add_parser("reproduce", help="reproduce a paper table from zoo checkpoints")
+    r = subparsers.add_parser(
+        "reproduce", help="reproduce a paper table from zoo checkpoints",
+        description="Run the protocols a paper table needs on its zoo checkpoints and compare every cell "
+                    "with the published number. A cell passes iff |measured - paper| <= the tolerance the "
+                    "table YAML states (with its reason) for the protocol; a std over seeds above the "
+                    "tolerance makes it inconclusive; only records whose variant is the table's protocol "
+                    "exactly count, and several matching variant groups are ambiguous (never the best "
+                    "of them).",
+        epilog="exit status: 0 when at least one cell was measured and every measured cell passed (and for "
+               "--dry-run); 1 when any cell failed (DIFFERS, inconclusive, ambiguous, not measured by a "
+               "finished run, or its run failed) or when nothing was measured; 2 for a usage or config "
+               "error. Cells without a checkpoint, dataset or protocol are reported and fail nothing by "
+               "themselves.")
     r.add_argument("table", help=f"one of: {', '.join(list_tables())} (or a table YAML)")
     r.add_argument("--data-root", default=None, help="folder holding the datasets")
     r.add_argument("--zoo-dir", default=None, help=f"imported / downloaded checkpoints (default {default_zoo_dir()})")
@@ -641,9 +754,7 @@ def cmd_reproduce(args) -> int:
                     models=_split(args.models), datasets=_split(args.datasets), runs_dir=args.runs,
                     force=args.force, out_dir=args.out, device=args.device, gpu=args.gpu,
                     precision=args.precision, n_gpus=args.gpus)
-    if res.cells is None:
-        return 0
-    return 1 if any(j.status == "failed" for j in res.jobs) else 0
+    return exit_status(res.cells)
 
 
 def cmd_paper(args) -> int:
@@ -658,5 +769,6 @@ def cmd_paper(args) -> int:
 
 
 __all__ = ["list_tables", "load_table", "read_paper_csv", "paper_numbers", "vit_flops", "estimate_cost", "plan",
-           "format_plan", "compare_cells", "format_comparison", "verdict", "reproduce", "ReproduceResult",
+           "format_plan", "compare_cells", "format_comparison", "verdict", "exit_status", "cell_variant",
+           "tolerance_lines", "reproduce", "ReproduceResult",
            "add_cli", "cmd_reproduce", "cmd_paper", "default_zoo_dir"]
