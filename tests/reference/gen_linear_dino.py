@@ -32,6 +32,7 @@ with these substitutions, none of which changes a number:
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import io
 import json
@@ -142,8 +143,10 @@ def environment() -> dict:
             "harness_commit": harness_commit, "harness_worktree_dirty": harness_dirty}
 
 
-def as_list(a: np.ndarray) -> list:
-    return np.asarray(a, dtype=np.float32).astype(np.float64).tolist()  # exact float32 values
+def as_list(a: np.ndarray) -> dict:
+    """Exact float32 values, compactly (linear_dino_common.decode reads them)."""
+    a = np.ascontiguousarray(a, dtype="<f4")
+    return {"shape": list(a.shape), "float32_le_base64": base64.b64encode(a.tobytes()).decode()}
 
 
 def main(argv=None) -> None:

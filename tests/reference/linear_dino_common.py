@@ -57,6 +57,13 @@ def sha256(*arrays) -> str:
     return h.hexdigest()
 
 
+def decode(packed: dict) -> np.ndarray:
+    """A float32 array as the generator stores it (shape + little-endian bytes, base64)."""
+    import base64
+
+    return np.frombuffer(base64.b64decode(packed["float32_le_base64"]), dtype="<f4").reshape(packed["shape"])
+
+
 def build_image_folder(root: str | Path) -> Path:
     """root/{train,val}/<class>/obj_<split>_<i>.jpg; classes round-robin, so balanced."""
     from PIL import Image
