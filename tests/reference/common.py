@@ -32,7 +32,8 @@ for p in (ROOT, ROOT / "tests"):
         sys.path.insert(0, str(p))
 
 
-def parse_args(doc: str, fixture: str, repository: str, commit: str, add_arguments=None) -> argparse.Namespace:
+def parse_args(doc: str, fixture: str, repository: str, commit: str, add_arguments=None,
+               threads: int = 1) -> argparse.Namespace:
     """``--official PATH`` (a checkout of ``repository``), ``--out`` (default: the committed
     fixture), ``--commit`` (only needed when the checkout is not a git work tree).
     ``commit`` is the one the committed fixture was made from, shown in the help."""
@@ -45,9 +46,9 @@ def parse_args(doc: str, fixture: str, repository: str, commit: str, add_argumen
     parser.add_argument("--commit", default=None,
                         help="the checkout's full 40-character commit, if it is not a git work tree "
                              "(read with `git rev-parse HEAD` otherwise)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default 1: reductions in one order on any machine; the "
-                             "number used is recorded)")
+    parser.add_argument("--threads", type=int, default=threads,
+                        help=f"torch CPU threads (default {threads}; a fixed number keeps the reductions in one "
+                             "order on any machine; the number used is recorded)")
     if add_arguments:
         add_arguments(parser)
     args = parser.parse_args()
