@@ -16,9 +16,7 @@ PARAM_SEED, INPUT_SEED, BATCH = 1, 2, 5
 
 
 def main() -> None:
-    # 2 threads: the BatchNorm statistics are reduced in the order the committed numbers were made
-    # in (1 thread moves the last digit of some outputs, 1.2e-7)
-    args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT, threads=2)
+    args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT)
     import torch
 
     from test_methods_shared import _fill_head
