@@ -13,7 +13,6 @@ import datetime
 import hashlib
 import importlib
 import json
-import os
 import platform
 import re
 import subprocess
@@ -32,8 +31,7 @@ for p in (ROOT, ROOT / "tests"):
         sys.path.insert(0, str(p))
 
 
-def parse_args(doc: str, fixture: str, repository: str, commit: str, add_arguments=None,
-               threads: int = 2) -> argparse.Namespace:
+def parse_args(doc: str, fixture: str, repository: str, commit: str, threads: int = 2) -> argparse.Namespace:
     """``--official PATH`` (a checkout of ``repository``), ``--out`` (default: the committed
     fixture), ``--commit`` (only needed when the checkout is not a git work tree).
     ``commit`` is the one the committed fixture was made from, shown in the help. ``threads``:
@@ -51,8 +49,6 @@ def parse_args(doc: str, fixture: str, repository: str, commit: str, add_argumen
     parser.add_argument("--threads", type=int, default=threads,
                         help=f"torch CPU threads (default {threads}; a fixed number keeps the reductions in one "
                              "order on any machine; the number used is recorded)")
-    if add_arguments:
-        add_arguments(parser)
     args = parser.parse_args()
     import torch
 
@@ -63,15 +59,15 @@ def parse_args(doc: str, fixture: str, repository: str, commit: str, add_argumen
     if args.official.is_relative_to(ROOT):
         parser.error(f"--official {args.official} is inside this repository: check the official code out "
                      "elsewhere (only the numbers are committed, never the official code)")
-    args.commit = official_commit(args.official, args.commit, parser)
+    args.commit, args.git_checkout = official_commit(args.official, args.commit, parser)
     args.repository = repository
     args.fixture = FIXTURES / fixture
     return args
 
 
-def official_commit(path: Path, given: str | None, parser: argparse.ArgumentParser) -> str:
-    """The checkout's commit: ``git rev-parse HEAD`` when ``path`` is the top of a git work tree,
-    else ``--commit``; both given and different is an error."""
+def official_commit(path: Path, given: str | None, parser: argparse.ArgumentParser) -> tuple[str, bool]:
+    """The checkout's commit and whether it is a git work tree: ``git rev-parse HEAD`` when
+    ``path`` is the top of a git work tree, else ``--commit``; both given and different is an error."""
     found = None
     try:
         top = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True,
@@ -87,10 +83,10 @@ def official_commit(path: Path, given: str | None, parser: argparse.ArgumentPars
             parser.error(f"--commit {given!r}: expected the full 40-character hexadecimal commit")
         if found and found != given:
             parser.error(f"--commit {given} but the checkout {path} is at {found}")
-        return given
+        return given, bool(found)
     if not found:
         parser.error(f"{path} is not a git work tree: pass its commit with --commit (40 hex characters)")
-    return found
+    return found, True
 
 
 def git_blob_sha1(path: Path) -> str:
@@ -142,12 +138,22 @@ def provenance(args: argparse.Namespace, generator: str, hyperparameters: dict, 
                extra_modules: tuple[str, ...] = (), notes: str | None = None) -> dict:
     """The block every fixture carries: where the numbers come from and how to make them again."""
     gen = Path(generator).resolve().relative_to(ROOT).as_posix()
+    blobs = {f: git_blob_sha1(args.official / f) for f in official_files}
+    if args.git_checkout:  # the files run must be the commit's, unmodified
+        for f, blob in blobs.items():
+            want = subprocess.run(["git", "-C", str(args.official), "rev-parse", f"HEAD:{f}"], capture_output=True,
+                                  text=True).stdout.strip()
+            if blob != want:
+                raise SystemExit(f"{args.official / f} differs from its version at {args.commit} "
+                                 f"(blob {blob}, expected {want or 'none'}): run the official code unmodified")
     block = {
         "repository": args.repository,
         "commit": args.commit,
         "generator": gen,
         "command": f"python {gen} --official <checkout of {args.repository} at {args.commit}>",
-        "official_files": {f: git_blob_sha1(args.official / f) for f in official_files},
+        "official_files": blobs,
+        "checkout": ("git work tree; the official files checked against the commit" if args.git_checkout
+                     else "plain folder; commit given with --commit (check official_files with git ls-tree)"),
         "hyperparameters": hyperparameters,
         "environment": environment(extra_modules),
     }
