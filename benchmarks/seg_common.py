@@ -758,8 +758,10 @@ def to_results(runs: list[dict], cfg: SegConfig, split: str = "val") -> list:
         metrics=dict(best["metrics"]), dataset=cfg.dataset, split=split, seed=cfg.seed,
         variant={"lr": "best"},
         params={**params(best), "best_lr": best["lr"], "lrs": list(cfg.lrs), "lr_sweep": cfg.lr_sweep,
-                "mIoU_by_lr": {f"{r['lr']:g}": r["metrics"].get("mIoU") for r in runs}},
-        artifacts=artifacts(best)))
+                "mIoU_by_lr": {f"{r['lr']:g}": r["metrics"].get("mIoU") for r in runs},
+                # its files are the record of variant lr=<best_lr>'s: each artifact has one record
+                "artifacts_in_variant": {"lr": best["lr"]}},
+        artifacts={}))
     return out
 
 

@@ -218,10 +218,12 @@ def test_lr_sweep_is_named_and_every_record_names_its_lr():
             for lr, miou in zip(LINEAR_LRS, (20.0, 27.5, 25.0, 24.0))]
     records = sc.to_results(runs, lin.cfg)
     assert [r.variant["lr"] for r in records] == LINEAR_LRS + ["best"]
-    for rec in records:
+    for rec in records[:-1]:
         source = next(r for r in runs if r["lr"] == rec.params["lr"])
         assert rec.metrics == source["metrics"] and rec.artifacts["work_dir"] == source["work_dir"]
     best = records[-1]
+    # the best-of-sweep record points to its lr's record; it owns no file of its own
+    assert best.artifacts == {} and best.params["artifacts_in_variant"] == {"lr": 3e-4}
     assert best.params["lr"] == best.params["best_lr"] == 3e-4 and best.metrics["mIoU"] == 27.5
     assert best.params["lr_sweep"] == "paper" and best.params["lrs"] == LINEAR_LRS
 
@@ -355,7 +357,8 @@ def test_frozen_backbone_mode_train_keeps_drop_path_on_as_cribo():
     drops = [m for m in vit.modules() if type(m).__name__ == "DropPath"]
     assert drops and all(m.training for m in drops)
     assert not any(p.requires_grad for p in vit.parameters())
-    x = torch.randn(2, 3, 64, 64)
+    torch.manual_seed(0)  # a seeded draw: with 8 images two passes keep the same paths with p ~ 2^-32
+    x = torch.randn(8, 3, 64, 64)
     assert not torch.equal(vit(x)[0], vit(x)[0])  # stochastic depth on the frozen features
     vit.eval()
     torch.testing.assert_close(vit(x)[0], vit(x)[0], atol=0, rtol=0)
@@ -505,7 +508,7 @@ def test_every_validation_is_recorded_and_the_last_is_reported(tmp_path, monkeyp
     for rec in records:
         assert rec.params["validations"] == run["validations"] and rec.params["reported_iter"] == 4
         assert rec.params["reported"] == "last validation"
-        assert rec.artifacts["validation_log"] == run["validation_log"]
+    assert records[0].artifacts["validation_log"] == run["validation_log"]
 
     # run again: the finished run is read back, not trained (no new mmengine session)
     sessions = sorted(p.name for p in (work / "lr0.01").iterdir() if p.is_dir())
