@@ -31,16 +31,24 @@ for p in (ROOT, ROOT / "tests"):
         sys.path.insert(0, str(p))
 
 
-def parse_args(doc: str, fixture: str, repository: str, commit: str, threads: int = 2) -> argparse.Namespace:
+def parse_args(doc: str, fixture: str, repository: str, commit: str, threads: int = 2, *,
+               positional: bool = False, extra=None, argv: list[str] | None = None) -> argparse.Namespace:
     """``--official PATH`` (a checkout of ``repository``), ``--out`` (default: the committed
     fixture), ``--commit`` (only needed when the checkout is not a git work tree).
     ``commit`` is the one the committed fixture was made from, shown in the help. ``threads``:
     the default torch thread count, 2 (the committed numbers were made on a 2-core machine with
-    torch's default; BatchNorm statistics in a head move in the last digit with another count)."""
+    torch's default; BatchNorm statistics in a head move in the last digit with another count).
+    ``positional``: the checkout may also be given as the first argument (the end-to-end
+    generators' command line); ``extra(parser)`` adds a generator's own options."""
     parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0],
                                      epilog=f"Official code: {repository} at commit {commit}.")
-    parser.add_argument("--official", required=True, type=Path,
-                        help=f"a checkout of {repository} (commit {commit})")
+    if positional:
+        parser.add_argument("official_path", nargs="?", type=Path, metavar="OFFICIAL",
+                            help=f"a checkout of {repository} (commit {commit}); or --official")
+        parser.add_argument("--official", type=Path, default=None, help="the same, as an option")
+    else:
+        parser.add_argument("--official", required=True, type=Path,
+                            help=f"a checkout of {repository} (commit {commit})")
     parser.add_argument("--out", type=Path, default=FIXTURES / fixture,
                         help=f"where to write the fixture (default: tests/fixtures/{fixture})")
     parser.add_argument("--commit", default=None,
@@ -49,7 +57,17 @@ def parse_args(doc: str, fixture: str, repository: str, commit: str, threads: in
     parser.add_argument("--threads", type=int, default=threads,
                         help=f"torch CPU threads (default {threads}; a fixed number keeps the reductions in one "
                              "order on any machine; the number used is recorded)")
-    args = parser.parse_args()
+    if extra is not None:
+        extra(parser)
+    args = parser.parse_args(argv)
+    if positional:
+        given = [p for p in (args.official_path, args.official) if p is not None]
+        if not given:
+            parser.error(f"the checkout of {repository} is required (first argument or --official)")
+        if len(given) == 2 and given[0].resolve() != given[1].resolve():
+            parser.error("the checkout given twice (first argument and --official), differently")
+        args.official = given[0]
+        del args.official_path
     import torch
 
     torch.set_num_threads(args.threads)
@@ -109,6 +127,16 @@ def import_official(path: Path, module: str, stubs: dict[str, dict] | None = Non
     if not Path(mod.__file__).resolve().is_relative_to(path):
         raise RuntimeError(f"{module} was imported from {mod.__file__}, not from the checkout {path}")
     return mod
+
+
+def loaded_official_files(path: Path) -> list[str]:
+    """The checkout's files imported so far (paths relative to it, sorted): what ran."""
+    files = set()
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None)
+        if f and Path(f).resolve().is_relative_to(path):
+            files.add(Path(f).resolve().relative_to(path).as_posix())
+    return sorted(files)
 
 
 def init_gloo() -> None:
@@ -194,12 +222,17 @@ def numeric_diff(a, b, path: str = "", mismatches: list | None = None) -> tuple[
     return max(parts, key=lambda p: p[0], default=(0.0, path))
 
 
-def compare_with_committed(new: dict, committed_path: Path, skip: tuple[str, ...] = ("provenance", "how")) -> None:
-    """Print the largest difference between the new numbers and the committed fixture's."""
+def compare_with_committed(new: dict, committed_path: Path, skip: tuple[str, ...] = ("provenance", "how"),
+                           unpack=None) -> None:
+    """Print the largest difference between the new numbers and the committed fixture's.
+    ``unpack``: applied to both trees first (e.g. to decode packed arrays into numbers)."""
     if not committed_path.is_file():
         print(f"no committed fixture at {committed_path} to compare with")
         return
     old = json.loads(committed_path.read_text())
+    new = json.loads(json.dumps(new))  # what will be written (tuples as lists, keys as strings)
+    if unpack is not None:
+        new, old = unpack(new), unpack(old)
     mismatches: list[str] = []
     diff, where = numeric_diff({k: v for k, v in new.items() if k not in skip},
                                {k: v for k, v in old.items() if k not in skip}, "", mismatches)
@@ -208,7 +241,9 @@ def compare_with_committed(new: dict, committed_path: Path, skip: tuple[str, ...
         print(f"  differs: {m}")
 
 
-def finish(args: argparse.Namespace, data: dict) -> None:
-    """Compare with the fixture in tests/fixtures (before overwriting it), then write ``--out``."""
-    compare_with_committed(data, args.fixture)
+def finish(args: argparse.Namespace, data: dict, skip: tuple[str, ...] = ("provenance", "how"),
+           unpack=None) -> None:
+    """Compare with the fixture in tests/fixtures (before overwriting it), then write ``--out``.
+    ``skip``: top-level keys not compared (provenance, descriptions, timings)."""
+    compare_with_committed(data, args.fixture, skip, unpack)
     write_fixture(args.out, data)

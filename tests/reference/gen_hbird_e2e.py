@@ -3,11 +3,14 @@
 memory -> its search and aggregation -> its mIoU) on the data set and model of
 tests/reference/hbird_e2e_common.py.
 
-    python tests/reference/gen_hbird_e2e.py /tmp/official/hbird [--out tests/fixtures/hbird_e2e.json]
+    python tests/reference/gen_hbird_e2e.py /tmp/official/open-hummingbird-eval --compare
 
-The first argument is a checkout of https://github.com/vpariza/open-hummingbird-eval, kept
-outside this repository (v2.0.0 = 5e79da292730edded800a89828b84f38469f5476 is expected; another
-commit needs --allow-other-commit). Its code is imported from there and run unchanged except:
+The first argument (or --official) is a checkout of https://github.com/vpariza/open-hummingbird-eval,
+kept outside this repository (v2.0.0 = 5e79da292730edded800a89828b84f38469f5476 is expected; another
+commit needs --allow-other-commit). The options of tests/reference/common.py apply (--out,
+--commit, --threads, default 1); before writing, the largest difference from the committed
+fixture is printed. --compare also runs the harness side (recorded as harness_at_generation, as
+in the committed fixture). Its code is imported from there and run unchanged except:
 
 - `pytorch_lightning` is stubbed (its data modules subclass LightningDataModule and use
   nothing of it);
@@ -38,7 +41,6 @@ features the harness's dense_nn protocol uses.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import io
@@ -57,6 +59,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 os.environ.setdefault("TQDM_DISABLE", "1")  # the reference's progress bars, one per run
 
+import common  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -64,9 +67,15 @@ from reference.hbird_e2e_common import (BATCH_SIZE, DATA, HARNESS_AUG_SEEDS, INP
                                         OFFICIAL_AUG_SEEDS, REPLAY_SEEDS, build_dataset, harness_values,
                                         make_model, run_harness)
 
-EXPECTED = {"repo": "vpariza/open-hummingbird-eval", "version": "2.0.0",
-            "commit": "5e79da292730edded800a89828b84f38469f5476"}
+REPOSITORY = "https://github.com/vpariza/open-hummingbird-eval"
+COMMIT = "5e79da292730edded800a89828b84f38469f5476"
+VERSION = "2.0.0"  # the release this commit is
+FIXTURE = "hbird_e2e.json"
+EXPECTED = {"repo": "vpariza/open-hummingbird-eval", "version": VERSION, "commit": COMMIT}
 K = 30
+# top-level keys not compared with the committed fixture before writing (descriptions, timing;
+# the pre-provenance fixture's "environment" and "generator", now in the provenance block)
+NOT_COMPARED = ("provenance", "how", "reference", "generated_in_s", "environment", "generator")
 
 
 def git_head(path: Path) -> tuple[str, bool]:
@@ -87,10 +96,9 @@ def load_official(checkout: Path) -> dict:
                 pass
         pl.LightningDataModule = LightningDataModule
         sys.modules["pytorch_lightning"] = pl
-    sys.path.insert(0, str(checkout))
     import faiss
 
-    import hbird.hbird_eval as he
+    he = common.import_official(checkout, "hbird.hbird_eval")  # refuses a copy from elsewhere
     import hbird.nn.search_faiss as sf
     from hbird.utils.eval_metrics import PredsmIoU
 
@@ -218,40 +226,32 @@ def run_official(off: dict, model, hbird_root: Path, train_transforms: str) -> d
             "memory_rows": off["record"]["memory_rows"]}
 
 
-def environment(faiss) -> dict:
-    import PIL
-    import scipy
-    import torchvision
-
+def environment_extra() -> dict:
+    """What the provenance block's environment (common.environment) does not say."""
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").is_file() else ""
     harness_commit, harness_dirty = git_head(REPO)
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
-            "torch": torch.__version__, "torchvision": torchvision.__version__, "numpy": np.__version__,
-            "scipy": scipy.__version__, "faiss": faiss.__version__, "pillow": PIL.__version__,
-            "torch_threads": torch.get_num_threads(), "faiss_threads": 1, "device": "cpu",
-            "harness_commit": harness_commit, "harness_worktree_dirty": harness_dirty}
+    return {"cpu": cpu, "faiss_threads": 1, "device": "cpu", "harness_commit": harness_commit,
+            "harness_worktree_dirty": harness_dirty}
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("official", type=Path, help="checkout of vpariza/open-hummingbird-eval")
-    ap.add_argument("--out", type=Path, default=REPO / "tests" / "fixtures" / "hbird_e2e.json")
-    ap.add_argument("--work", type=Path, default=Path("/tmp/hbird_e2e_work"),
-                    help="where the data set and the harness's caches are written")
-    ap.add_argument("--allow-other-commit", action="store_true")
-    ap.add_argument("--n-aug-seeds", type=int, default=len(OFFICIAL_AUG_SEEDS),
-                    help="for quick tries: fewer seeds for the statistics (the fixture uses all)")
-    ap.add_argument("--compare", action="store_true", help="also run the harness side and print both")
-    args = ap.parse_args(argv)
+    def options(ap):
+        ap.add_argument("--work", type=Path, default=Path("/tmp/hbird_e2e_work"),
+                        help="where the data set and the harness's caches are written")
+        ap.add_argument("--allow-other-commit", action="store_true")
+        ap.add_argument("--n-aug-seeds", type=int, default=len(OFFICIAL_AUG_SEEDS),
+                        help="for quick tries: fewer seeds for the statistics (the fixture uses all)")
+        ap.add_argument("--compare", action="store_true", help="also run the harness side and print both")
 
-    commit, dirty = git_head(args.official)
-    if (commit != EXPECTED["commit"] or dirty) and not args.allow_other_commit:
-        sys.exit(f"{args.official} is at {commit}{' (modified)' if dirty else ''}; expected the unmodified "
-                 f"{EXPECTED['commit']} (v{EXPECTED['version']}); pass --allow-other-commit to use it anyway")
+    args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT, threads=1, positional=True, extra=options,
+                             argv=argv)
+    dirty = args.git_checkout and git_head(args.official)[1]
+    if (args.commit != COMMIT or dirty) and not args.allow_other_commit:
+        sys.exit(f"{args.official} is at {args.commit}{' (modified)' if dirty else ''}; expected the unmodified "
+                 f"{COMMIT} (v{VERSION}); pass --allow-other-commit to use it anyway")
     os.environ.setdefault("SSL_BENCH_HOME", str(args.work / "home"))
-    torch.set_num_threads(1)
-    off = load_official(args.official.resolve())
+    off = load_official(args.official)
     off["faiss"].omp_set_num_threads(1)
     data = build_dataset(args.work / "data")
     model = make_model()
@@ -280,22 +280,47 @@ def main(argv=None) -> None:
         aug.append(run_official(off, model, data["hbird_root"], "train_transform")["miou"])
     seconds = time.perf_counter() - t0
 
+    settings = {"entry": "hbird.hbird_eval.hbird_evaluation", "dataset_name": "voc", "input_size": INPUT_SIZE,
+                "patch_size": model.backbone.patch_size, "d_model": model.backbone.embed_dim,
+                "batch_size": BATCH_SIZE, "augmentation_epoch": 1, "n_neighbours": K, "nn_method": "faiss",
+                "memory_size": None, "num_workers": 0, "device": "cpu",
+                "ignore_index": "255 (get_dataset's for voc)", "num_classes": 21,
+                "metric": "the return value of evaluate(): PredsmIoU.compute default (Hungarian, mean over 21)"}
+    how = ("open-hummingbird-eval's hbird.hbird_eval.hbird_evaluation (v2.0.0, commit in provenance) run by "
+           "tests/reference/gen_hbird_e2e.py on the data set of tests/reference/hbird_e2e_common.py "
+           "build_dataset() (24 training, 12 validation SynthScenes crops, VOC layout; sha256 in data) with the "
+           "random-init vit_cpu_tiny (seed 0) whose final-normed last-block patch tokens are the feature function; "
+           "the settings are in settings, the substitutions (CPU faiss, stubbed pytorch_lightning, recording "
+           "wrappers, the train transform of the runs without augmentation, the replayed draws) in "
+           "substitutions. noaug: training images through the validation transform (val_transform, the "
+           "comparison run) and through the train transform at its least random (train_transform_random_off, "
+           "information only), random.seed(0) and torch.manual_seed(0) first; aug_replay: the train transform "
+           "with the harness's draws for seeds " + ", ".join(map(str, REPLAY_SEEDS)) + "; aug: the train "
+           "transform on the global RNGs seeded (random, numpy, torch) with each seed. Each run records the "
+           "mIoU it returns, the 21 x 21 confusion matrix and the memory size. torch and faiss single-threaded.")
+    files = common.loaded_official_files(args.official)
+    prov = common.provenance(
+        args, __file__,
+        {"settings": settings, "data": DATA, "model": MODEL, "replay_seeds": REPLAY_SEEDS,
+         "official_aug_seeds": OFFICIAL_AUG_SEEDS[:args.n_aug_seeds],
+         "harness_aug_seeds": HARNESS_AUG_SEEDS[:args.n_aug_seeds] if args.compare else None,
+         "noaug_seeding": "random.seed(0), torch.manual_seed(0) before each run", "faiss_threads": 1,
+         "version": VERSION},
+        files, extra_modules=("torchvision", "scipy", "faiss", "PIL"),
+        notes="official_files: every file of the checkout imported while the generator ran. The substitutions "
+              "made to run it on a CPU are in the fixture's substitutions field (and the generator's docstring).")
+    prov["environment"].update(environment_extra())
     out = {
-        "reference": {**EXPECTED, "commit_checked_out": commit,
-                      "url": "https://github.com/vpariza/open-hummingbird-eval"},
-        "environment": environment(off["faiss"]),
+        "provenance": prov,
+        "reference": {**EXPECTED, "commit": args.commit, "url": REPOSITORY},
+        "how": how,
         "data": {**DATA, "sha256": data["sha256"],
                  "how": "tests/reference/hbird_e2e_common.py build_dataset(); sha256 over every file's "
                         "root-relative name and bytes in the harness layout (the reference's layout links to "
                         "the same files)"},
         "model": {**MODEL, "weights_sha256": model.cache_key,
                   "features": "get_features(x, n_last_blocks=1, norm=True) patch tokens (final LayerNorm)"},
-        "settings": {"entry": "hbird.hbird_eval.hbird_evaluation", "dataset_name": "voc", "input_size": INPUT_SIZE,
-                     "patch_size": model.backbone.patch_size, "d_model": model.backbone.embed_dim,
-                     "batch_size": BATCH_SIZE, "augmentation_epoch": 1, "n_neighbours": K, "nn_method": "faiss",
-                     "memory_size": None, "num_workers": 0, "device": "cpu",
-                     "ignore_index": "255 (get_dataset's for voc)", "num_classes": 21,
-                     "metric": "the return value of evaluate(): PredsmIoU.compute default (Hungarian, mean over 21)"},
+        "settings": settings,
         "substitutions": __doc__.split("unchanged except:")[1].split("The feature function")[0].strip(),
         "noaug": {name: {"miou": r["miou"], "memory_rows": r["memory_rows"],
                          "confusion": r["confusion"].astype(int).tolist()} for name, r in noaug.items()},
@@ -305,10 +330,8 @@ def main(argv=None) -> None:
                 "seeding": "random.seed, np.random.seed, torch.manual_seed (seed) before each run",
                 "miou": aug, "mean": float(np.mean(aug)), "std": float(np.std(aug, ddof=1))},
         "generated_in_s": round(seconds, 1),
-        "generator": "tests/reference/gen_hbird_e2e.py",
     }
-    args.out.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {args.out}: noaug {[round(r['miou'], 6) for r in noaug.values()]}, "
+    print(f"reference: noaug {[round(r['miou'], 6) for r in noaug.values()]}, "
           f"aug {out['aug']['mean']:.6f} +- {out['aug']['std']:.6f} over {len(aug)} seeds ({seconds:.0f} s)")
 
     if args.compare:  # the harness on the same data and model, recorded for information
@@ -325,10 +348,11 @@ def main(argv=None) -> None:
         cmp["aug"] = {"seeds": HARNESS_AUG_SEEDS[:args.n_aug_seeds], "miou": ha, "mean": float(np.mean(ha)),
                       "std": float(np.std(ha, ddof=1))}
         out["harness_at_generation"] = cmp
-        args.out.write_text(json.dumps(out, indent=1) + "\n")
         print(json.dumps({k: v for k, v in cmp.items() if k != "aug"}, indent=1))
         print(f"harness aug {cmp['aug']['mean']:.6f} +- {cmp['aug']['std']:.6f} ({len(ha)} seeds) vs reference "
               f"{out['aug']['mean']:.6f} +- {out['aug']['std']:.6f} ({len(aug)} seeds)")
+    common.finish(args, out, skip=NOT_COMPARED)
+
 
 if __name__ == "__main__":
     main()

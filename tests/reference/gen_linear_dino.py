@@ -3,11 +3,12 @@
 `validate_network`, DistributedSampler order) on the cached features of
 tests/reference/linear_dino_common.py.
 
-    python tests/reference/gen_linear_dino.py /tmp/official/dino [--out tests/fixtures/linear_dino_parity.json]
+    python tests/reference/gen_linear_dino.py /tmp/official/dino
 
-The first argument is a checkout of https://github.com/facebookresearch/dino kept outside this
-repository (7c446df5b9f45747937fb0d72314eb9f7b66930a expected; another commit needs
---allow-other-commit). `eval_linear` is imported from it and its functions and classes are
+The first argument (or --official) is a checkout of https://github.com/facebookresearch/dino kept
+outside this repository (7c446df5b9f45747937fb0d72314eb9f7b66930a expected; another commit needs
+--allow-other-commit; the options of tests/reference/common.py apply: --out, --commit, --threads,
+default 1). `eval_linear` is imported from it and its functions and classes are
 driven as `eval_linear()` drives them after building its data:
 
     torch.manual_seed(init_seed); LinearClassifier(dim, num_labels) wrapped in DistributedDataParallel
@@ -35,9 +36,7 @@ import argparse
 import base64
 import contextlib
 import io
-import json
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -48,15 +47,21 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 os.environ.setdefault("TQDM_DISABLE", "1")  # the reference's progress bars, one per run
 
+import common  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from reference.linear_dino_common import (CASES, IMAGES, MODEL, SAMPLER_SEED, build_image_folder,  # noqa: E402
-                                          case_tokens, sampler_epochs, sha256)
+                                          case_tokens, decode, sampler_epochs, sha256)
 
-EXPECTED = {"repo": "facebookresearch/dino", "commit": "7c446df5b9f45747937fb0d72314eb9f7b66930a",
-            "file": "eval_linear.py"}
+REPOSITORY = "https://github.com/facebookresearch/dino"
+COMMIT = "7c446df5b9f45747937fb0d72314eb9f7b66930a"
+FIXTURE = "linear_dino_parity.json"
+EXPECTED = {"repo": "facebookresearch/dino", "commit": COMMIT, "file": "eval_linear.py"}
+# top-level keys not compared with the committed fixture before writing (descriptions, timing;
+# the pre-provenance fixture's "environment" and "generator", now in the provenance block)
+NOT_COMPARED = ("provenance", "how", "reference", "generated_in_s", "environment", "generator")
 
 
 def git_head(path: Path) -> tuple[str, bool]:
@@ -129,18 +134,26 @@ def run_official(el, tokens: dict, case: dict, base_lr: float) -> dict:
             "per_epoch": per_epoch, "best_acc": best_acc, "orders": orders, "num_labels": num_labels, "dim": dim}
 
 
-def environment() -> dict:
-    import torchvision
-
+def environment_extra() -> dict:
+    """What the provenance block's environment (common.environment) does not say."""
     cpu = ""
     if Path("/proc/cpuinfo").is_file():
         cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                     if ln.startswith("model name")), "")
     harness_commit, harness_dirty = git_head(REPO)
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
-            "torch": torch.__version__, "torchvision": torchvision.__version__, "numpy": np.__version__,
-            "torch_threads": torch.get_num_threads(), "device": "cpu", "distributed": "gloo, world size 1",
-            "harness_commit": harness_commit, "harness_worktree_dirty": harness_dirty}
+    return {"cpu": cpu, "device": "cpu", "distributed": "gloo, world size 1", "harness_commit": harness_commit,
+            "harness_worktree_dirty": harness_dirty}
+
+
+def unpacked(tree):
+    """``tree`` with every packed float32 array (as_list) decoded into numbers, for comparing."""
+    if isinstance(tree, dict):
+        if set(tree) == {"shape", "float32_le_base64"}:
+            return decode(tree).astype(float).tolist()
+        return {k: unpacked(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [unpacked(v) for v in tree]
+    return tree
 
 
 def as_list(a: np.ndarray) -> dict:
@@ -150,24 +163,21 @@ def as_list(a: np.ndarray) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("official", type=Path, help="checkout of facebookresearch/dino")
-    ap.add_argument("--out", type=Path, default=REPO / "tests" / "fixtures" / "linear_dino_parity.json")
-    ap.add_argument("--work", type=Path, default=Path("/tmp/linear_dino_work"),
-                    help="where the images and the harness's feature cache are written")
-    ap.add_argument("--allow-other-commit", action="store_true")
-    args = ap.parse_args(argv)
+    def options(ap):
+        ap.add_argument("--work", type=Path, default=Path("/tmp/linear_dino_work"),
+                        help="where the images and the harness's feature cache are written")
+        ap.add_argument("--allow-other-commit", action="store_true")
 
-    commit, dirty = git_head(args.official)
-    if (commit != EXPECTED["commit"] or dirty) and not args.allow_other_commit:
-        sys.exit(f"{args.official} is at {commit}{' (modified)' if dirty else ''}; expected the unmodified "
-                 f"{EXPECTED['commit']}; pass --allow-other-commit to use it anyway")
+    args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT, threads=1, positional=True, extra=options,
+                             argv=argv)
+    dirty = args.git_checkout and git_head(args.official)[1]
+    if (args.commit != COMMIT or dirty) and not args.allow_other_commit:
+        sys.exit(f"{args.official} is at {args.commit}{' (modified)' if dirty else ''}; expected the unmodified "
+                 f"{COMMIT}; pass --allow-other-commit to use it anyway")
     os.environ.setdefault("SSL_BENCH_HOME", str(args.work / "home"))
-    torch.set_num_threads(1)
-    sys.path.insert(0, str(args.official.resolve()))
-    import eval_linear as el
-
-    import utils as dino_utils
+    sys.path.insert(0, str(args.official))
+    el = common.import_official(args.official, "eval_linear")  # refuses a copy from elsewhere
+    dino_utils = common.import_official(args.official, "utils")
 
     el.args = argparse.Namespace(arch="vit_small")
     dino_utils.is_dist_avail_and_initialized = lambda: False
@@ -200,17 +210,25 @@ def main(argv=None) -> None:
         print(f"{name}: " + "; ".join(f"lr {r['base_lr']}: acc1 per epoch "
                                        f"{[round(e['acc1'], 2) for e in r['per_epoch']]}" for r in runs))
     seconds = time.perf_counter() - t0
+    prov = common.provenance(
+        args, __file__,
+        {"cases": CASES, "images": IMAGES, "model": MODEL, "sampler_seed": SAMPLER_SEED,
+         "eval_linear_args": {"arch": "vit_small"}, "world_size": 1, "distributed_backend": "gloo"},
+        common.loaded_official_files(args.official), extra_modules=("torchvision",),
+        notes="official_files: every file of the checkout imported while the generator ran. The substitutions "
+              "made to run it on a CPU in one process are in the fixture's how field (and the generator's "
+              "docstring).")
+    prov["environment"].update(environment_extra())
     out = {
-        "reference": {**EXPECTED, "commit_checked_out": commit, "url": "https://github.com/facebookresearch/dino"},
-        "environment": environment(),
-        "images": IMAGES, "model": MODEL, "sampler_seed": SAMPLER_SEED,
+        "provenance": prov,
+        "reference": {**EXPECTED, "commit": args.commit, "url": REPOSITORY},
         "how": __doc__.split("\n\n", 2)[2].strip(),
+        "images": IMAGES, "model": MODEL, "sampler_seed": SAMPLER_SEED,
         "cases": cases,
         "generated_in_s": round(seconds, 1),
-        "generator": "tests/reference/gen_linear_dino.py",
     }
-    args.out.write_text(json.dumps(out) + "\n")
-    print(f"wrote {args.out} ({seconds:.0f} s)")
+    print(f"ran the official code in {seconds:.0f} s")
+    common.finish(args, out, skip=NOT_COMPARED, unpack=unpacked)
 
 
 if __name__ == "__main__":
