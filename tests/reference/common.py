@@ -247,3 +247,30 @@ def finish(args: argparse.Namespace, data: dict, skip: tuple[str, ...] = ("prove
     ``skip``: top-level keys not compared (provenance, descriptions, timings)."""
     compare_with_committed(data, args.fixture, skip, unpack)
     write_fixture(args.out, data)
+
+
+def git_head(path: Path) -> tuple[str, bool]:
+    """(commit, dirty) of the git work tree at ``path`` (tracked files only)."""
+    head = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, check=True).stdout.strip())
+    return head, dirty
+
+
+class FaissCPUSearch:
+    """Stand-in for open-hummingbird-eval's GPU-only NearestNeighborSearchFaiss (hbird/nn/
+    search_faiss.py): the same exact inner-product search with faiss-cpu's IndexFlatIP."""
+
+    def __init__(self, feature_memory, n_neighbors=30, distance_measure="dot_product", **kwargs):
+        import faiss
+
+        assert distance_measure == "dot_product"
+        self.n_neighbors = n_neighbors
+        self.index = faiss.IndexFlatIP(feature_memory.size(1))
+        self.index.add(feature_memory.cpu().numpy())
+
+    def find_nearest_neighbors(self, q, k=None):
+        distances, indices = self.index.search(q.cpu().numpy(), k or self.n_neighbors)
+        return indices, distances
+

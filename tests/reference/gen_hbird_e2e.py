@@ -49,7 +49,6 @@ import logging
 import os
 import platform
 import random
-import subprocess
 import sys
 import time
 import types
@@ -78,12 +77,6 @@ K = 30
 NOT_COMPARED = ("provenance", "how", "reference", "generated_in_s", "environment", "generator")
 
 
-def git_head(path: Path) -> tuple[str, bool]:
-    head = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, check=True).stdout.strip())
-    return head, dirty
 
 
 def load_official(checkout: Path) -> dict:
@@ -105,20 +98,7 @@ def load_official(checkout: Path) -> dict:
     for name in ("hbird.hbird_eval", "hbird.data"):  # they log every step at INFO
         logging.getLogger(name).setLevel(logging.WARNING)
 
-    class NearestNeighborSearchFaissCPU:
-        """hbird/nn/search_faiss.py's NearestNeighborSearchFaiss with IndexFlatIP for GpuIndexFlatIP."""
-
-        def __init__(self, feature_memory, n_neighbors=30, distance_measure="dot_product", **kwargs):
-            assert distance_measure == "dot_product"
-            self.n_neighbors = n_neighbors
-            self.index = faiss.IndexFlatIP(feature_memory.size(1))
-            self.index.add(feature_memory.cpu().numpy())
-
-        def find_nearest_neighbors(self, q, k=None):
-            distances, indices = self.index.search(q.cpu().numpy(), k or self.n_neighbors)
-            return indices, distances
-
-    sf.NearestNeighborSearchFaiss = NearestNeighborSearchFaissCPU
+    sf.NearestNeighborSearchFaiss = common.FaissCPUSearch
     record: dict = {}
     compute = PredsmIoU.compute
 
@@ -230,7 +210,7 @@ def environment_extra() -> dict:
     """What the provenance block's environment (common.environment) does not say."""
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").is_file() else ""
-    harness_commit, harness_dirty = git_head(REPO)
+    harness_commit, harness_dirty = common.git_head(REPO)
     return {"cpu": cpu, "faiss_threads": 1, "device": "cpu", "harness_commit": harness_commit,
             "harness_worktree_dirty": harness_dirty}
 
@@ -246,7 +226,7 @@ def main(argv=None) -> None:
 
     args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT, threads=1, positional=True, extra=options,
                              argv=argv)
-    dirty = args.git_checkout and git_head(args.official)[1]
+    dirty = args.git_checkout and common.git_head(args.official)[1]
     if (args.commit != COMMIT or dirty) and not args.allow_other_commit:
         sys.exit(f"{args.official} is at {args.commit}{' (modified)' if dirty else ''}; expected the unmodified "
                  f"{COMMIT} (v{VERSION}); pass --allow-other-commit to use it anyway")

@@ -28,21 +28,9 @@ def faiss_cpu_search_module():
     """A stand-in for hbird.nn.search_faiss: the same interface, an exact IndexFlatIP on the CPU."""
     import types
 
-    import faiss
-
-    class NearestNeighborSearchFaiss:
-        def __init__(self, feature_memory, n_neighbors=30, distance_measure="dot_product", **kwargs):
-            assert distance_measure == "dot_product"
-            self.n_neighbors = n_neighbors
-            self.index = faiss.IndexFlatIP(feature_memory.size(1))
-            self.index.add(feature_memory.cpu().numpy())
-
-        def find_nearest_neighbors(self, q, k=None):
-            distances, indices = self.index.search(q.cpu().numpy(), k or self.n_neighbors)
-            return indices, distances
 
     mod = types.ModuleType("hbird.nn.search_faiss")
-    mod.NearestNeighborSearchFaiss = NearestNeighborSearchFaiss
+    mod.NearestNeighborSearchFaiss = common.FaissCPUSearch
     return mod
 
 

@@ -38,7 +38,6 @@ import contextlib
 import io
 import os
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -64,12 +63,6 @@ EXPECTED = {"repo": "facebookresearch/dino", "commit": COMMIT, "file": "eval_lin
 NOT_COMPARED = ("provenance", "how", "reference", "generated_in_s", "environment", "generator")
 
 
-def git_head(path: Path) -> tuple[str, bool]:
-    head = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, check=True).stdout.strip())
-    return head, dirty
 
 
 class CachedTokens(nn.Module):
@@ -140,7 +133,7 @@ def environment_extra() -> dict:
     if Path("/proc/cpuinfo").is_file():
         cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                     if ln.startswith("model name")), "")
-    harness_commit, harness_dirty = git_head(REPO)
+    harness_commit, harness_dirty = common.git_head(REPO)
     return {"cpu": cpu, "device": "cpu", "distributed": "gloo, world size 1", "harness_commit": harness_commit,
             "harness_worktree_dirty": harness_dirty}
 
@@ -170,7 +163,7 @@ def main(argv=None) -> None:
 
     args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT, threads=1, positional=True, extra=options,
                              argv=argv)
-    dirty = args.git_checkout and git_head(args.official)[1]
+    dirty = args.git_checkout and common.git_head(args.official)[1]
     if (args.commit != COMMIT or dirty) and not args.allow_other_commit:
         sys.exit(f"{args.official} is at {args.commit}{' (modified)' if dirty else ''}; expected the unmodified "
                  f"{COMMIT}; pass --allow-other-commit to use it anyway")
