@@ -149,7 +149,7 @@ def zoo_import(name: str, file: str | Path, out_dir: str | Path, trust: bool = F
             "source_url": entry.url, "claims": entry.claims}
     # `which` picks a branch of a full training checkpoint; a backbone-only file (e.g. iBOT's
     # checkpoint_student.pth) already is the branch the entry names.
-    which = entry.which if LAYOUTS[entry.layout].student_container else "teacher"
+    which = entry.which if LAYOUTS[entry.layout].has_student else "teacher"
     _, report = import_checkpoint(file, Path(out_dir) / entry.name, layout=entry.layout, which=which,
                                   arch=entry.arch, img_size=img_size, trust=trust, meta=meta)
     if report.method != entry.method:
