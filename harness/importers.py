@@ -81,6 +81,8 @@ class Layout:
     # the teacher branch is absent from some files of this layout: then the student is what
     # the official loader gives (TimeT's README loader, see below)
     fallback_to_student: bool = False
+    # the branch the official loader reads when none is asked for (Leopart's: its student `model`)
+    default_branch: str = "teacher"
 
     @property
     def has_student(self) -> bool:
@@ -192,6 +194,7 @@ LAYOUTS: dict[str, Layout] = {
     "leopart": Layout("leopart", "leopart", (None, "state_dict"), "teacher.",
                       ("model.*", "teacher.projection_head.*", "teacher.prototypes.*"),
                       None, "model.", ("teacher.*", "model.projection_head.*", "model.prototypes.*"),
+                      default_branch="student",
                       description="Leopart release leopart_vit*.ckpt (Lightning module state)"),
     # NeCo README: torch.load the file and load_state_dict(strict=False) into the DINOv2 hub
     # model (dinov2 architectures) or timm's vit_small_patch16_224 (dino architectures).
@@ -498,22 +501,25 @@ def _check_arch(name: str, detected: str, kwargs: dict, source: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- import
-def read_official(path: str | Path, layout: str | None = None, *, which: str = "teacher",
+def read_official(path: str | Path, layout: str | None = None, *, which: str | None = None,
                   arch: str | None = None, img_size: int | None = None, trust: bool = False,
                   extra_drop: tuple[str, ...] = (), num_heads: int | None = None,
                   ) -> tuple[dict[str, torch.Tensor], ImportReport]:
     """Read an official checkpoint and return (backbone state dict in harness names, report).
 
-    ``layout`` None = auto-detect. ``which`` picks teacher (default, what the papers
-    evaluate) or student in full checkpoints. ``arch`` None = detect from shapes, else a
+    ``layout`` None = auto-detect. ``which`` picks teacher or student in files holding both;
+    None = the branch the official code evaluates (the teacher, what the papers evaluate;
+    Leopart's loader reads its student). ``arch`` None = detect from shapes, else a
     mismatch is an error. ``img_size`` resizes the position embeddings to that input size
-    with the official bicubic interpolation.
+    with the family's official interpolation.
     """
     path = Path(path)
-    if which not in ("teacher", "student"):
+    if which not in (None, "teacher", "student"):
         raise CheckpointError(f"which must be 'teacher' or 'student', found {which!r}")
     obj, unpickled = read_file(path, trust=trust)
     layout = layout or detect_layout(obj)
+    if layout in LAYOUTS and which is None:
+        which = LAYOUTS[layout].default_branch
     state, info = extract_backbone(obj, layout, which, tuple(extra_drop))
     lay = LAYOUTS[layout]
     settings, renamed = {}, []
@@ -560,7 +566,7 @@ def _build(arch: str, kwargs: dict) -> ViTBackbone:
 
 
 def import_checkpoint(path: str | Path, out: str | Path | None = None, *, layout: str | None = None,
-                      which: str = "teacher", arch: str | None = None, img_size: int | None = None,
+                      which: str | None = None, arch: str | None = None, img_size: int | None = None,
                       trust: bool = False, extra_drop: tuple[str, ...] = (), num_heads: int | None = None,
                       meta: dict | None = None) -> tuple[ViTBackbone, ImportReport]:
     """Read an official file, load it strictly into a ViTBackbone, and (if ``out``) save it in

@@ -227,7 +227,8 @@ def add_cli(subparsers) -> None:
     cv.add_argument("--out", required=True, help="output path without suffix")
     cv.add_argument("--layout", default=None, choices=sorted(LAYOUTS))
     cv.add_argument("--arch", default=None)
-    cv.add_argument("--which", default="teacher", choices=["teacher", "student"])
+    cv.add_argument("--which", default=None, choices=["teacher", "student"],
+                    help="branch of a two-backbone file (default: the one the official loader reads)")
     cv.add_argument("--img-size", type=int, default=None)
     cv.add_argument("--drop", action="append", default=[], metavar="PATTERN",
                     help="extra key pattern to drop (e.g. 'projector.*'); reported in the audit")
