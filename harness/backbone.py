@@ -44,6 +44,7 @@ ARCHS: dict[str, dict] = {
     "vit_base_patch8_224": dict(img_size=224, patch_size=8, embed_dim=768, depth=12, num_heads=12),
     "vit_large_patch16_224": dict(img_size=224, patch_size=16, embed_dim=1024, depth=24, num_heads=16),
     "vit_large_patch14_224": dict(img_size=224, patch_size=14, embed_dim=1024, depth=24, num_heads=16),
+    "vit_huge_patch14_224": dict(img_size=224, patch_size=14, embed_dim=1280, depth=32, num_heads=16),
     "vit_small_patch14_dinov2": dict(_DINOV2, embed_dim=384, depth=12, num_heads=6),
     "vit_base_patch14_dinov2": dict(_DINOV2, embed_dim=768, depth=12, num_heads=12),
     "vit_large_patch14_dinov2": dict(_DINOV2, embed_dim=1024, depth=24, num_heads=16),

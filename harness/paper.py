@@ -47,8 +47,16 @@ class Passes:
 class ProtocolSpec:
     preset: str | None = None
     values: dict = field(default_factory=dict)  # protocol settings on top of the preset
+    # settings that depend on the model's patch size, on top of `values`: e.g. open-hummingbird-
+    # eval's README runs DINO (patch 16) at 512 and DINOv2 (patch 14) at 504
+    by_patch: dict = field(default_factory=dict)  # {patch size: {setting: value}}
+    # CSV variants that are protocol settings rather than something a record reports, e.g.
+    # "memory_size=102400": {memory_size: 102400}; each such variant is a run of its own, and
+    # its keys are not looked for in the records' variants
+    variants: dict = field(default_factory=dict)  # {"key=value[,key=value]": {setting: value}}
     tolerance: float = 1.0  # |measured - paper| accepted when the seed spread does not cover it
-    input: Any = "native"  # FLOPs estimate: "native" (dataset's typical size) or [h, w] or an int
+    input: Any = "native"  # FLOPs estimate: "native" (dataset's typical size), [h, w], an int, or
+    #                        "input_size" (the protocol's square input_size setting)
     val_input: Any = None  # default: same as input
     passes: Passes = field(default_factory=Passes)
     train_crops: dict = field(default_factory=dict)  # dataset -> crops seen in training (iters x batch)
@@ -159,7 +167,10 @@ def vit_flops(arch_kwargs: dict, h: int, w: int) -> float:
     return 2.0 * macs
 
 
-def _input_hw(inp: Any, ds: DatasetSpec, patch: int) -> tuple[int, int] | None:
+def _input_hw(inp: Any, ds: DatasetSpec, patch: int, values: dict | None = None) -> tuple[int, int] | None:
+    if inp == "input_size":
+        size = (values or {}).get("input_size")
+        return (int(size), int(size)) if size else None
     if inp in (None, "native"):
         if not ds.native_hw:
             return None
@@ -184,12 +195,14 @@ class Cost:
     flops_by_workload: dict[str, float] | None = None
 
 
-def estimate_cost(ps: ProtocolSpec, ds: DatasetSpec, dataset_key: str, arch_kwargs: dict | None) -> Cost:
+def estimate_cost(ps: ProtocolSpec, ds: DatasetSpec, dataset_key: str, arch_kwargs: dict | None,
+                  values: dict | None = None) -> Cost:
     if arch_kwargs is None:
         return Cost(None, None, None, None, None)
     patch = arch_kwargs["patch_size"]
-    thw = _input_hw(ps.input, ds, patch)
-    vhw = _input_hw(ps.val_input if ps.val_input is not None else ps.input, ds, patch)
+    values = ps.values if values is None else values
+    thw = _input_hw(ps.input, ds, patch, values)
+    vhw = _input_hw(ps.val_input if ps.val_input is not None else ps.input, ds, patch, values)
     if thw is None or vhw is None:
         return Cost(thw, vhw, None, None, None)
     f_train, f_val = vit_flops(arch_kwargs, *thw), vit_flops(arch_kwargs, *vhw)
@@ -223,6 +236,8 @@ class Job:
     cost: Cost
     status: str = "ready"  # ready | missing checkpoint | needs trust | missing dataset | ...
     message: str = ""
+    variant: str = ""  # the ProtocolSpec.variants key this run measures ("" = none)
+    values: dict = field(default_factory=dict)  # protocol settings on top of the preset, resolved
     records: list[dict] = field(default_factory=list)
     skipped: bool = False  # records came from an earlier run
     gpu_hours: float | None = None  # on the GpuChoice the plan was estimated for
@@ -284,6 +299,37 @@ def _arch_of(lookup: ZooLookup) -> tuple[str | None, dict | None]:
     return None, None
 
 
+def _variant_groups(grp: pd.DataFrame, ps: ProtocolSpec) -> list[tuple[str, pd.DataFrame]]:
+    """Cells of one (checkpoint, protocol, dataset) split by the ProtocolSpec.variants they
+    belong to (a cell belongs to the variant whose key=value pairs its own variant contains)."""
+    if not ps.variants:
+        return [("", grp)]
+    specs = {k: parse_variant(k) for k in ps.variants}
+
+    def which(variant: str) -> str:
+        have = parse_variant(variant)
+        return next((k for k, want in specs.items() if all(str(have.get(a)) == str(b) for a, b in want.items())), "")
+    keys = grp["variant"].map(which)
+    return [(k, grp[keys == k]) for k in dict.fromkeys(keys)]
+
+
+def job_values(ps: ProtocolSpec, variant: str, arch_kwargs: dict | None) -> tuple[dict, str | None]:
+    """The protocol settings of one run: the table's values, then those of the model's patch
+    size, then those of the variant. Returns (values, problem or None)."""
+    values = dict(ps.values)
+    if ps.by_patch:
+        patch = (arch_kwargs or {}).get("patch_size")
+        by = {int(k): v for k, v in ps.by_patch.items()}
+        if patch is None:
+            return values, None  # unknown model: the run reports it
+        if patch not in by:
+            return values, f"the table gives no settings for patch size {patch} (only {sorted(by)})"
+        values.update(by[patch])
+    if variant:
+        values.update(ps.variants[variant])
+    return values, None
+
+
 def plan(table: str | Path | Table, data_root: str | Path | dict | None = None,
          zoo_dir: str | Path | None = None, *, trust: bool = False, models: list[str] | None = None,
          datasets: list[str] | None = None, zoo_path: str | Path | None = None) -> tuple[Table, list[Job]]:
@@ -305,22 +351,27 @@ def plan(table: str | Path | Table, data_root: str | Path | dict | None = None,
         lookup = find_checkpoint(zoo_name, zoo_dir, zoo_path)
         arch, akw = _arch_of(lookup)
         ds = tab.spec.datasets[dataset]
-        job = Job(zoo_name, protocol, dataset, list(grp.index), lookup, arch, akw, roots[dataset],
-                  data_status[dataset], proto_status[protocol],
-                  estimate_cost(tab.spec.protocols[protocol], ds, dataset, akw))
-        if lookup.status in ("missing", "unknown"):
-            job.status, job.message = "missing checkpoint", lookup.message
-        elif lookup.status == "official" and lookup.entry is not None and lookup.entry.needs_trust and not trust:
-            job.status = "needs --trust-checkpoint"
-            job.message = (f"{lookup.path} is a full training checkpoint (Python objects inside): check its "
-                           f"origin ({lookup.entry.url}), then pass --trust-checkpoint")
-        elif job.protocol_status != "ok":
-            job.status, job.message = "protocol unavailable", job.protocol_status[len("unavailable: "):]
-        elif job.data_status.startswith("missing"):
-            job.status, job.message = "missing dataset", f"{dataset}: {job.data_status[len('missing: '):]}"
-        elif roots[dataset] is None:
-            job.status, job.message = "no data root", "give --data-root"
-        jobs.append(job)
+        ps = tab.spec.protocols[protocol]
+        for variant, cells in _variant_groups(grp, ps):
+            values, problem = job_values(ps, variant, akw)
+            job = Job(zoo_name, protocol, dataset, list(cells.index), lookup, arch, akw, roots[dataset],
+                      data_status[dataset], proto_status[protocol], estimate_cost(ps, ds, dataset, akw, values),
+                      variant=variant, values=values)
+            if lookup.status in ("missing", "unknown"):
+                job.status, job.message = "missing checkpoint", lookup.message
+            elif lookup.status == "official" and lookup.entry is not None and lookup.entry.needs_trust and not trust:
+                job.status = "needs --trust-checkpoint"
+                job.message = (f"{lookup.path} is a full training checkpoint (Python objects inside): check its "
+                               f"origin ({lookup.entry.url}), then pass --trust-checkpoint")
+            elif job.protocol_status != "ok":
+                job.status, job.message = "protocol unavailable", job.protocol_status[len("unavailable: "):]
+            elif problem:
+                job.status, job.message = "protocol unavailable", problem
+            elif job.data_status.startswith("missing"):
+                job.status, job.message = "missing dataset", f"{dataset}: {job.data_status[len('missing: '):]}"
+            elif roots[dataset] is None:
+                job.status, job.message = "no data root", "give --data-root"
+            jobs.append(job)
     return tab, jobs
 
 
@@ -375,6 +426,8 @@ def format_plan(tab: Table, jobs: list[Job], data_root=None, zoo_dir=None, gpu: 
     for i, j in enumerate(jobs, 1):
         ps = spec.protocols[j.protocol]
         proto = f"{j.protocol}[{ps.preset}]" if ps.preset else j.protocol
+        if j.variant:
+            proto += f" {j.variant}"
         hw = j.cost.train_hw
         inp = f"{hw[0]}x{hw[1]}" if hw else "?"
         if j.cost.val_hw and j.cost.val_hw != hw:
@@ -439,10 +492,12 @@ def _variant_matches(cell: dict[str, str], measured: dict[str, Any]) -> bool:
     return True
 
 
-def _measure(cell: pd.Series, records: list[dict]) -> dict[str, Any]:
+def _measure(cell: pd.Series, records: list[dict], settings: str = "") -> dict[str, Any]:
     """Mean/std/n over seeds of the records that fit the cell; with several other variant
-    values (e.g. per-lr results) the best group is taken, as the papers report the best."""
-    want = parse_variant(cell["variant"])
+    values (e.g. per-lr results) the best group is taken, as the papers report the best.
+    ``settings``: the run's ProtocolSpec.variants key, whose keys the records do not carry."""
+    drop = set(parse_variant(settings)) if settings else set()
+    want = {k: v for k, v in parse_variant(cell["variant"]).items() if k not in drop}
     metric = cell["metric"].lower()
     groups: dict[str, list[float]] = {}
     for rec in records:
@@ -487,7 +542,7 @@ def compare_cells(tab: Table, jobs: list[Job]) -> pd.DataFrame:
                 rows.at[idx, "verdict"] = job.status
                 rows.at[idx, "note"] = job.message
                 continue
-            m = _measure(rows.loc[idx], job.records)
+            m = _measure(rows.loc[idx], job.records, job.variant)
             if not m:
                 rows.at[idx, "verdict"] = "not measured"
                 rows.at[idx, "note"] = (f"the {job.protocol} run produced no {rows.at[idx, 'metric']} for "
@@ -575,8 +630,12 @@ def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo
         ds = tab.spec.datasets[job.dataset]
         try:
             model = zoo_model(job.zoo_name, zoo_dir, trust=trust, zoo_path=zoo_path).to(device)
+            if job.arch_kwargs is None:  # a harness checkpoint found only now: settings by its patch
+                job.values, problem = job_values(ps, job.variant, {"patch_size": model.backbone.patch_size})
+                if problem:
+                    raise ConfigError(problem)
             protocol = _protocol_class(job.protocol).from_preset(
-                ps.preset, {"dataset": ds.reader, **ps.values}, source=str(tab.source))
+                ps.preset, {"dataset": ds.reader, **job.values}, source=str(tab.source))
             if echo:
                 echo(f"[reproduce] {job.zoo_name}: {job.protocol} on {job.dataset} ...")
             job.records, job.skipped = evaluate(model, protocol, job.data_path, preset=ps.preset,

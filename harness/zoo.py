@@ -1,5 +1,6 @@
-"""The model zoo: every published DINO / iBOT / CrIBo / SynCLR checkpoint as data
-(configs/zoo.yaml), listed with its official URL and imported into the harness format.
+"""The model zoo: every published DINO / iBOT / CrIBo / SynCLR / DINOv2 / MAE / CrOC / TimeT /
+Leopart / NeCo checkpoint as data (configs/zoo.yaml), listed with its official URL and
+imported into the harness format.
 
 Nothing is downloaded here: the user downloads the file from the URL shown by
 ``zoo_list`` and ``zoo_import`` converts it (checking its sha256 when the zoo knows it).
@@ -53,7 +54,7 @@ class ZooEntry:
     @property
     def needs_trust(self) -> bool:
         """Full training checkpoints hold an argparse.Namespace: importing them needs trust."""
-        return self.layout in ("dino_full", "ibot_full", "cribo_full")
+        return self.layout in ("dino_full", "ibot_full", "cribo_full", "croc_full")
 
     @property
     def url_dir(self) -> str:
@@ -222,7 +223,7 @@ def add_cli(subparsers) -> None:
                     help="allow unpickling (official full checkpoints); check the file's origin first")
     im.add_argument("--img-size", type=int, default=None, help="resize position embeddings for this input size")
     im.set_defaults(func=cmd_zoo_import)
-    cv = zs.add_parser("convert", help="convert any DINO/iBOT/CrIBo/SynCLR/StableRep file (layout auto-detected)")
+    cv = zs.add_parser("convert", help="convert any file of a known layout (auto-detected; see --layout)")
     cv.add_argument("file")
     cv.add_argument("--out", required=True, help="output path without suffix")
     cv.add_argument("--layout", default=None, choices=sorted(LAYOUTS))

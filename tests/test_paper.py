@@ -29,7 +29,8 @@ def test_paper_csv_schema():
     zoo = load_zoo()
     files = sorted(PAPER_DIR.glob("*.csv"))
     assert {f.stem for f in files} == {"cribo_table1", "cribo_table2", "cribo_table3", "ibot_imagenet",
-                                       "dino_imagenet", "synclr_imagenet"}
+                                       "dino_imagenet", "synclr_imagenet", "dinov2_imagenet", "hbird_readme",
+                                       "neco_readme"}
     for f in files:
         df = read_paper_csv(f)
         assert list(df.columns) == CSV_COLUMNS
@@ -75,7 +76,19 @@ def test_paper_spot_values():
     dn = paper_numbers("dino-imagenet")
     assert _value(dn, arch="ViT-B/8", protocol="knn") == 77.4 and _value(dn, arch="ViT-S/16", protocol="linear") == 77.0
     assert _value(paper_numbers("synclr-imagenet"), arch="ViT-L/14") == 83.0
-    assert len(paper_numbers()) == 94 + 48 + 44 + 14 + 8 + 2
+    d2 = paper_numbers("dinov2-imagenet")
+    assert _value(d2, zoo_name="dinov2_vitg14_reg", protocol="linear") == 87.1
+    assert _value(d2, zoo_name="dinov2_vits14", protocol="knn") == 79.0
+    hb = paper_numbers("hbird-readme")
+    assert _value(hb, zoo_name="dinov2_vitl14", variant="fraction=1/1,memory_size=1024000") == 71.7
+    assert len(hb) == 19 and _value(hb[hb["table"].str.contains("orig")], zoo_name="dino_vitb16") == 55.9
+    assert _value(paper_numbers("neco-readme"), zoo_name="neco_dinov2r_vitb14") == 82.9
+    # the CrIBo rows whose authors released weights point at them
+    for method, data, zoo in (("MAE", "IN1K", "mae_vitb16"), ("CrOC", "COCO", "croc_vits16_coco"),
+                              ("CrOC", "IN1K", "croc_vits16_in1k"), ("TimeT", "IN1K+YTVOS", "timet_vits16")):
+        for t in (t1, t2, t3):
+            assert set(t[(t["method"] == method) & (t["pretrain_data"] == data)]["zoo_name"]) == {zoo}
+    assert len(paper_numbers()) == 94 + 48 + 44 + 14 + 8 + 2 + 16 + 19 + 9
 
 
 def test_vit_flops():
@@ -87,9 +100,15 @@ def test_vit_flops():
 def test_dry_run_real_table(capsys, tmp_path):
     res = reproduce("cribo-table1", None, tmp_path / "zoo", dry_run=True)
     text = capsys.readouterr().out
-    assert res.cells is None and len(res.jobs) == 10  # 5 zoo checkpoints x (VOC, ADE20K)
-    for name in ("cribo_vits16_coco", "cribo_vits16_in1k", "cribo_vitb16_in1k", "dino_vits16", "dino_vitb16"):
+    assert res.cells is None and len(res.jobs) == 18  # 9 zoo checkpoints x (VOC, ADE20K)
+    for name in ("cribo_vits16_coco", "cribo_vits16_in1k", "cribo_vitb16_in1k", "dino_vits16", "dino_vitb16",
+                 "mae_vitb16", "croc_vits16_coco", "croc_vits16_in1k", "timet_vits16"):
         assert name in text
+    assert "72 cells have a zoo checkpoint" in text
+    # only rows without released weights stay unreproducible: DINO and MAE trained on COCO by
+    # the CrIBo authors, and Hummingbird (8 + 8 + 6 cells)
+    assert "no public checkpoint in the zoo): 22 cells of rows" in text
+    assert "1: DINO ViT-S/16 COCO 300; 2: MAE ViT-S/16 COCO 300; 11: Hummingbird ViT-B/16 IN1K 300" in text
     assert "dense_nn[cribo]" in text and "368x496" in text and "PFLOP" in text
     assert "https://rdr.kuleuven.be/api/access/datafile/159667" in text  # where to get what is missing
     assert "no public checkpoint" in text and "Hummingbird" in text
@@ -102,6 +121,25 @@ def test_dry_run_real_table(capsys, tmp_path):
     (tmp_path / "zoo" / "cribo_vits16_coco" / "vits16-coco.pth").write_bytes(b"x")
     res = reproduce("cribo-table1", None, tmp_path / "zoo", dry_run=True, models=["cribo_vits16_coco"], echo=None)
     assert {j.status for j in res.jobs} == {"needs --trust-checkpoint"}
+
+
+def test_dry_run_settings_by_patch_and_variant(tmp_path):
+    """open-hummingbird-eval's README table: 512 px at patch 16, 504 at patch 14, one run per
+    memory size; the memory size is a setting of the run, not a variant of its records."""
+    res = reproduce("hbird-readme", None, tmp_path / "zoo", dry_run=True, echo=None)
+    assert len(res.jobs) == 6 * 3
+    by = {(j.zoo_name, j.variant): j for j in res.jobs}
+    j14 = by[("dinov2_vitb14", "memory_size=102400")]
+    assert j14.values["input_size"] == 504 and j14.values["memory_size"] == 102400 and j14.cost.train_hw == (504, 504)
+    j16 = by[("dino_vitb16", "memory_size=10240000")]
+    assert j16.values["input_size"] == 512 and len(j16.cells) == 2  # the README's own and the paper's number
+    assert "dense_nn[hbird] memory_size=1024000" in res.text
+    # the records do not carry memory_size: the cell matches on its fraction only
+    from harness.paper import _measure
+    cell = res.table.rows.loc[j14.cells[0]]
+    rec = {"variant": {"fraction": "1/1"}, "metrics": {"mIoU": 70.0}}
+    assert _measure(cell, [rec], j14.variant)["measured"] == 70.0
+    assert _measure(cell, [rec]) == {}
 
 
 # ----------------------------------------------------------------------------- fake protocol
