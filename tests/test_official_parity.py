@@ -196,3 +196,27 @@ def test_mismatched_layouts_fail_with_one_clear_error(tmp_path):
 def test_print_parity_errors():
     for name, err in sorted(PARITY.items()):
         print(f"official parity max abs error {name:48s} {err:.2e}")
+
+
+def test_forward_settings_are_part_of_the_model_identity(tmp_path):
+    """Register tokens and the position interpolation are in the model record; an interpolation
+    other than DINO's makes the weights another model for records and feature caches."""
+    import shutil
+
+    from harness.models import ModelHandle
+
+    imported("dinov2_reg", tmp_path / "reg")
+    reg = ModelHandle.from_checkpoint(tmp_path / "reg.safetensors")
+    info = reg.record_info()
+    assert info["reg_tokens"] == 4 and info["pos_interp"] == "official:size,antialias" and info["patch_size"] == 14
+    assert info["weights_key"].startswith("fwd-") and info["weights_key"] != reg.meta["sha256"]
+    # the same weights with DINO's interpolation: another key
+    shutil.copy(tmp_path / "reg.safetensors", tmp_path / "reg_dino.safetensors")
+    meta = json.loads((tmp_path / "reg.json").read_text())
+    meta["arch_kwargs"].update(pos_interp_offset=0.1, pos_interp_antialias=False)
+    (tmp_path / "reg_dino.json").write_text(json.dumps(meta))
+    other = ModelHandle.from_checkpoint(tmp_path / "reg_dino.safetensors").record_info()
+    assert other["pos_interp"] == "official" and other["weights_key"] == meta["sha256"] != info["weights_key"]
+    imported("dinov2", tmp_path / "plain")
+    plain = ModelHandle.from_checkpoint(tmp_path / "plain.safetensors")
+    assert plain.cache_key == plain.meta["sha256"] and plain.record_info()["reg_tokens"] == 0
