@@ -220,3 +220,35 @@ def test_forward_settings_are_part_of_the_model_identity(tmp_path):
     imported("dinov2", tmp_path / "plain")
     plain = ModelHandle.from_checkpoint(tmp_path / "plain.safetensors")
     assert plain.cache_key == plain.meta["sha256"] and plain.record_info()["reg_tokens"] == 0
+
+
+def _official_meta_state(dim, depth, reg=0, swiglu=False, grid=37, patch=14):
+    """The key names and shapes of a released DINOv2 hub file, on the meta device."""
+    m = lambda *s: torch.empty(*s, device="meta")  # noqa: E731
+    sd = {"cls_token": m(1, 1, dim), "pos_embed": m(1, 1 + grid * grid, dim), "mask_token": m(1, dim),
+          "patch_embed.proj.weight": m(dim, 3, patch, patch)}
+    if reg:
+        sd["register_tokens"] = m(1, reg, dim)
+    for i in range(depth):
+        sd[f"blocks.{i}.ls1.gamma"] = m(dim)
+        if swiglu:
+            from harness.backbone import swiglu_hidden
+
+            sd[f"blocks.{i}.mlp.w12.weight"] = m(2 * swiglu_hidden(dim), dim)
+        else:
+            sd[f"blocks.{i}.mlp.fc1.weight"] = m(4 * dim, dim)
+    return sd
+
+
+@pytest.mark.parametrize("dim,depth,reg,swiglu,name", [
+    (384, 12, 0, False, "vit_small_patch14_dinov2"), (768, 12, 4, False, "vit_base_patch14_reg4_dinov2"),
+    (1024, 24, 0, False, "vit_large_patch14_dinov2"), (1536, 40, 4, True, "vit_giant_patch14_reg4_dinov2")])
+def test_released_dinov2_shapes_detect_the_presets(dim, depth, reg, swiglu, name):
+    from harness.importers import adapt_dinov2, detect_arch
+
+    state = {k: v for k, v in _official_meta_state(dim, depth, reg, swiglu).items() if k != "mask_token"}
+    state, settings, _ = adapt_dinov2(state)
+    arch, kw = detect_arch(state, None, settings)
+    assert arch == name and kw["img_size"] == 518 and kw["patch_size"] == 14
+    # SynCLR's ViT-L/14 has no layer scale: the shapes keep the two apart
+    assert arch != "vit_large_patch14_224"
