@@ -484,6 +484,86 @@ def family_neco(root: Path, dinov2_root: Path | None) -> None:
     })
 
 
+# ----------------------------------------------------------------------------- real size
+def real_size(dinov2_root: Path | None, mae_root: Path | None) -> None:
+    """Released-size models (random weights) through `zoo import`, against the official forward:
+    DINOv2 ViT-S/14 with and without registers (hub constructors) at 518, 224 and 224x336; MAE
+    ViT-B/16 (models_vit, encoder-only file as released) at 224 and 384. Only the numbers are
+    kept (tests/fixtures/official/real_size_checks.json); the files are temporary."""
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from harness.checkpoints import load_backbone
+    from harness.zoo import zoo_import
+
+    results, tmp = [], Path(tempfile.mkdtemp(prefix="ssl-bench-real-size-"))
+
+    def compare(name, arch, hw, cls_ref, patches_ref, feats):
+        err = max((cls_ref - feats.cls[:, -1]).abs().max().item(),
+                  (patches_ref - feats.patches[:, -1].flatten(1, 2)).abs().max().item())
+        results.append({"zoo_name": name, "arch": arch, "input": list(hw), "max_abs_error": err})
+        print(name, arch, hw, f"{err:.2e}")
+
+    if dinov2_root is not None:
+        os.environ.setdefault("XFORMERS_DISABLED", "1")
+        sys.path.insert(0, str(dinov2_root))
+        from dinov2.hub.backbones import dinov2_vits14, dinov2_vits14_reg
+
+        for fn, name in ((dinov2_vits14, "dinov2_vits14"), (dinov2_vits14_reg, "dinov2_vits14_reg")):
+            torch.manual_seed(0)
+            model = fn(pretrained=False).eval()
+            perturb(model, 1)
+            torch.save(model.state_dict(), tmp / f"{name}.pth")
+            backbone, meta = load_backbone(zoo_import(name, tmp / f"{name}.pth", tmp / "zoo"))
+            for i, hw in enumerate(((518, 518), (224, 224), (224, 336))):
+                x = to_input(images(500 + i, *hw))[:1]
+                with torch.no_grad():
+                    ref = model.forward_features(x)
+                    compare(name, meta["arch"], hw, ref["x_norm_clstoken"], ref["x_norm_patchtokens"],
+                            backbone.eval().get_features(x))
+    if mae_root is not None:
+        import numpy as np
+
+        if "float" not in np.__dict__:
+            np.float = float
+        sys.path.insert(0, str(mae_root))
+        import models_vit
+        from util.pos_embed import interpolate_pos_embed
+
+        torch.manual_seed(0)
+        model = models_vit.vit_base_patch16(num_classes=0, global_pool=False).eval()
+        perturb(model, 2)
+        state = model.state_dict()
+        torch.save({"model": state}, tmp / "mae.pth")
+        backbone, meta = load_backbone(zoo_import("mae_vitb16", tmp / "mae.pth", tmp / "zoo"))
+        for i, size in enumerate((224, 384)):
+            vit = models_vit.vit_base_patch16(img_size=size, num_classes=0, global_pool=False).eval()
+            sd = dict(state)
+            interpolate_pos_embed(vit, sd)
+            vit.load_state_dict(sd, strict=False)
+            seen = {}
+            vit.norm.register_forward_hook(lambda m, i, o: seen.setdefault("t", o))
+            x = to_input(images(600 + i, size, size))[:1]
+            with torch.no_grad():
+                vit.forward_features(x)
+                compare("mae_vitb16", meta["arch"], (size, size), seen["t"][:, 0], seen["t"][:, 1:],
+                        backbone.eval().get_features(x))
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    out = OUT / "real_size_checks.json"
+    prior = json.loads(out.read_text())["checks"] if out.is_file() else []
+    keep = [r for r in prior if r["zoo_name"] not in {x["zoo_name"] for x in results}]
+    commits = {k: git_commit(v) for k, v in (("dinov2", dinov2_root), ("mae", mae_root)) if v is not None}
+    out.write_text(json.dumps({
+        "what": "released-size architectures, random weights (official init + seeded noise, see perturb), "
+                "imported with `ssl-bench zoo import`, vs the official forward",
+        "generator": "scripts/official_parity/generate_fixtures.py --real-size",
+        "commits": commits, "environment": environment(),
+        "generated": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "checks": keep + results}, indent=2) + "\n")
+
+
 FAMILIES = ("dinov2", "mae", "croc", "timet", "leopart", "neco")
 
 
@@ -492,8 +572,15 @@ def main() -> None:
     for fam in FAMILIES:
         ap.add_argument(f"--{fam}", type=Path, default=None, help=f"checkout of the official {fam} repository")
     ap.add_argument("--one", choices=FAMILIES, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--real-size", action="store_true",
+                    help="instead: released-size DINOv2 S/14 (+reg) and MAE B/16 through `zoo import` vs the "
+                         "official forward (needs --dinov2 and/or --mae); writes real_size_checks.json")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.real_size:
+        torch.set_num_threads(max(1, os.cpu_count() or 1))
+        real_size(args.dinov2.resolve() if args.dinov2 else None, args.mae.resolve() if args.mae else None)
+        return
     if args.one:
         root = getattr(args, args.one).resolve()
         if args.one == "neco":
