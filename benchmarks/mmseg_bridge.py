@@ -188,20 +188,30 @@ def register_mmseg_modules() -> None:
     from mmseg.registry import MODELS
 
     class SslBenchViT(VisionTransformer):
-        """mmseg's ViT that loads harness weights strictly and can be truly frozen.
+        """mmseg's ViT that loads harness weights strictly and can be frozen.
 
         ``weights``: safetensors file from :func:`save_converted`, loaded in
         ``init_weights`` (which mmengine's Runner calls before resuming, so a resumed run
-        overwrites them with its own checkpoint). ``frozen``: no gradients, and the module
-        stays in eval mode whatever ``train()`` is called with -- CrIBo's
-        FreezableVisionTransformer sets eval once at construction, and the Runner's
-        ``model.train()`` turns DropPath (rate 0.1) back on for the "frozen" backbone.
+        overwrites them with its own checkpoint). ``frozen``: no gradients (the forward runs
+        under ``no_grad``), and ``frozen_mode`` says what ``train()`` does to it:
+
+        - "train": the module follows ``train()`` as any other, CrIBo's behaviour: its
+          FreezableVisionTransformer puts the frozen stages in eval mode once, at
+          construction (segmentation/models/freezable_vision_transformer.py:291-326), and
+          mmengine's loop calls ``model.train()`` before every iteration, which turns its
+          DropPath back on -- the head trains on stochastic-depth features;
+        - "eval": the module stays in eval mode whatever ``train()`` is called with:
+          deterministic features.
         """
 
-        def __init__(self, weights: str | None = None, frozen: bool = False, **kwargs):
+        def __init__(self, weights: str | None = None, frozen: bool = False, frozen_mode: str = "eval",
+                     **kwargs):
+            if frozen_mode not in ("train", "eval"):
+                raise ValueError(f"frozen_mode must be 'train' or 'eval', found {frozen_mode!r}")
             super().__init__(**kwargs)
             self.weights = weights
             self.frozen = frozen
+            self.frozen_mode = frozen_mode
             if frozen:
                 for p in self.parameters():
                     p.requires_grad_(False)
@@ -225,7 +235,7 @@ def register_mmseg_modules() -> None:
             self._is_init = True
 
         def train(self, mode: bool = True):
-            super().train(mode and not self.frozen)
+            super().train(mode and not (self.frozen and self.frozen_mode == "eval"))
             return self
 
         def forward(self, inputs):

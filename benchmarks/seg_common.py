@@ -7,17 +7,23 @@ harness's dataclass settings instead of Python config files. mmcv / mmengine / m
 imported inside functions only: the rest of the harness never imports them, and a
 missing install surfaces as :class:`MissingDependencyError` naming the install command.
 
-Sources of every default (CrIBo = github.com/tileb1/CrIBo, segmentation/ and
-eval_launcher.py; mmseg = mmsegmentation 1.2.2 configs/_base_ and configs/segmenter):
+Sources of every default (CrIBo = github.com/tileb1/CrIBo @ 311f569, segmentation/ and
+eval_launcher.py; mmseg = mmsegmentation 1.2.2 configs/_base_ and configs/segmenter;
+docs/PROTOCOLS.md gives file and line for each):
 - data pipelines, test scales, sliding-window test: mmseg's dataset configs (as CrIBo's);
 - normalisation mean = std = 127.5 (RGB): mmseg's Segmenter model config, kept by CrIBo
   although its backbones were pretrained with ImageNet mean/std -- configurable here;
 - Adam, PolyLR power 0.9, eta_min = lr / 10: CrIBo's schedule configs + ``update_cfg``
   in its tools/train.py (which sets eta_min = lr / 10 for every run, linear included);
-- weight decay 0.01: CrIBo's eval_launcher ``--mmseg_wd`` default (its update_cfg
-  overrides the configs' value with it);
-- 160k iterations for ADE20K / COCO-Stuff, 80k for VOC / Pascal Context; batch 8 in all
-  (Segmenter's 8 GPUs x 1).
+- weight decay 0.01 and total batch 4: CrIBo's eval_launcher defaults ``--mmseg_wd`` and
+  ``--mmseg_samples_per_gpu`` (its update_cfg writes them into the config); the launcher runs
+  train.py in one process (launcher 'none'), so 4 per GPU is the total batch;
+- validation every iters / 10 and at the end, the last one being the reported number:
+  CrIBo's schedule configs (val_interval) and mmengine's IterBasedTrainLoop;
+- left open by the official code, named as settings here: the schedule (``schedule``: the
+  launcher takes any config file; the paper's text gives 160k / 80k) and the learning rates
+  (``lr_sweep``: the launcher's default 0.01 is a command-line value; the paper's text gives
+  the sweep and reports its best).
 """
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ import pickle
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -80,7 +86,8 @@ class SegDataset:
     name: str
     mmseg_type: str
     num_classes: int
-    paper_iters: int
+    long_iters: int                                 # CrIBo's *-160k / *-80k configs
+    short_iters: int                                # its Segmenter-only *-40k / *-20k configs
     reduce_zero_label: bool
     layout: Literal["ade", "voc", "context", "coco_stuff"]
     scale_ratio: tuple[float, float] = (4.0, 1.0)  # Resize scale / crop: (2048, 512) at 512
@@ -90,17 +97,17 @@ class SegDataset:
 
 
 DATASETS: dict[str, SegDataset] = {
-    "ade20k": SegDataset("ade20k", "ADE20KDataset", 150, 160_000, True, "ade"),
-    "voc12aug": SegDataset("voc12aug", "PascalVOCDataset", 21, 80_000, False, "voc", pad_train=True),
+    "ade20k": SegDataset("ade20k", "ADE20KDataset", 150, 160_000, 40_000, True, "ade"),
+    "voc12aug": SegDataset("voc12aug", "PascalVOCDataset", 21, 80_000, 20_000, False, "voc", pad_train=True),
     # CrIBo's configs/_base_/datasets/pascal_context.py: 60 classes (background included).
-    "pascal_context": SegDataset("pascal_context", "PascalContextDataset", 60, 80_000, False, "context",
-                                 scale_ratio=(520 / 512, 520 / 512), train_crop_ratio=480 / 512),
+    "pascal_context": SegDataset("pascal_context", "PascalContextDataset", 60, 80_000, 20_000, False,
+                                 "context", scale_ratio=(520 / 512, 520 / 512), train_crop_ratio=480 / 512),
     # mmseg's pascal_context_59.py: background ignored (reduce_zero_label).
-    "pascal_context_59": SegDataset("pascal_context_59", "PascalContextDataset59", 59, 80_000, True,
+    "pascal_context_59": SegDataset("pascal_context_59", "PascalContextDataset59", 59, 80_000, 20_000, True,
                                     "context", scale_ratio=(520 / 512, 520 / 512),
                                     train_crop_ratio=480 / 512),
-    "coco_stuff164k": SegDataset("coco_stuff164k", "COCOStuffDataset", 171, 160_000, False, "coco_stuff",
-                                 seg_map_suffix="_labelTrainIds.png"),
+    "coco_stuff164k": SegDataset("coco_stuff164k", "COCOStuffDataset", 171, 160_000, 40_000, False,
+                                 "coco_stuff", seg_map_suffix="_labelTrainIds.png"),
 }
 # synth_*: SynthScenes' copies of the layouts (any root with a SynthScenes meta.json is read
 # with its own class names whatever the name used).
@@ -221,18 +228,38 @@ def resolve_data(name: str, data_root: str | Path) -> ResolvedData:
 
 
 # ============================================================================ settings
+# CrIBo's eval_launcher.py --mmseg_lr default (its update_cfg writes it over the configs' 1e-3).
+LAUNCHER_LR = 0.01
+SCHEDULES = ("long", "short")
+LR_SWEEPS = ("paper", "launcher_default")
+
+
 @dataclass
 class SegConfig:
-    """Settings shared by both protocols (each protocol sets its own lr grid and head)."""
+    """Settings shared by both protocols (each protocol sets its own lr sweep and head).
+
+    ``schedule`` / ``iters`` and ``lr_sweep`` / ``lrs`` are each one choice stated two ways:
+    the name, or the value. Give either; the other follows (a value that is not the named
+    choice's reads ``custom``); both, disagreeing, is an error.
+    """
+
+    PAPER_LRS: ClassVar[tuple[float, ...]] = ()  # the protocol's sweep from the paper's text
 
     dataset: str = "ade20k"
     crop_size: int = 512
-    iters: int | None = None            # None: the paper's schedule for the dataset
-    lrs: list[float] = field(default_factory=list)
+    # long: 160k (ADE20K, COCO-Stuff) / 80k (VOC, Context), the paper's text and the only
+    # length of CrIBo's linear configs; short: 40k / 20k, CrIBo's other Segmenter configs.
+    # CrIBo's launcher runs whichever config file it is given (eval_launcher.py:38).
+    schedule: Literal["long", "short", "custom"] | None = None  # None: long, or custom if iters
+    iters: int | None = None            # None: the schedule's, by dataset
+    # paper: the sweep of the paper's text, best reported; launcher_default: CrIBo's
+    # eval_launcher.py default lr 0.01 alone. The official code runs one lr per launch.
+    lr_sweep: Literal["paper", "launcher_default", "custom"] | None = None  # None: paper, or custom
+    lrs: list[float] | None = None      # None: the lr_sweep's
     eta_min_ratio: float = 0.1          # PolyLR floor = ratio x lr (CrIBo's update_cfg)
     poly_power: float = 0.9
-    weight_decay: float = 0.01
-    batch_size: int = 8                 # total over all GPUs
+    weight_decay: float = 0.01          # CrIBo's --mmseg_wd default
+    batch_size: int = 4                 # total over all GPUs; CrIBo's --mmseg_samples_per_gpu, one process
     mean: list[float] = field(default_factory=lambda: [127.5, 127.5, 127.5])  # RGB, 0..255
     std: list[float] = field(default_factory=lambda: [127.5, 127.5, 127.5])
     img_scale: list[int] | None = None  # (long, short) of Resize/RandomResize; None: dataset's x crop/512
@@ -240,9 +267,11 @@ class SegConfig:
     drop_path_rate: float = 0.0         # backbone stochastic depth while training
     amp: bool = False
     seed: int = 0
+    # Validations during training, each recorded; the last (at iters) is the reported number.
+    # None: every iters / 10 (CrIBo's schedule configs) and at the end; 0: only at the end.
+    val_interval: int | None = None
     # ---- execution only (not in the fingerprint)
     num_workers: int = 2
-    val_interval: int = 0               # 0: evaluate once, at the end
     checkpoint_interval: int | None = None  # None: iters / 10 (CrIBo: 16k of 160k)
     log_interval: int = 50
     work_dir: str | None = None         # None: $SSL_BENCH_HOME/mmseg/<model>/<fingerprint>
@@ -252,8 +281,15 @@ class SegConfig:
     def __post_init__(self):
         spec = dataset_spec(self.dataset)
         problems = []
-        if self.iters is None:
-            self.iters = spec.paper_iters
+        named_iters = {"long": spec.long_iters, "short": spec.short_iters}
+        self.schedule, self.iters = _resolve_named(
+            "schedule", self.schedule, "long", named_iters, "iters", self.iters, problems)
+        named_lrs = {"paper": list(self.PAPER_LRS), "launcher_default": [LAUNCHER_LR]}
+        self.lr_sweep, self.lrs = _resolve_named(
+            "lr_sweep", self.lr_sweep, "paper", named_lrs, "lrs",
+            None if self.lrs is None else [float(x) for x in self.lrs], problems)
+        if problems:
+            raise ValueError("; ".join(problems))
         if self.iters < 1 or self.batch_size < 1 or self.crop_size < 1:
             problems.append(f"iters, batch_size and crop_size must be >= 1, found {self.iters}, "
                             f"{self.batch_size}, {self.crop_size}")
@@ -263,8 +299,16 @@ class SegConfig:
             problems.append(f"mean and std must be 3 numbers (std > 0), found {self.mean}, {self.std}")
         if self.img_scale is not None and len(self.img_scale) != 2:
             problems.append(f"img_scale must be [long, short], found {self.img_scale}")
+        if self.val_interval is not None and self.val_interval < 0:
+            problems.append(f"val_interval must be >= 0 (0: only at the end), found {self.val_interval}")
         if problems:
             raise ValueError("; ".join(problems))
+
+    def validation_interval(self) -> int:
+        """Iterations between validations (the last iteration always validates)."""
+        if self.val_interval is None:
+            return max(1, self.iters // 10)
+        return self.val_interval or self.iters
 
     # derived sizes ---------------------------------------------------------
     def scale(self) -> tuple[int, int]:
@@ -280,8 +324,28 @@ class SegConfig:
         return self.slide_stride or round(self.crop_size * 480 / 512)
 
 
-EXECUTION_ONLY = ("num_workers", "val_interval", "checkpoint_interval", "log_interval", "work_dir",
-                  "resume", "launcher")
+EXECUTION_ONLY = ("num_workers", "checkpoint_interval", "log_interval", "work_dir", "resume", "launcher")
+
+
+def _resolve_named(name_key: str, name, default: str, named: dict, value_key: str, value,
+                   problems: list[str]):
+    """(name, value) of a choice given by name or by value (see :class:`SegConfig`)."""
+    if value is None:
+        if name is None:
+            name = default
+        if name == "custom":
+            problems.append(f"{name_key} 'custom' needs {value_key}; give {value_key}, or name one of "
+                            f"{', '.join(named)}")
+            return name, value
+        return name, named[name]
+    matching = next((n for n, v in named.items() if v == value), "custom")
+    if name is None or name == matching:
+        return matching, value
+    if name == "custom":  # a value that happens to equal a named choice keeps its name
+        return matching, value
+    problems.append(f"{name_key} {name!r} means {value_key} = {named[name]}, but {value_key} = {value} "
+                    f"was given too; set {value_key} to null to use {name!r}, or drop {name_key}")
+    return name, value
 
 
 # ============================================================================ mmengine config
@@ -325,8 +389,14 @@ def pipelines(cfg: SegConfig, data: ResolvedData) -> tuple[list[dict], list[dict
 
 
 def build_mmseg_config(cfg: SegConfig, data: ResolvedData, *, backbone: dict, decode_head: dict,
-                       lr: float, work_dir: Path, csv_path: Path, experiment: str) -> "Any":
-    """The whole mmengine config of one run (one learning rate)."""
+                       lr: float, work_dir: Path, csv_path: Path, experiment: str,
+                       validation_log: Path | None = None) -> "Any":
+    """The whole mmengine config of one run (one learning rate).
+
+    Validation runs every ``cfg.validation_interval()`` iterations and at the last one, as
+    CrIBo's schedule configs (its train.py only calls ``runner.train()``; the last validation
+    is its final number). Each validation is appended to ``validation_log`` (JSON lines).
+    """
     from mmengine.config import Config
 
     launcher = resolve_launcher(cfg.launcher)
@@ -372,8 +442,8 @@ def build_mmseg_config(cfg: SegConfig, data: ResolvedData, *, backbone: dict, de
         param_scheduler=[dict(type="PolyLR", eta_min=lr * cfg.eta_min_ratio, power=cfg.poly_power,
                               begin=0, end=cfg.iters, by_epoch=False)],
         train_cfg=dict(type="IterBasedTrainLoop", max_iters=cfg.iters,
-                       val_interval=cfg.val_interval or cfg.iters + 1),
-        test_cfg=dict(type="TestLoop"),
+                       val_interval=cfg.validation_interval()),
+        val_cfg=dict(type="ValLoop"),
         default_hooks=dict(
             timer=dict(type="IterTimerHook"),
             logger=dict(type="LoggerHook", interval=cfg.log_interval, log_metric_by_epoch=False),
@@ -385,13 +455,13 @@ def build_mmseg_config(cfg: SegConfig, data: ResolvedData, *, backbone: dict, de
         train_dataloader=dict(batch_size=cfg.batch_size // world, num_workers=nw,
                               persistent_workers=nw > 0,
                               sampler=dict(type="InfiniteSampler", shuffle=True), dataset=train_set),
-        test_dataloader=dict(batch_size=1, num_workers=nw, persistent_workers=nw > 0,
-                             sampler=dict(type="DefaultSampler", shuffle=False), dataset=val_set),
-        test_evaluator=dict(type="SslBenchIoUMetric", iou_metrics=["mIoU"], csv_path=str(csv_path)),
+        val_dataloader=dict(batch_size=1, num_workers=nw, persistent_workers=nw > 0,
+                            sampler=dict(type="DefaultSampler", shuffle=False), dataset=val_set),
+        # every validation rewrites the per-class table: the file left is the last one's
+        val_evaluator=dict(type="SslBenchIoUMetric", iou_metrics=["mIoU"], csv_path=str(csv_path)),
+        custom_hooks=[dict(type="SslBenchValidationLog",
+                           path=str(validation_log or Path(work_dir) / VALIDATION_LOG))],
     )
-    if cfg.val_interval:
-        d.update(val_cfg=dict(type="ValLoop"), val_dataloader=d["test_dataloader"],
-                 val_evaluator=dict(type="IoUMetric", iou_metrics=["mIoU"]))
     # yapf formatting of the dumped config costs seconds per checkpoint (mmengine stores the
     # config text in every checkpoint); the unformatted text is the same config.
     return Config(d, format_python_code=False)
@@ -433,7 +503,56 @@ def register_metric() -> None:
         return "" if np.isnan(x) else f"{100 * float(x):.2f}"
 
     METRICS.register_module(name="SslBenchIoUMetric", module=SslBenchIoUMetric, force=True)
+    _register_validation_log()
     _METRIC_REGISTERED = True
+
+
+VALIDATION_LOG = "validations.jsonl"
+
+
+def _register_validation_log() -> None:
+    """``SslBenchValidationLog``: a hook that keeps every validation's metrics by iteration.
+
+    In memory on every rank (the evaluator hands all ranks the same metrics) and, on the
+    main process, appended to a JSON-lines file, so that a resumed run still knows the
+    validations of the sessions before it.
+    """
+    import json
+
+    from mmengine.dist import is_main_process
+    from mmengine.hooks import Hook
+    from mmengine.registry import HOOKS
+
+    class SslBenchValidationLog(Hook):
+        priority = "VERY_LOW"
+
+        def __init__(self, path: str):
+            self.path = Path(path)
+            self.history: dict[int, dict[str, float]] = {}
+
+        def after_val_epoch(self, runner, metrics=None) -> None:
+            values = {k: round(float(v), 2) for k, v in (metrics or {}).items()
+                      if isinstance(v, (int, float)) or getattr(v, "ndim", None) == 0}
+            self.history[int(runner.iter)] = values
+            if is_main_process():
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with open(self.path, "a") as f:
+                    f.write(json.dumps({"iter": int(runner.iter), "metrics": values}) + "\n")
+
+    HOOKS.register_module(name="SslBenchValidationLog", module=SslBenchValidationLog, force=True)
+
+
+def read_validation_log(path: Path) -> dict[int, dict[str, float]]:
+    """{iteration: metrics} from a validation log (a later line for the same iteration wins)."""
+    import json
+
+    out: dict[int, dict[str, float]] = {}
+    if Path(path).is_file():
+        for line in Path(path).read_text().splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                out[int(entry["iter"])] = entry["metrics"]
+    return out
 
 
 def _history_buffer_getattr(obj, name: str):
@@ -490,21 +609,44 @@ def mmengine_checkpoint_loading():
 # ============================================================================ one run, the sweep
 def run_one(cfg: SegConfig, data: ResolvedData, *, backbone: dict, decode_head: dict, lr: float,
             work_dir: Path, tag: str) -> dict:
-    """Train + evaluate one learning rate; returns {metrics, csv, work_dir, lr, iters}."""
+    """Train one learning rate, validating as CrIBo's schedules do.
+
+    Returns {lr, metrics, validations, reported_iter, csv, validation_log, work_dir, iters}:
+    ``metrics`` are the last validation's (at ``iters``), ``validations`` every
+    (iteration, mIoU) in order.
+    """
+    from mmengine.dist import is_main_process
     from mmengine.runner import Runner
 
     work_dir.mkdir(parents=True, exist_ok=True)
     csv_path = work_dir / "per_class_iou.csv"
-    experiment = f"{tag}_lr{lr:g}_{uuid.uuid4().hex[:6]}"
-    mm_cfg = build_mmseg_config(cfg, data, backbone=backbone, decode_head=decode_head, lr=lr,
-                                work_dir=work_dir, csv_path=csv_path, experiment=experiment)
-    runner = Runner.from_cfg(mm_cfg)
-    with mmengine_checkpoint_loading():
-        runner.train()
-        metrics = runner.test()
-    # mmseg reports percentages rounded to 2 decimals (as float32 / numpy scalars)
-    return {"lr": lr, "metrics": {k: round(float(v), 2) for k, v in metrics.items()}, "csv": str(csv_path),
-            "work_dir": str(work_dir), "iters": cfg.iters}
+    log_path = work_dir / VALIDATION_LOG
+    if cfg.resume:
+        earlier = read_validation_log(log_path)
+    else:
+        earlier = {}
+        if is_main_process():
+            log_path.unlink(missing_ok=True)
+    # A learning rate whose last validation an earlier session logged is done: read it back
+    # (mmengine would first replay the whole data loader to find nothing left to train).
+    if not (cfg.iters in earlier and csv_path.is_file()):
+        experiment = f"{tag}_lr{lr:g}_{uuid.uuid4().hex[:6]}"
+        mm_cfg = build_mmseg_config(cfg, data, backbone=backbone, decode_head=decode_head, lr=lr,
+                                    work_dir=work_dir, csv_path=csv_path, experiment=experiment,
+                                    validation_log=log_path)
+        runner = Runner.from_cfg(mm_cfg)
+        with mmengine_checkpoint_loading():
+            runner.train()
+            hook = next(h for h in runner.hooks if type(h).__name__ == "SslBenchValidationLog")
+            if cfg.iters not in hook.history:
+                # resumed from the last checkpoint of a run whose final validation did not finish
+                runner.val()
+        earlier.update(hook.history)
+    history = dict(sorted(earlier.items()))
+    return {"lr": lr, "metrics": dict(history[cfg.iters]), "reported_iter": cfg.iters,
+            "validations": [[it, m.get("mIoU")] for it, m in history.items()],
+            "csv": str(csv_path), "validation_log": str(log_path), "work_dir": str(work_dir),
+            "iters": cfg.iters}
 
 
 def run_seg_protocol(backbone_state_dict: dict[str, torch.Tensor], arch_kwargs: dict, cfg: SegConfig,
@@ -527,12 +669,8 @@ def run_seg_protocol(backbone_state_dict: dict[str, torch.Tensor], arch_kwargs: 
     data = resolve_data(cfg.dataset, data_root)
     work_dir = Path(work_dir)
     weights = mmseg_bridge.save_converted(backbone_state_dict, work_dir / "backbone_mmseg.safetensors")
-    if "num_heads" not in arch_kwargs:
-        raise ConfigError(f"arch_kwargs must give num_heads, found {sorted(arch_kwargs)}")
-    bk = mmseg_bridge.backbone_kwargs(backbone_state_dict, int(arch_kwargs["num_heads"]), cfg.crop_size,
-                                      0.0 if frozen else cfg.drop_path_rate)
-    backbone = dict(type="SslBenchViT", weights=str(weights), frozen=frozen, **bk)
-    decode_head = head_config(head, bk["embed_dims"], bk["num_heads"], data.num_classes)
+    backbone = backbone_config(backbone_state_dict, arch_kwargs, cfg, frozen=frozen, weights=weights)
+    decode_head = head_config(head, backbone["embed_dims"], backbone["num_heads"], data.num_classes)
     out = []
     for lr in cfg.lrs:
         log.info("%s on %s: lr %g, %d iterations", head, cfg.dataset, lr, cfg.iters)
@@ -542,6 +680,26 @@ def run_seg_protocol(backbone_state_dict: dict[str, torch.Tensor], arch_kwargs: 
                    synthetic=data.is_synthetic)
         out.append(res)
     return out
+
+
+def backbone_config(backbone_state_dict: dict[str, torch.Tensor], arch_kwargs: dict, cfg: SegConfig, *,
+                    frozen: bool, weights: str | Path | None = None) -> dict:
+    """The mmseg backbone (``SslBenchViT``) of a run.
+
+    A frozen backbone's mode while the head trains is ``cfg.frozen_backbone_mode`` (seg_linear's
+    setting; "eval" where a config has none): "train" as CrIBo (DropPath at ``drop_path_rate``
+    on the frozen features), "eval" deterministic (built with drop path 0).
+    """
+    from benchmarks import mmseg_bridge
+
+    if "num_heads" not in arch_kwargs:
+        raise ConfigError(f"arch_kwargs must give num_heads, found {sorted(arch_kwargs)}")
+    mode = getattr(cfg, "frozen_backbone_mode", "eval") if frozen else "eval"
+    drop_path = cfg.drop_path_rate if (not frozen or mode == "train") else 0.0
+    bk = mmseg_bridge.backbone_kwargs(backbone_state_dict, int(arch_kwargs["num_heads"]), cfg.crop_size,
+                                      drop_path)
+    return dict(type="SslBenchViT", weights=None if weights is None else str(weights), frozen=frozen,
+                frozen_mode=mode, **bk)
 
 
 # Segmenter's mask transformer: mmseg's configs (2 layers) and the head's default drop path.
@@ -573,25 +731,37 @@ def best_of(runs: list[dict], key: str = "mIoU") -> dict:
 
 
 def to_results(runs: list[dict], cfg: SegConfig, split: str = "val") -> list:
-    """One ProtocolResult per lr (variant lr=<lr>) + the best over the sweep (variant lr=best)."""
+    """One ProtocolResult per lr (variant lr=<lr>) + the best over the sweep (variant lr=best).
+
+    Every record names the lr its number comes from (params ``lr``) and carries all the
+    validations of that lr's training (params ``validations``: [iteration, mIoU] pairs);
+    the number is the last validation's (``reported_iter`` = iters), CrIBo's final one.
+    """
     from benchmarks.base import ProtocolResult
+
+    def params(r: dict) -> dict:
+        return {"lr": r["lr"], "eta_min": r["lr"] * cfg.eta_min_ratio, "iters": r["iters"],
+                "num_classes": r["num_classes"], "train_lists": r["train_lists"],
+                "synthetic": r["synthetic"], "validations": r["validations"],
+                "reported_iter": r["reported_iter"], "reported": "last validation"}
+
+    def artifacts(r: dict) -> dict:
+        return {"per_class_csv": r["csv"], "validation_log": r["validation_log"], "work_dir": r["work_dir"]}
 
     out = []
     for r in runs:
         out.append(ProtocolResult(
             metrics=dict(r["metrics"]), dataset=cfg.dataset, split=split, seed=cfg.seed,
-            variant={"lr": r["lr"]},
-            params={"lr": r["lr"], "eta_min": r["lr"] * cfg.eta_min_ratio, "iters": r["iters"],
-                    "num_classes": r["num_classes"], "train_lists": r["train_lists"],
-                    "synthetic": r["synthetic"]},
-            artifacts={"per_class_csv": r["csv"], "work_dir": r["work_dir"]}))
+            variant={"lr": r["lr"]}, params=params(r), artifacts=artifacts(r)))
     best = best_of(runs)
     out.append(ProtocolResult(
         metrics=dict(best["metrics"]), dataset=cfg.dataset, split=split, seed=cfg.seed,
         variant={"lr": "best"},
-        params={"best_lr": best["lr"], "lrs": list(cfg.lrs),
-                "mIoU_by_lr": {f"{r['lr']:g}": r["metrics"].get("mIoU") for r in runs}},
-        artifacts={"per_class_csv": best["csv"], "work_dir": best["work_dir"]}))
+        params={**params(best), "best_lr": best["lr"], "lrs": list(cfg.lrs), "lr_sweep": cfg.lr_sweep,
+                "mIoU_by_lr": {f"{r['lr']:g}": r["metrics"].get("mIoU") for r in runs},
+                # its files are the record of variant lr=<best_lr>'s: each artifact has one record
+                "artifacts_in_variant": {"lr": best["lr"]}},
+        artifacts={}))
     return out
 
 

@@ -125,11 +125,29 @@ def _flatten(records: Iterable[dict]) -> pd.DataFrame:
                 "split": proto.get("split") or "", "variant": variant_label(rec.get("variant")),
                 "metric": metric, "fingerprint": proto.get("fingerprint") or "",
                 "seed": rec.get("seed"), "created": rec.get("created") or "",
-                "value": float(value), "id": rec.get("id"),
+                "value": float(value), "id": rec.get("id"), "data": _data_label(proto),
             })
     return pd.DataFrame(rows, columns=["model", "sha", "method", "arch", "pretrain_data", "epochs",
                                        "protocol", "dataset", "split", "variant", "metric",
-                                       "fingerprint", "seed", "created", "value", "id"])
+                                       "fingerprint", "seed", "created", "value", "id", "data"])
+
+
+def _data_label(proto: dict) -> str:
+    """Which data a record measured: its content stamp, else its resolved root."""
+    return str(proto.get("data_stamp") or proto.get("data_root") or "")
+
+
+def _disambiguate_data(flat: pd.DataFrame) -> pd.DataFrame:
+    """A (protocol, dataset, split) measured on several data sets (other roots or contents)
+    becomes one ``dataset@data8`` column per data set, never one cell mixing or hiding them."""
+    keys = ["protocol", "dataset", "split"]
+    counts = flat.groupby(keys)["data"].transform("nunique")
+    if not (counts > 1).any():
+        return flat
+    flat = flat.copy()
+    mask = counts > 1
+    flat.loc[mask, "dataset"] = flat.loc[mask, "dataset"] + "@" + flat.loc[mask, "data"].str[:8]
+    return flat
 
 
 def _disambiguate_models(flat: pd.DataFrame) -> pd.DataFrame:
@@ -177,7 +195,7 @@ def build_leaderboard(records: list[dict] | None = None, runs_dir: str | Path | 
     """
     if records is None:
         records = list(iter_records(Path(runs_dir) if runs_dir else None))
-    flat = _disambiguate_models(_flatten(records))
+    flat = _disambiguate_data(_disambiguate_models(_flatten(records)))
     conflicts = fingerprint_conflicts(flat)
     if flat.empty:
         df = pd.DataFrame(index=pd.Index([], name="model"),

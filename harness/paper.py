@@ -4,8 +4,17 @@ reproduce them from zoo checkpoints (configs/paper/<table>.yaml).
 ``reproduce(table, data_root, zoo_dir)`` runs, for every (zoo checkpoint, protocol,
 dataset) the table needs, the registered protocol through ``harness.evaluate`` (so the
 result records land in results/runs and feed the leaderboards), then prints measured /
-paper / delta side by side with the seed spread and a verdict per cell. A cell whose
-checkpoint, dataset or protocol is missing says so; it never fails the whole table.
+paper / delta side by side with the seed spread and a verdict per cell. The verdict rule is
+strict: a cell's measurement uses only the records whose variant is the table's protocol
+exactly (``cell_variant``; several unpinned groups are "ambiguous", never the best of
+them), and it passes iff |delta| <= the tolerance the table YAML states with its reason (a
+std above the tolerance makes it "inconclusive", never a pass). A cell whose checkpoint,
+dataset or protocol is missing says so; it never stops the rest of the table.
+``exit_status``: 1 when any cell failed or nothing was measured.
+A table protocol may give settings by the model's patch size (``by_patch``) and CSV
+variants that are settings of the run (``variants``, e.g. a memory size): each is a run of
+its own, and its keys are dropped from what the records must match (``cell_variant``); the
+rest of the rule is unchanged.
 ``dry_run=True`` prints the plan: checkpoints, protocols, datasets, an estimate of the
 backbone FLOPs and, from configs/gpus.yaml (harness.gpus), the GPU-hours they take on a chosen
 GPU model and precision, and the wall-clock hours on N such GPUs.
@@ -52,9 +61,18 @@ class ProtocolSpec:
     by_patch: dict = field(default_factory=dict)  # {patch size: {setting: value}}
     # CSV variants that are protocol settings rather than something a record reports, e.g.
     # "memory_size=102400": {memory_size: 102400}; each such variant is a run of its own, and
-    # its keys are not looked for in the records' variants
+    # its keys are not looked for in the records' variants (cell_variant drops them; the
+    # no-best-group rule of _measure still holds for every other key)
     variants: dict = field(default_factory=dict)  # {"key=value[,key=value]": {setting: value}}
-    tolerance: float = 1.0  # |measured - paper| accepted when the seed spread does not cover it
+    # The verdict rule (harness.paper.verdict): a cell passes iff |measured - paper| <= tolerance,
+    # in the metric's points; the seed spread never widens it. Both are required in a table
+    # YAML, the reason in words (printed beside every comparison).
+    tolerance: float | None = None
+    tolerance_reason: str = ""
+    # The paper's protocol as the variant its result records carry: key -> value for the keys
+    # a cell's own variant does not give (a cell's value wins); null = records must not carry
+    # the key. A record counts for a cell only if it matches all of these and the cell's keys.
+    variant: dict = field(default_factory=dict)
     input: Any = "native"  # FLOPs estimate: "native" (dataset's typical size), [h, w], an int, or
     #                        "input_size" (the protocol's square input_size setting)
     val_input: Any = None  # default: same as input
@@ -146,6 +164,26 @@ def load_table(table: str | Path) -> Table:
     if not csv.is_absolute():
         csv = (path.parent / csv) if (path.parent / csv).is_file() else PAPER_DIR / csv
     rows = read_paper_csv(csv)
+    for name, ps in spec.protocols.items():
+        if ps.tolerance is None or ps.tolerance < 0 or not ps.tolerance_reason.strip():
+            raise ConfigError(
+                f"{path}: protocols.{name}: tolerance {ps.tolerance!r}, tolerance_reason "
+                f"{ps.tolerance_reason!r}; every protocol of a paper table states the |measured - paper| it "
+                f"accepts (a number >= 0, in the metric's points) and why (tolerance_reason: a sentence)")
+    for name, ps in spec.protocols.items():
+        if not ps.variants:
+            continue
+        settings = {k for key in ps.variants for k in parse_variant(key)}
+        if settings & set(ps.variant or {}):
+            raise ConfigError(
+                f"{path}: protocols.{name}: {sorted(settings & set(ps.variant))} are run settings (variants) and "
+                f"also in `variant` (what the records carry); a key is one or the other")
+        for v in sorted(set(rows.loc[rows["protocol"] == name, "variant"])):
+            hits = _settings_of(v, ps)
+            if len(hits) != 1:
+                raise ConfigError(
+                    f"{path}: protocols.{name}: the CSV variant {v!r} matches {len(hits)} of variants "
+                    f"{sorted(ps.variants)} ({hits}); every cell of a protocol with `variants` is the run of exactly one")
     unknown_p = sorted(set(rows["protocol"]) - set(spec.protocols))
     unknown_d = sorted(set(rows["dataset"]) - set(spec.datasets))
     if unknown_p or unknown_d:
@@ -299,17 +337,20 @@ def _arch_of(lookup: ZooLookup) -> tuple[str | None, dict | None]:
     return None, None
 
 
+def _settings_of(variant: str, ps: ProtocolSpec) -> list[str]:
+    """The ProtocolSpec.variants keys whose key=value pairs the CSV variant ``variant`` contains."""
+    have = parse_variant(variant)
+    return [key for key in ps.variants
+            if all(a in have and _same_value(b, have[a]) for a, b in parse_variant(key).items())]
+
+
 def _variant_groups(grp: pd.DataFrame, ps: ProtocolSpec) -> list[tuple[str, pd.DataFrame]]:
     """Cells of one (checkpoint, protocol, dataset) split by the ProtocolSpec.variants they
-    belong to (a cell belongs to the variant whose key=value pairs its own variant contains)."""
+    belong to (a cell belongs to the variant whose key=value pairs its own variant contains;
+    load_table makes sure each cell belongs to exactly one)."""
     if not ps.variants:
         return [("", grp)]
-    specs = {k: parse_variant(k) for k in ps.variants}
-
-    def which(variant: str) -> str:
-        have = parse_variant(variant)
-        return next((k for k, want in specs.items() if all(str(have.get(a)) == str(b) for a, b in want.items())), "")
-    keys = grp["variant"].map(which)
+    keys = grp["variant"].map(lambda v: (_settings_of(v, ps) or [""])[0])
     return [(k, grp[keys == k]) for k in dict.fromkeys(keys)]
 
 
@@ -458,6 +499,8 @@ def format_plan(tab: Table, jobs: list[Job], data_root=None, zoo_dir=None, gpu: 
     notes = [f"  {p}: {s.note}" for p, s in spec.protocols.items() if s.note]
     if notes:
         out += ["cost model:"] + notes
+    out += ["verdicts (a measured std never widens the tolerance; std > tolerance is inconclusive):"]
+    out += tolerance_lines(tab)
     issues = [j for j in jobs if j.status != "ready"]
     if issues:
         out += ["", "not ready:"]
@@ -478,85 +521,153 @@ def format_plan(tab: Table, jobs: list[Job], data_root=None, zoo_dir=None, gpu: 
 
 
 # ----------------------------------------------------------------------------- matching
-def _variant_matches(cell: dict[str, str], measured: dict[str, Any]) -> bool:
-    for k, v in cell.items():
-        if k not in measured:
-            return False
-        m = measured[k]
-        if k == "fraction":
-            a, b = fraction_value(v), fraction_value(m)
-            if a is None or b is None or abs(a - b) > 1e-12:
+# Verdicts a measured cell can get, and what a cell's `outcome` is: "pass" only for OK;
+# "fail" for a cell whose run finished (or broke) without a pass; "not run" for a cell
+# nothing was run for (no checkpoint, dataset or protocol), which fails nothing by itself.
+OK, DIFFERS, INCONCLUSIVE, AMBIGUOUS, NOT_MEASURED = "ok", "DIFFERS", "inconclusive", "ambiguous", "not measured"
+FAILED_RUN = ("failed", "checkpoint error")
+
+
+def _same_value(want: Any, got: Any) -> bool:
+    """Variant values from a CSV/YAML (strings, numbers) against a record's: equal as text
+    (case aside), or as numbers ("1/8" == 0.125, "8e-4" == 0.0008); booleans only as text."""
+    if str(want).lower() == str(got).lower():
+        return True
+    if isinstance(want, bool) or isinstance(got, bool):
+        return False
+    a, b = fraction_value(want), fraction_value(got)
+    return a is not None and b is not None and abs(a - b) <= 1e-12 * max(1.0, abs(a))
+
+
+def _variant_matches(want: dict[str, Any], measured: dict[str, Any]) -> bool:
+    """Every key of ``want`` matches: None = ``measured`` must not carry the key."""
+    for k, v in want.items():
+        if v is None:
+            if k in measured:
                 return False
-        elif str(m) != str(v):
+        elif k not in measured or not _same_value(v, measured[k]):
             return False
     return True
 
 
-def _measure(cell: pd.Series, records: list[dict], settings: str = "") -> dict[str, Any]:
-    """Mean/std/n over seeds of the records that fit the cell; with several other variant
-    values (e.g. per-lr results) the best group is taken, as the papers report the best.
-    ``settings``: the run's ProtocolSpec.variants key, whose keys the records do not carry."""
+def _label(variant: dict[str, Any]) -> str:
+    return ",".join(f"{k}={'(absent)' if v is None else v}" for k, v in sorted(variant.items())) or "(no variant)"
+
+
+def cell_variant(cell: pd.Series, protocol: ProtocolSpec, settings: str = "") -> dict[str, Any]:
+    """The variant a record must carry to count for ``cell``: the table's protocol variant
+    (its defaults) with the cell's own keys on top. ``settings``: the run's
+    ProtocolSpec.variants key (e.g. "memory_size=102400"); its keys are settings of the run,
+    not something its records report, so they are dropped from what the records must match."""
+    want = {**(protocol.variant or {}), **parse_variant(cell["variant"])}
     drop = set(parse_variant(settings)) if settings else set()
-    want = {k: v for k, v in parse_variant(cell["variant"]).items() if k not in drop}
+    return {k: v for k, v in want.items() if k not in drop}
+
+
+def _measure(cell: pd.Series, records: list[dict], protocol: ProtocolSpec, settings: str = "") -> dict[str, Any]:
+    """Mean/std/n over seeds of the records whose variant is exactly the cell's protocol
+    (``cell_variant``; ``settings`` = the run's ProtocolSpec.variants key, whose keys the
+    records do not carry). Records that also vary in keys neither the cell nor the table pins
+    (e.g. one result per lr when the cell does not say which) are grouped by those keys: one
+    group is measured; several are an ambiguity, never resolved by taking the best of them.
+    Returns {"status": "measured" | AMBIGUOUS | NOT_MEASURED, "note": ..., measured/std/n}."""
+    want = cell_variant(cell, protocol, settings)
     metric = cell["metric"].lower()
     groups: dict[str, list[float]] = {}
+    others: set[str] = set()
     for rec in records:
-        if not _variant_matches(want, rec.get("variant") or {}):
+        var = rec.get("variant") or {}
+        if not _variant_matches(want, var):
+            others.add(_label(var))
             continue
         value = next((v for k, v in (rec.get("metrics") or {}).items() if k.lower() == metric), None)
-        if not isinstance(value, (int, float)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
-        rest = {k: v for k, v in (rec.get("variant") or {}).items() if k not in want}
-        groups.setdefault(repr(sorted(rest.items())), []).append(float(value))
+        groups.setdefault(_label({k: v for k, v in var.items() if k not in want}), []).append(float(value))
     if not groups:
-        return {}
-    stats = []
-    for key, vals in groups.items():
-        s = pd.Series(vals)
-        stats.append((s.mean(), float(s.std(ddof=1)) if len(s) > 1 else 0.0, len(s), key))
-    mean, std, n, key = max(stats)
-    return {"measured": mean, "std": std, "n": n,
-            "note": f"best of {len(stats)} variants ({key})" if len(stats) > 1 else ""}
+        seen = f"; the run's records have {'; '.join(sorted(others))}" if others else ""
+        return {"status": NOT_MEASURED, "note": f"no {cell['metric']} record with variant {_label(want)}{seen}"}
+    if len(groups) > 1:
+        parts = [f"{key} (n={len(vals)})" for key, vals in sorted(groups.items())]
+        return {"status": AMBIGUOUS,
+                "note": f"{len(groups)} variant groups match and neither the cell nor the table's protocol "
+                        f"variant says which is the paper's: {'; '.join(parts)}; pin the key in the table "
+                        f"YAML (protocols.<name>.variant)"}
+    (vals,) = groups.values()
+    s = pd.Series(vals)
+    return {"status": "measured", "measured": float(s.mean()), "std": float(s.std(ddof=1)) if len(s) > 1 else 0.0,
+            "n": len(s), "note": ""}
 
 
 def verdict(delta: float, std: float, n: int, tolerance: float) -> str:
-    spread = 2 * std if n > 1 else 0.0
-    if n > 1 and abs(delta) <= spread:
-        return "ok (within 2 std)"
-    if abs(delta) <= tolerance:
-        return f"ok (within ±{tolerance:g})"
-    return f"DIFFERS (|delta| > {'2 std, ' if n > 1 else ''}±{tolerance:g})"
+    """Pass iff |delta| <= tolerance. The seed spread only makes it stricter: with several
+    seeds whose std exceeds the tolerance the cell is inconclusive, even with a small delta
+    (a noisier run never passes more easily)."""
+    if abs(delta) > tolerance:
+        return f"{DIFFERS} (|delta| > {tolerance:g})"
+    if n > 1 and std > tolerance:
+        return f"{INCONCLUSIVE} (std {std:.2f} > {tolerance:g})"
+    return f"{OK} (|delta| <= {tolerance:g})"
 
 
 def compare_cells(tab: Table, jobs: list[Job]) -> pd.DataFrame:
+    """Per cell: measured / std / n / delta / tolerance, a verdict and an outcome (pass, fail,
+    not run; see the constants above)."""
     rows = tab.rows.copy()
-    for col in ("measured", "std", "delta"):
+    for col in ("measured", "std", "delta", "tolerance"):
         rows[col] = float("nan")
     rows["n"] = 0
     rows["verdict"] = "no public checkpoint"
+    rows["outcome"] = "not run"
     rows["note"] = ""
     for job in jobs:
-        tol = tab.spec.protocols[job.protocol].tolerance
+        ps = tab.spec.protocols[job.protocol]
         for idx in job.cells:
+            rows.at[idx, "tolerance"] = ps.tolerance
             if job.status != "done":
                 rows.at[idx, "verdict"] = job.status
                 rows.at[idx, "note"] = job.message
+                rows.at[idx, "outcome"] = "fail" if job.status in FAILED_RUN else "not run"
                 continue
-            m = _measure(rows.loc[idx], job.records, job.variant)
-            if not m:
-                rows.at[idx, "verdict"] = "not measured"
-                rows.at[idx, "note"] = (f"the {job.protocol} run produced no {rows.at[idx, 'metric']} for "
-                                        f"{rows.at[idx, 'variant'] or 'this cell'}")
+            m = _measure(rows.loc[idx], job.records, ps, job.variant)
+            stored = " (stored records)" if job.skipped else ""
+            if m["status"] != "measured":
+                rows.at[idx, "verdict"], rows.at[idx, "outcome"] = m["status"], "fail"
+                rows.at[idx, "note"] = f"{job.protocol}{' ' + job.variant if job.variant else ''}: {m['note']}{stored}"
                 continue
             delta = m["measured"] - rows.at[idx, "value"]
             rows.at[idx, "measured"], rows.at[idx, "std"], rows.at[idx, "n"] = m["measured"], m["std"], m["n"]
             rows.at[idx, "delta"] = delta
-            rows.at[idx, "verdict"] = verdict(delta, m["std"], m["n"], tol)
-            rows.at[idx, "note"] = m["note"] + (" (stored records)" if job.skipped else "")
+            v = verdict(delta, m["std"], m["n"], ps.tolerance)
+            rows.at[idx, "verdict"] = v
+            rows.at[idx, "outcome"] = "pass" if v.startswith(OK) else "fail"
+            rows.at[idx, "note"] = stored.strip()
     return rows
 
 
-def format_comparison(cells: pd.DataFrame, title: str = "", show_unreproducible: bool = False) -> str:
+def exit_status(cells: pd.DataFrame | None) -> int:
+    """`ssl-bench reproduce`'s exit status: 0 for a dry run (None) or when at least one cell
+    was measured and no cell failed; 1 when any cell failed (DIFFERS, inconclusive,
+    ambiguous, not measured by a finished run, or its run failed) or nothing was measured.
+    Cells nothing was run for (no checkpoint / dataset / protocol) fail nothing by
+    themselves."""
+    if cells is None:
+        return 0
+    if (cells["outcome"] == "fail").any() or not (cells["n"] > 0).any():
+        return 1
+    return 0
+
+
+def tolerance_lines(tab: Table) -> list[str]:
+    """One line per protocol: the verdict rule's tolerance and why."""
+    metrics = tab.rows.groupby("protocol")["metric"].agg(lambda m: "/".join(sorted(set(m)))).to_dict()
+    return [f"  {name}: pass iff |measured - paper| <= {ps.tolerance:g} {metrics.get(name, '')} points"
+            f"{'; variant ' + _label(ps.variant) if ps.variant else ''} - {ps.tolerance_reason}"
+            for name, ps in tab.spec.protocols.items()]
+
+
+def format_comparison(cells: pd.DataFrame, title: str = "", show_unreproducible: bool = False,
+                      tolerances: list[str] | None = None) -> str:
     shown = cells if show_unreproducible else cells[cells["verdict"] != "no public checkpoint"]
     header = ["row", "model", "zoo", "protocol", "dataset", "variant", "metric", "paper", "measured", "delta",
               "verdict"]
@@ -571,14 +682,24 @@ def format_comparison(cells: pd.DataFrame, title: str = "", show_unreproducible:
                      r["protocol"], r["dataset"], r["variant"] or "-", r["metric"], f"{r['value']:.1f}", meas,
                      delta, r["verdict"]])
     out = [title] if title else []
+    if tolerances:
+        out += ["tolerances (a measured std never widens them; std > tolerance is inconclusive):"] + tolerances
     out.append(_text_table(header, body, right={7, 8, 9}) if body else "(no reproducible cells)")
     counts = cells["verdict"].map(lambda v: v.split(" (")[0]).value_counts()
     out.append("")
     out.append("cells: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    outcomes = cells["outcome"].value_counts()
+    status = exit_status(cells)
+    why = ("some cell failed" if (cells["outcome"] == "fail").any() else "nothing was measured") if status else \
+        "every measured cell passed"
+    out.append(f"outcome: {outcomes.get('pass', 0)} pass, {outcomes.get('fail', 0)} fail, "
+               f"{outcomes.get('not run', 0)} not run -> exit status {status} ({why})")
     notes = shown[(shown["note"] != "") & (shown["n"] == 0)].drop_duplicates("note")
     if len(notes):
-        out.append("why cells were not measured:")
-        out += [f"  - {r['zoo_name']} {r['protocol']}/{r['dataset']}: {r['note']}" for _, r in notes.iterrows()]
+        out.append("why cells have no measurement:")
+        out += [f"  - {r['zoo_name']} {r['protocol']}/{r['dataset']}"
+                f"{' ' + r['variant'] if r['outcome'] == 'fail' and r['variant'] else ''}: {r['verdict']}: {r['note']}"
+                for _, r in notes.iterrows()]
     return "\n".join(out)
 
 
@@ -590,6 +711,11 @@ class ReproduceResult:
     cells: pd.DataFrame | None  # None for a dry run
     text: str
     csv: Path | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """What `ssl-bench reproduce` exits with (``exit_status``)."""
+        return exit_status(self.cells)
 
 
 def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo_dir: str | Path | None = None,
@@ -632,8 +758,9 @@ def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo
             model = zoo_model(job.zoo_name, zoo_dir, trust=trust, zoo_path=zoo_path).to(device)
             if job.arch_kwargs is None:  # a harness checkpoint found only now: settings by its patch
                 job.values, problem = job_values(ps, job.variant, {"patch_size": model.backbone.patch_size})
-                if problem:
-                    raise ConfigError(problem)
+                if problem:  # as the plan says it for a model whose patch size it knows
+                    job.status, job.message = "protocol unavailable", problem
+                    continue
             protocol = _protocol_class(job.protocol).from_preset(
                 ps.preset, {"dataset": ds.reader, **job.values}, source=str(tab.source))
             if echo:
@@ -651,7 +778,7 @@ def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo
             traceback.print_exc(file=sys.stderr)
             job.status, job.message = "failed", f"{type(exc).__name__}: {exc}"
     cells = compare_cells(tab, jobs)
-    text = format_comparison(cells, f"{tab.spec.title}: measured vs paper")
+    text = format_comparison(cells, f"{tab.spec.title}: measured vs paper", tolerances=tolerance_lines(tab))
     csv_path = None
     if out_dir is not None:
         from harness.io_utils import atomic_write_text
@@ -665,7 +792,19 @@ def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo
 # ----------------------------------------------------------------------------- CLI
 def add_cli(subparsers) -> None:
     """Adds `reproduce` and `paper` subcommands to an argparse subparsers object."""
-    r = subparsers.add_parser("reproduce", help="reproduce a paper table from zoo checkpoints")
+    r = subparsers.add_parser(
+        "reproduce", help="reproduce a paper table from zoo checkpoints",
+        description="Run the protocols a paper table needs on its zoo checkpoints and compare every cell "
+                    "with the published number. A cell passes iff |measured - paper| <= the tolerance the "
+                    "table YAML states (with its reason) for the protocol; a std over seeds above the "
+                    "tolerance makes it inconclusive; only records whose variant is the table's protocol "
+                    "exactly count, and several matching variant groups are ambiguous (never the best "
+                    "of them).",
+        epilog="exit status: 0 when at least one cell was measured and every measured cell passed (and for "
+               "--dry-run); 1 when any cell failed (DIFFERS, inconclusive, ambiguous, not measured by a "
+               "finished run, or its run failed) or when nothing was measured; 2 for a usage or config "
+               "error. Cells without a checkpoint, dataset or protocol are reported and fail nothing by "
+               "themselves.")
     r.add_argument("table", help=f"one of: {', '.join(list_tables())} (or a table YAML)")
     r.add_argument("--data-root", default=None, help="folder holding the datasets")
     r.add_argument("--zoo-dir", default=None, help=f"imported / downloaded checkpoints (default {default_zoo_dir()})")
@@ -700,9 +839,7 @@ def cmd_reproduce(args) -> int:
                     models=_split(args.models), datasets=_split(args.datasets), runs_dir=args.runs,
                     force=args.force, out_dir=args.out, device=args.device, gpu=args.gpu,
                     precision=args.precision, n_gpus=args.gpus)
-    if res.cells is None:
-        return 0
-    return 1 if any(j.status == "failed" for j in res.jobs) else 0
+    return exit_status(res.cells)
 
 
 def cmd_paper(args) -> int:
@@ -717,5 +854,6 @@ def cmd_paper(args) -> int:
 
 
 __all__ = ["list_tables", "load_table", "read_paper_csv", "paper_numbers", "vit_flops", "estimate_cost", "plan",
-           "format_plan", "compare_cells", "format_comparison", "verdict", "reproduce", "ReproduceResult",
+           "format_plan", "compare_cells", "format_comparison", "verdict", "exit_status", "cell_variant",
+           "tolerance_lines", "job_values", "reproduce", "ReproduceResult",
            "add_cli", "cmd_reproduce", "cmd_paper", "default_zoo_dir"]

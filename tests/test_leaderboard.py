@@ -71,6 +71,20 @@ def test_mixed_fingerprints_never_share_a_cell():
     compare(_records(), strict=True)  # no conflict: fine
 
 
+def test_one_model_on_two_data_sets_never_shares_or_hides_a_cell():
+    """The same model, protocol and seed on two data roots: two columns, both numbers shown."""
+    recs = []
+    for stamp, value in (("1111aaaa", 5.26), ("2222bbbb", 3.44)):
+        r = _rec("random_init", "dense_nn", "voc", {"mIoU": value}, seed=42, variant={"fraction": "1/1"}, fp=FP_DNN)
+        r["protocol"].update(data_root=f"/data/{stamp}", data_stamp=stamp)
+        recs.append(r)
+    df = build_leaderboard(recs)
+    cells = {c[1]: df.loc["random_init", c] for c in df.columns if c[4] == "mIoU" and c[6] == "mean"}
+    assert cells == {"voc@1111aaaa": 5.26, "voc@2222bbbb": 3.44}
+    one = build_leaderboard(recs[:1])  # a single data set keeps its plain name
+    assert {c[1] for c in one.columns} == {"voc"}
+
+
 def test_outputs_exist_and_parse(tmp_path):
     recs = _records() + [_rec("mae-c", "knn", "synth_in", {"top1": 10.0}, variant={"k": 20}, fp=FP_OTHER)]
     paths = write_leaderboard(recs, tmp_path / "lb")

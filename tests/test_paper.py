@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -134,12 +135,91 @@ def test_dry_run_settings_by_patch_and_variant(tmp_path):
     j16 = by[("dino_vitb16", "memory_size=10240000")]
     assert j16.values["input_size"] == 512 and len(j16.cells) == 2  # the README's own and the paper's number
     assert "dense_nn[hbird] memory_size=1024000" in res.text
-    # the records do not carry memory_size: the cell matches on its fraction only
-    from harness.paper import _measure
+    # the records do not carry memory_size: the run's setting is dropped from what they must
+    # match (cell_variant), the cell matches on its fraction only
+    from harness.paper import _measure, cell_variant, compare_cells
+    ps = res.table.spec.protocols["dense_nn"]
     cell = res.table.rows.loc[j14.cells[0]]
+    assert cell_variant(cell, ps, j14.variant) == {"fraction": "1/1"}
+    assert cell_variant(cell, ps) == {"fraction": "1/1", "memory_size": "102400"}
     rec = {"variant": {"fraction": "1/1"}, "metrics": {"mIoU": 70.0}}
-    assert _measure(cell, [rec], j14.variant)["measured"] == 70.0
-    assert _measure(cell, [rec]) == {}
+    assert _measure(cell, [rec], ps, j14.variant)["measured"] == 70.0
+    assert _measure(cell, [rec], ps)["status"] == "not measured"  # without the run's settings
+    # dropping the setting keys never reopens best-group picking: records that vary in a key
+    # neither the cell nor the table pins are still ambiguous
+    two = [rec, {"variant": {"fraction": "1/1", "k": 50}, "metrics": {"mIoU": 75.0}}]
+    m = _measure(cell, two, ps, j14.variant)
+    assert m["status"] == "ambiguous" and "measured" not in m
+    # through compare_cells: each run's records decide its own memory size's cells only
+    jobs = [j for j in res.jobs if j.zoo_name == "dinov2_vitb14"]
+    got = {"memory_size=102400": 70.0, "memory_size=1024000": 74.0, "memory_size=10240000": 78.5}
+    for j in jobs:
+        j.status, j.records = "done", [{"variant": {"fraction": "1/1"}, "metrics": {"mIoU": got[j.variant]}}]
+    c = compare_cells(res.table, jobs)
+    c = c[c["zoo_name"] == "dinov2_vitb14"].set_index("variant")
+    assert c.at["fraction=1/1,memory_size=102400", "measured"] == 70.0  # paper 69.1
+    assert c.at["fraction=1/1,memory_size=102400", "verdict"] == "ok (|delta| <= 1)"
+    assert c.at["fraction=1/1,memory_size=1024000", "verdict"].startswith("ok")      # 74.0 vs 74.6
+    assert c.at["fraction=1/1,memory_size=10240000", "verdict"].startswith("DIFFERS")  # 78.5 vs 76.9
+
+
+def test_every_table_protocol_states_tolerance_reason_and_variant(tmp_path):
+    """configs/paper/*.yaml: each protocol gives tolerance (>= 0), tolerance_reason and a
+    `variant` dict (written out, even when empty); a spec without them does not load."""
+    import yaml
+
+    from harness.errors import ConfigError
+    from harness.paper import _spec_path
+
+    for name in list_tables():
+        raw = yaml.safe_load(_spec_path(name).read_text())
+        for proto, ps in raw["protocols"].items():
+            assert isinstance(ps.get("tolerance"), (int, float)) and ps["tolerance"] >= 0, (name, proto)
+            assert isinstance(ps.get("tolerance_reason"), str) and len(ps["tolerance_reason"].split()) >= 10, (name, proto)
+            assert isinstance(ps.get("variant"), dict), (name, proto)
+    spec = _spec_path("neco-readme")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(spec.read_text().replace("tolerance_reason:", "tolerance_reason_was:"))
+    with pytest.raises(ConfigError, match="tolerance_reason"):
+        load_table(bad)
+    # a settings variant that is also a record variant key, or a cell no settings variant covers
+    hb = _spec_path("hbird-readme").read_text()
+    clash = tmp_path / "clash.yaml"
+    clash.write_text(hb.replace("    variant: {}", "    variant: {memory_size: 102400}"))
+    with pytest.raises(ConfigError, match="run settings"):
+        load_table(clash)
+    gap = tmp_path / "gap.yaml"
+    gap.write_text(hb.replace("      memory_size=10240000: {memory_size: 10240000}\n", ""))
+    with pytest.raises(ConfigError, match="matches 0 of variants"):
+        load_table(gap)
+
+
+def test_new_tables_pin_what_their_records_vary_in():
+    """dinov2-imagenet / hbird-readme / neco-readme with records shaped as their protocols
+    write them: every cell gets one group (never the best of several)."""
+    from harness.paper import _measure
+
+    def records(variants, metric, values):
+        return [{"variant": v, "metrics": {metric: x}} for v, x in zip(variants, values)]
+
+    d2 = load_table("dinov2-imagenet")
+    knn_cell = d2.rows[(d2.rows["protocol"] == "knn") & (d2.rows["zoo_name"] == "dinov2_vits14")].iloc[0]
+    # knn writes one record per k (ks 10 / 20 / 100 / 200): the table pins k = 20, even when
+    # another k is closer to the paper's 79.0
+    knn = records([{"k": k, "feature": "cls"} for k in (10, 20, 100, 200)], "top1", [79.0, 78.1, 77.0, 76.0])
+    m = _measure(knn_cell, knn, d2.spec.protocols["knn"])
+    assert m["status"] == "measured" and m["measured"] == 78.1
+    lin_cell = d2.rows[(d2.rows["protocol"] == "linear") & (d2.rows["zoo_name"] == "dinov2_vits14")].iloc[0]
+    lin = records([{"recipe": "dino"}, {"recipe": "dino", "cached_features": True}], "top1", [80.5, 81.1])
+    m = _measure(lin_cell, lin, d2.spec.protocols["linear"])
+    assert m["status"] == "measured" and m["measured"] == 80.5  # never the cached-feature shortcut
+    for name in ("hbird-readme", "neco-readme"):
+        tab = load_table(name)
+        ps = tab.spec.protocols["dense_nn"]
+        cell = tab.rows.iloc[0]
+        settings = next(iter(ps.variants), "")
+        m = _measure(cell, records([{"fraction": "1/1"}], "mIoU", [60.0]), ps, settings)
+        assert m["status"] == "measured" and m["measured"] == 60.0, name
 
 
 # ----------------------------------------------------------------------------- fake protocol
@@ -148,6 +228,7 @@ class FakeConfig:
     dataset: str = "voc"
     val_split: str = "val"
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    lr_offsets: dict = field(default_factory=dict)  # {lr: offset}: one result per lr, as a sweep reports
 
 
 @register_protocol("fake_probe")
@@ -166,8 +247,10 @@ class FakeProbe(Protocol):
             seeds = self.cfg.seeds if frac != "1/1" else [None]
             for s in seeds:
                 v = base + (0.4 * (s - 1) if s is not None else 0.0)
-                out.append(ProtocolResult({"mIoU": v, "pixel_accuracy": 90.0}, self.cfg.dataset, self.cfg.val_split,
-                                          seed=s, variant={"fraction": frac}))
+                for lr, offset in (self.cfg.lr_offsets or {None: 0.0}).items():
+                    variant = {"fraction": frac} if lr is None else {"fraction": frac, "lr": lr}
+                    out.append(ProtocolResult({"mIoU": v + offset, "pixel_accuracy": 90.0}, self.cfg.dataset,
+                                              self.cfg.val_split, seed=s, variant=variant))
         return out
 
 
@@ -189,7 +272,7 @@ def _tiny_checkpoint(zoo_dir, name, cls_value):
     return 50.0 + float(state["cls_token"].sum())
 
 
-def _write_table(tmp_path, cells):
+def _write_table(tmp_path, cells, fake_probe: str = ""):
     rows = []
     for i, (zoo, proto, ds, variant, value) in enumerate(cells):
         rows.append(dict(paper="Fake (2024)", table="Table 9", row=i + 1, method=f"M{i}", arch="ViT-T/8",
@@ -200,13 +283,14 @@ def _write_table(tmp_path, cells):
 title: Fake table
 csv: fake.csv
 protocols:
-  fake_probe: {preset: null, tolerance: 1.0, input: native, passes: {train: 1, val: 1}}
-  absent_probe: {preset: null}
+  fake_probe: {preset: null, tolerance: 1.0, tolerance_reason: "test: one point", input: native,
+               passes: {train: 1, val: 1}FAKE_PROBE}
+  absent_probe: {preset: null, tolerance: 1.0, tolerance_reason: "test: one point"}
 datasets:
   synth_voc: {reader: voc, root: ".", train_split: trainaug, val_split: val, n_train: 24, n_val: 12,
               native_hw: [64, 64]}
   synth_ade: {reader: ade20k, root: "no_such_folder", val_split: validation}
-""")
+""".replace("FAKE_PROBE", f", {fake_probe}" if fake_probe else ""))
     return tmp_path / "fake-table.yaml"
 
 
@@ -215,7 +299,7 @@ def test_reproduce_pipeline_with_fake_protocol(tmp_path, synth_root, capsys):
     a = _tiny_checkpoint(zoo_dir, "tiny_a", 0.0)
     b = _tiny_checkpoint(zoo_dir, "tiny_b", 0.02)  # 64 dims -> +1.28
     table = _write_table(tmp_path, [
-        ("tiny_a", "fake_probe", "synth_voc", "fraction=1/2", a + 0.5),    # inside 2 std (0.8)
+        ("tiny_a", "fake_probe", "synth_voc", "fraction=1/2", a + 0.5),    # 3 seeds, std 0.4: inside tolerance 1.0
         ("tiny_a", "fake_probe", "synth_voc", "fraction=1/1", a + 0.9),    # one run: inside tolerance 1.0
         ("tiny_b", "fake_probe", "synth_voc", "fraction=1/2", b + 3.0),    # differs
         ("tiny_a", "fake_probe", "synth_voc", "fraction=1/64", 10.0),      # variant the run does not produce
@@ -230,16 +314,19 @@ def test_reproduce_pipeline_with_fake_protocol(tmp_path, synth_root, capsys):
     c = res.cells.set_index("row")
     assert c.at["1", "measured"] == pytest.approx(a) and c.at["1", "n"] == 3
     assert c.at["1", "std"] == pytest.approx(0.4) and c.at["1", "delta"] == pytest.approx(-0.5, abs=1e-3)
-    assert c.at["1", "verdict"] == "ok (within 2 std)"
-    assert c.at["2", "n"] == 1 and c.at["2", "verdict"] == "ok (within ±1)"
+    assert c.at["1", "verdict"] == "ok (|delta| <= 1)" and c.at["1", "tolerance"] == 1.0
+    assert c.at["2", "n"] == 1 and c.at["2", "verdict"] == "ok (|delta| <= 1)"
     assert c.at["3", "measured"] == pytest.approx(b) and c.at["3", "verdict"].startswith("DIFFERS")
-    assert c.at["4", "verdict"] == "not measured"
+    assert c.at["4", "verdict"] == "not measured" and "fraction=1/64" in c.at["4", "note"]
     assert c.at["5", "verdict"] == "missing checkpoint"
     assert c.at["6", "verdict"] == "no public checkpoint"
     assert c.at["7", "verdict"] == "missing dataset" and "ADE20K root" in c.at["7", "note"]
     assert c.at["8", "verdict"] == "protocol unavailable"
+    assert list(c["outcome"]) == ["pass", "pass", "fail", "fail", "not run", "not run", "not run", "not run"]
     assert "measured vs paper" in text and "DIFFERS" in text and "a + " not in text
     assert "missing dataset" in text and "protocol unavailable" in text
+    assert "fake_probe: pass iff |measured - paper| <= 1 mIoU points" in text and "test: one point" in text
+    assert "-> exit status 1 (some cell failed)" in text and res.exit_code == 1
     # the records are real result records: a leaderboard reads them, a second run reuses them
     recs = list(iter_records(runs))
     assert len(recs) == 2 * 4 and {r["model"]["name"] for r in recs} == {"tiny_a", "tiny_b"}
@@ -265,6 +352,127 @@ def test_reproduce_cli(tmp_path, capsys):
     args = parser.parse_args(["paper", "synclr-imagenet"])
     assert args.func(args) == 0
     assert "83.0" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- the verdict rule
+def _table_in_code(cells, tolerance=1.0, variant=None):
+    """A one-protocol Table built in code: ``cells`` = [(variant, paper value, zoo name)]."""
+    from harness.paper import DatasetSpec, ProtocolSpec, Table, TableSpec
+
+    rows = pd.DataFrame([dict(paper="Fake", table="T", row=str(i + 1), method="M", arch="A", pretrain_data="D",
+                              epochs="1", protocol="p", dataset="d", variant=v, metric="mIoU", value=val,
+                              zoo_name=zoo) for i, (v, val, zoo) in enumerate(cells)], columns=CSV_COLUMNS)
+    ps = ProtocolSpec(tolerance=tolerance)
+    ps.tolerance_reason = "test"
+    if variant is not None:
+        ps.variant = variant
+    return Table("fake", TableSpec("Fake", "fake.csv", {"p": ps}, {"d": DatasetSpec(reader="voc")}), Path("x"), rows)
+
+
+def _job(tab, zoo, records, status="done"):
+    from harness.paper import Cost, Job
+
+    cells = [i for i in tab.rows.index if tab.rows.at[i, "zoo_name"] == zoo]
+    return Job(zoo, "p", "d", cells, None, None, None, None, "found", "ok", Cost(None, None, None, None, None),
+               status=status, records=records)
+
+
+def _records(variant, values):
+    return [{"variant": dict(variant), "metrics": {"mIoU": v}, "seed": s} for s, v in enumerate(values)]
+
+
+def test_a_wide_seed_spread_never_loosens_the_tolerance():
+    from harness.paper import compare_cells, verdict
+
+    tab = _table_in_code([("fraction=1/2", 50.0, "z"), ("fraction=1/8", 50.0, "z")], tolerance=0.3)
+    recs = (_records({"fraction": "1/2"}, [50.1, 50.5, 50.9])     # delta +0.5 > 0.3, inside 2 std (0.8)
+            + _records({"fraction": "1/8"}, [48.2, 50.2, 52.2]))  # delta +0.2 <= 0.3, but std 2.0 > 0.3
+    c = compare_cells(tab, [_job(tab, "z", recs)]).set_index("variant")
+    assert c.at["fraction=1/2", "std"] == pytest.approx(0.4)
+    assert c.at["fraction=1/2", "verdict"].startswith("DIFFERS"), c.at["fraction=1/2", "verdict"]
+    assert c.at["fraction=1/8", "verdict"].startswith("inconclusive"), c.at["fraction=1/8", "verdict"]
+    assert (c["outcome"] == "fail").all()
+    assert verdict(0.5, 0.4, 3, 0.3).startswith("DIFFERS") and verdict(0.2, 0.1, 3, 0.3).startswith("ok")
+    assert verdict(0.3, 0.0, 1, 0.3).startswith("ok")  # the bound is inclusive
+
+
+def test_variant_groups_the_cell_does_not_pin_are_ambiguous_never_the_best():
+    from harness.paper import compare_cells
+
+    recs = _records({"fraction": "1/1", "lr": 0.1}, [50.0]) + _records({"fraction": "1/1", "lr": 0.01}, [55.0])
+    tab = _table_in_code([("fraction=1/1", 55.0, "z")])  # the better group would match the paper exactly
+    c = compare_cells(tab, [_job(tab, "z", recs)]).iloc[0]
+    assert c["verdict"] == "ambiguous" and c["outcome"] == "fail" and c["n"] == 0 and pd.isna(c["measured"])
+    assert "lr=0.1 (n=1)" in c["note"] and "lr=0.01 (n=1)" in c["note"]
+    # the table's protocol variant pins the key: only that group counts, better or not
+    tab = _table_in_code([("fraction=1/1", 55.0, "z")], variant={"lr": 0.1})
+    c = compare_cells(tab, [_job(tab, "z", recs)]).iloc[0]
+    assert c["measured"] == 50.0 and c["verdict"].startswith("DIFFERS")
+    tab = _table_in_code([("fraction=1/1", 55.0, "z")], variant={"lr": "1e-2"})  # compared as numbers
+    c = compare_cells(tab, [_job(tab, "z", recs)]).iloc[0]
+    assert c["measured"] == 55.0 and c["verdict"].startswith("ok")
+    # a cell's own key overrides the table's default; null = records must not carry the key
+    tab = _table_in_code([("fraction=1/1,lr=0.01", 55.0, "z")], variant={"lr": 0.1})
+    assert compare_cells(tab, [_job(tab, "z", recs)]).iloc[0]["measured"] == 55.0
+    cached = _records({"recipe": "dino", "cached_features": True}, [77.0])
+    tab = _table_in_code([("recipe=dino", 77.0, "z")], variant={"cached_features": None})
+    c = compare_cells(tab, [_job(tab, "z", cached)]).iloc[0]
+    assert c["verdict"] == "not measured" and "cached_features=True" in c["note"] and c["outcome"] == "fail"
+
+
+@pytest.mark.parametrize("case, expected", [("nothing measured", 1), ("a cell differs", 1),
+                                            ("every measured cell passes", 0)])
+def test_reproduce_exit_status(monkeypatch, case, expected):
+    from harness import paper
+
+    tab = _table_in_code([("fraction=1/1", 50.0, "z"), ("fraction=1/2", 50.0, "z"), ("fraction=1/1", 50.0, "gone")])
+    gone = _job(tab, "gone", [], status="missing checkpoint")  # not run: fails nothing by itself
+    if case == "nothing measured":
+        jobs = [_job(tab, "z", [], status="missing dataset"), gone]
+    else:
+        recs = _records({"fraction": "1/1"}, [50.2]) + _records({"fraction": "1/2"}, [50.1, 49.9])
+        if case == "a cell differs":
+            recs = _records({"fraction": "1/1"}, [52.0]) + recs[1:]
+        jobs = [_job(tab, "z", recs), gone]
+    res = paper.ReproduceResult(tab, jobs, paper.compare_cells(tab, jobs), "")
+    monkeypatch.setattr(paper, "reproduce", lambda *a, **k: res)
+    parser = argparse.ArgumentParser()
+    paper.add_cli(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["reproduce", "fake"])
+    assert args.func(args) == expected, res.cells[["zoo_name", "variant", "verdict"]]
+
+
+def test_reproduce_cli_exit_status_end_to_end(tmp_path, synth_root, capsys):
+    """The real pipeline and CLI: pass -> 0, nothing measured -> 1, an ambiguous cell -> 1, a
+    table variant that pins the sweep -> that group's number decides."""
+    from harness import paper
+
+    zoo_dir = tmp_path / "zoo"
+    a = _tiny_checkpoint(zoo_dir, "tiny_a", 0.0)
+    parser = argparse.ArgumentParser()
+    paper.add_cli(parser.add_subparsers(dest="command"))
+
+    def cli(cells, fake_probe=""):
+        table = _write_table(tmp_path, cells, fake_probe)
+        args = parser.parse_args(["reproduce", str(table), "--data-root", str(synth_root), "--zoo-dir", str(zoo_dir),
+                                  "--runs", str(tmp_path / "runs")])
+        code = args.func(args)
+        return code, capsys.readouterr().out
+
+    code, out = cli([("tiny_a", "fake_probe", "synth_voc", "fraction=1/2", a + 0.5),
+                     ("tiny_gone", "fake_probe", "synth_voc", "fraction=1/2", 10.0)])
+    assert code == 0 and "exit status 0" in out
+    code, out = cli([("tiny_gone", "fake_probe", "synth_voc", "fraction=1/2", 10.0)])
+    assert code == 1 and "nothing was measured" in out
+    sweep = "values: {lr_offsets: {'0.1': 0.0, '0.01': 5.0}}"
+    code, out = cli([("tiny_a", "fake_probe", "synth_voc", "fraction=1/1", a + 5.0)], sweep)
+    assert code == 1 and "ambiguous" in out
+    code, out = cli([("tiny_a", "fake_probe", "synth_voc", "fraction=1/1", a + 5.0)], sweep + ", variant: {lr: 0.1}")
+    assert code == 1 and "DIFFERS" in out and "variant lr=0.1" in out
+    code, out = cli([("tiny_a", "fake_probe", "synth_voc", "fraction=1/1", a + 5.0)], sweep + ", variant: {lr: 0.01}")
+    assert code == 0, out
+    args = parser.parse_args(["reproduce", str(tmp_path / "fake-table.yaml"), "--dry-run", "--zoo-dir", str(zoo_dir)])
+    assert args.func(args) == 0
 
 
 # ----------------------------------------------------------------------------- real protocols
@@ -294,10 +502,13 @@ protocols:
     preset: cribo
     values: {fractions: ["1/2", "1/1"], seeds: [42, 400], progress: false, write_subsets: false}
     tolerance: 100
+    tolerance_reason: "the point of this test is the plumbing"
   knn:
     preset: synth
     values: {ks: [10, 20], progress: false, cache: false}
     tolerance: 100
+    tolerance_reason: "the point of this test is the plumbing"
+    variant: {feature: cls}
     input: 64
 datasets:
   voc: {reader: voc, root: ".", train_split: trainaug, val_split: val, n_train: 24, n_val: 12, native_hw: [64, 64]}

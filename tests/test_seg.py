@@ -131,6 +131,103 @@ def test_protocol_config_files_equal_the_presets():
             assert to_dict(cls(raw["settings"]).cfg) == to_dict(cls.from_preset(raw["preset"]).cfg), f.name
 
 
+def _mm_config(cfg, data, tmp_path, backbone: dict | None = None):
+    """The mmengine config ``build_mmseg_config`` makes for ``cfg`` (nothing is run)."""
+    return sc.build_mmseg_config(cfg, data, backbone=backbone or {"type": "SslBenchViT"},
+                                 decode_head={"type": "FCNHead"}, lr=cfg.lrs[0], work_dir=tmp_path / "w",
+                                 csv_path=tmp_path / "w" / "per_class_iou.csv", experiment="x")
+
+
+@needs_mmseg
+def test_paper_presets_total_batch_is_the_official_launchers(tmp_path, monkeypatch):
+    """CrIBo's eval_launcher.py runs train.py in one process (launcher 'none'; its own parser
+    refuses --launcher) with --mmseg_samples_per_gpu 4: a total batch of 4."""
+    from benchmarks.seg_linear import SegLinear
+    from benchmarks.segmenter import Segmenter
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    data = sc.resolve_data("synth_ade", _synth_root(tmp_path))
+    for cls in (SegLinear, Segmenter):
+        cfg = cls.from_preset("paper", {"dataset": "ade20k"}).cfg
+        assert cfg.batch_size == 4, cls
+        mm = _mm_config(cfg, data, tmp_path)
+        assert mm.launcher == "none" and mm.train_dataloader.batch_size == 4
+    # the CPU presets keep theirs
+    assert SegLinear.from_preset("synth").cfg.batch_size == 16
+    assert Segmenter.from_preset("synth").cfg.batch_size == 8
+    # several processes share the total batch
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    mm = _mm_config(SegLinear.from_preset("paper", {"dataset": "ade20k"}).cfg, data, tmp_path)
+    assert mm.launcher == "pytorch" and mm.train_dataloader.batch_size == 2
+
+
+@needs_mmseg
+def test_schedule_is_a_named_setting(tmp_path, monkeypatch):
+    """long (160k / 80k, the paper's text) by default; short = CrIBo's 40k / 20k mask configs,
+    with their validation / checkpoint interval of iters / 10."""
+    from benchmarks.seg_linear import SegLinear
+    from benchmarks.segmenter import Segmenter
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    want = {"ade20k": (160_000, 40_000), "coco_stuff164k": (160_000, 40_000),
+            "voc": (80_000, 20_000), "pascal_context": (80_000, 20_000)}
+    for dataset, (long, short) in want.items():
+        paper = Segmenter.from_preset("paper", {"dataset": dataset})
+        assert (paper.cfg.schedule, paper.cfg.iters) == ("long", long), dataset
+        shorter = Segmenter.from_preset("paper", {"dataset": dataset, "schedule": "short"})
+        assert (shorter.cfg.schedule, shorter.cfg.iters) == ("short", short), dataset
+        assert shorter.fingerprint() != paper.fingerprint()
+    assert SegLinear.from_preset("paper", {"dataset": "voc"}).cfg.schedule == "long"
+    # the number alone names the schedule it is, or reads custom
+    assert Segmenter.from_preset("paper", {"dataset": "voc", "iters": 20_000}).cfg.schedule == "short"
+    assert Segmenter.from_preset("paper", {"dataset": "voc", "iters": 1000}).cfg.schedule == "custom"
+    with pytest.raises(ConfigError, match="schedule 'short' means iters = 20000"):
+        Segmenter.from_preset("paper", {"dataset": "voc", "schedule": "short", "iters": 1000})
+    with pytest.raises(ConfigError, match="'custom' needs iters"):
+        Segmenter.from_preset("paper", {"dataset": "voc", "schedule": "custom"})
+
+    data = sc.resolve_data("synth_voc", _synth_root(tmp_path))
+    mm = _mm_config(Segmenter.from_preset("paper", {"dataset": "voc", "schedule": "short"}).cfg, data, tmp_path)
+    assert mm.train_cfg.max_iters == 20_000 and mm.param_scheduler[0]["end"] == 20_000
+    assert mm.train_cfg.val_interval == 2000 and mm.default_hooks.checkpoint.interval == 2000
+
+
+def test_lr_sweep_is_named_and_every_record_names_its_lr():
+    """The paper's sweep by default (its text; the official code runs one lr per launch),
+    CrIBo's launcher default (0.01) by name, and every record -- the best one included --
+    says which lr its number comes from."""
+    from benchmarks.seg_linear import LINEAR_LRS, SegLinear
+    from benchmarks.segmenter import SEGMENTER_LRS, Segmenter
+
+    lin = SegLinear.from_preset("paper", {"dataset": "ade20k"})
+    assert (lin.cfg.lr_sweep, lin.cfg.lrs) == ("paper", LINEAR_LRS)
+    seg = Segmenter.from_preset("paper", {"dataset": "ade20k"})
+    assert (seg.cfg.lr_sweep, seg.cfg.lrs) == ("paper", SEGMENTER_LRS)
+    launcher = SegLinear.from_preset("paper", {"dataset": "ade20k", "lr_sweep": "launcher_default"})
+    assert launcher.cfg.lrs == [0.01] and launcher.fingerprint() != lin.fingerprint()
+    assert Segmenter.from_preset("paper", {"dataset": "ade20k", "lr_sweep": "launcher_default"}).cfg.lrs == [0.01]
+    own = SegLinear.from_preset("paper", {"dataset": "ade20k", "lrs": [1e-4]})  # what --lr sets
+    assert own.cfg.lr_sweep == "custom" and own.cfg.lrs == [1e-4]
+    with pytest.raises(ConfigError, match="lr_sweep 'paper' means lrs"):
+        SegLinear.from_preset("paper", {"dataset": "ade20k", "lr_sweep": "paper", "lrs": [1e-4]})
+
+    runs = [{"lr": lr, "metrics": {"mIoU": miou, "aAcc": 50.0}, "iters": 160_000, "reported_iter": 160_000,
+             "validations": [[16_000, miou - 5], [160_000, miou]], "num_classes": 150,
+             "train_lists": ["images/training"], "synthetic": False, "csv": f"/w/lr{lr:g}/t.csv",
+             "validation_log": f"/w/lr{lr:g}/validations.jsonl", "work_dir": f"/w/lr{lr:g}"}
+            for lr, miou in zip(LINEAR_LRS, (20.0, 27.5, 25.0, 24.0))]
+    records = sc.to_results(runs, lin.cfg)
+    assert [r.variant["lr"] for r in records] == LINEAR_LRS + ["best"]
+    for rec in records[:-1]:
+        source = next(r for r in runs if r["lr"] == rec.params["lr"])
+        assert rec.metrics == source["metrics"] and rec.artifacts["work_dir"] == source["work_dir"]
+    best = records[-1]
+    # the best-of-sweep record points to its lr's record; it owns no file of its own
+    assert best.artifacts == {} and best.params["artifacts_in_variant"] == {"lr": 3e-4}
+    assert best.params["lr"] == best.params["best_lr"] == 3e-4 and best.metrics["mIoU"] == 27.5
+    assert best.params["lr_sweep"] == "paper" and best.params["lrs"] == LINEAR_LRS
+
+
 def test_dataset_layouts_resolve(tmp_path):
     synth = _synth_root(tmp_path)
     ade = sc.resolve_data("synth_ade", synth)
@@ -245,16 +342,67 @@ def test_frozen_backbone_stays_in_eval_mode():
     assert unfrozen.train().training
 
 
+@needs_mmseg
+def test_frozen_backbone_mode_train_keeps_drop_path_on_as_cribo():
+    """CrIBo's frozen backbone is put in eval mode once; mmengine's model.train() turns its
+    DropPath back on. frozen_mode "train" does the same; weights still get no gradient."""
+    from mmseg.registry import MODELS
+
+    mb.register_mmseg_modules()
+    sd = _tiny_backbone().backbone_state_dict()
+    vit = MODELS.build(dict(type="SslBenchViT", frozen=True, frozen_mode="train",
+                            **mb.backbone_kwargs(sd, 2, 64, 0.5)))
+    assert not vit.training  # eval at construction, as CrIBo's _freeze_stages
+    vit.train()  # what mmengine's loop calls every iteration
+    drops = [m for m in vit.modules() if type(m).__name__ == "DropPath"]
+    assert drops and all(m.training for m in drops)
+    assert not any(p.requires_grad for p in vit.parameters())
+    torch.manual_seed(0)  # a seeded draw: with 8 images two passes keep the same paths with p ~ 2^-32
+    x = torch.randn(8, 3, 64, 64)
+    assert not torch.equal(vit(x)[0], vit(x)[0])  # stochastic depth on the frozen features
+    vit.eval()
+    torch.testing.assert_close(vit(x)[0], vit(x)[0], atol=0, rtol=0)
+    with pytest.raises(ValueError, match="frozen_mode"):
+        MODELS.build(dict(type="SslBenchViT", frozen=True, frozen_mode="off",
+                          **mb.backbone_kwargs(sd, 2, 64, 0.0)))
+
+
+def test_frozen_backbone_mode_is_a_setting():
+    """seg_linear paper: the official behaviour (DropPath 0.1 on in the frozen backbone while
+    the head trains); frozen_backbone_mode eval is the deterministic opt-in."""
+    from benchmarks.seg_linear import SegLinear
+    from benchmarks.segmenter import Segmenter
+
+    sd = _tiny_backbone().backbone_state_dict()
+    paper = SegLinear.from_preset("paper", {"dataset": "ade20k", "crop_size": 64})
+    assert (paper.cfg.frozen_backbone_mode, paper.cfg.drop_path_rate) == ("train", 0.1)
+    bb = sc.backbone_config(sd, {"num_heads": 2}, paper.cfg, frozen=True)
+    assert (bb["frozen"], bb["frozen_mode"], bb["drop_path_rate"]) == (True, "train", 0.1)
+
+    det = SegLinear.from_preset("paper", {"dataset": "ade20k", "crop_size": 64, "frozen_backbone_mode": "eval"})
+    assert det.fingerprint() != paper.fingerprint()
+    bb = sc.backbone_config(sd, {"num_heads": 2}, det.cfg, frozen=True)
+    assert (bb["frozen_mode"], bb["drop_path_rate"]) == ("eval", 0.0)
+    synth = SegLinear.from_preset("synth")
+    assert (synth.cfg.frozen_backbone_mode, synth.cfg.drop_path_rate) == ("eval", 0.0)
+    # Segmenter trains its backbone (drop path 0.1) and has no such setting
+    seg = Segmenter.from_preset("paper", {"dataset": "ade20k", "crop_size": 64})
+    bb = sc.backbone_config(sd, {"num_heads": 2}, seg.cfg, frozen=False)
+    assert (bb["frozen"], bb["drop_path_rate"]) == (False, 0.1)
+    assert not hasattr(seg.cfg, "frozen_backbone_mode")
+
+
 class _StopAt:
     """Build configs with a hook that interrupts training after ``iters`` iterations."""
 
+    _build = staticmethod(sc.build_mmseg_config)  # the real one, whatever is patched in later
+
     def __init__(self, iters: int):
         self.iters = iters
-        self._build = sc.build_mmseg_config
 
     def __call__(self, *args, **kwargs):
         cfg = self._build(*args, **kwargs)
-        cfg.custom_hooks = [dict(type="SslBenchStopHook", at=self.iters)]
+        cfg.custom_hooks = list(cfg.get("custom_hooks", [])) + [dict(type="SslBenchStopHook", at=self.iters)]
         return cfg
 
 
@@ -312,6 +460,9 @@ def test_linear_training_keeps_backbone_bit_identical_and_resumes_weights_only(t
     logs = "".join(p.read_text() for p in run_dir.glob("*/*.log"))
     assert "resumed epoch: 0, iter: 2" in logs
     assert set(runs[0]["metrics"]) >= {"mIoU", "mAcc", "aAcc"}
+    # validations every iters/10 (here every iteration): 1 and 2 before the interruption
+    # (read back from the log), 3 and 4 after the resume
+    assert [it for it, _ in runs[0]["validations"]] == [1, 2, 3, 4]
     table = Path(runs[0]["csv"]).read_text().splitlines()
     assert table[0].startswith("class,IoU") and len(table) == 1 + 16
 
@@ -326,6 +477,44 @@ def test_linear_training_keeps_backbone_bit_identical_and_resumes_weights_only(t
         assert torch.equal(backbone[k], v), f"frozen backbone weight {k} changed"
     # the head started from mmseg's init (bias 0) and has moved
     assert state["decode_head.conv_seg.bias"].abs().sum() > 0
+
+
+@needs_mmseg
+def test_every_validation_is_recorded_and_the_last_is_reported(tmp_path, monkeypatch):
+    """CrIBo's schedules validate every iters/10 and at the end, and its train.py reports
+    nothing else: every validation is kept (iteration, mIoU), the number is the last one."""
+    from benchmarks.seg_linear import SegLinear
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    data = _small_ade(tmp_path)
+    paper = SegLinear.from_preset("paper", {"dataset": "ade20k"}).cfg
+    assert paper.val_interval is None and paper.validation_interval() == 16_000
+    mm = _mm_config(paper, sc.resolve_data("synth_ade", data), tmp_path)
+    assert mm.train_cfg.val_interval == 16_000 and mm.val_evaluator.type == "SslBenchIoUMetric"
+    assert [h["type"] for h in mm.custom_hooks] == ["SslBenchValidationLog"]
+    assert SegLinear.from_preset("synth").cfg.validation_interval() == 600  # once, at the end
+
+    sd = _tiny_backbone(3).backbone_state_dict()
+    cfg = SegLinear.Config(dataset="synth_ade", crop_size=64, iters=4, lrs=[1e-2], batch_size=2,
+                           num_workers=0, val_interval=2, log_interval=1)
+    work = tmp_path / "work"
+    runs = sc.run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
+    run = runs[0]
+    assert [it for it, _ in run["validations"]] == [2, 4] and run["reported_iter"] == 4
+    assert run["metrics"]["mIoU"] == run["validations"][-1][1]
+    log = sc.read_validation_log(Path(run["validation_log"]))
+    assert sorted(log) == [2, 4] and log[4] == run["metrics"]
+    records = sc.to_results(runs, cfg)
+    for rec in records:
+        assert rec.params["validations"] == run["validations"] and rec.params["reported_iter"] == 4
+        assert rec.params["reported"] == "last validation"
+    assert records[0].artifacts["validation_log"] == run["validation_log"]
+
+    # run again: the finished run is read back, not trained (no new mmengine session)
+    sessions = sorted(p.name for p in (work / "lr0.01").iterdir() if p.is_dir())
+    again = sc.run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
+    assert again[0]["metrics"] == run["metrics"] and again[0]["validations"] == run["validations"]
+    assert sorted(p.name for p in (work / "lr0.01").iterdir() if p.is_dir()) == sessions
 
 
 # ============================================================================ slow: smokes

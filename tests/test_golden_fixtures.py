@@ -1,0 +1,56 @@
+"""The committed golden numbers (tests/fixtures/*.json) are all present, each says how it
+was produced, and each is read by the parity test named here. A deleted fixture fails this
+test (and the parity tests that read it), never skips them: restore it from git, or
+regenerate it with its generator in tests/reference/ from a checkout of the official code
+(tests/reference/README.md; the generator is named in the fixture's provenance block)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+FIXTURES = TESTS / "fixtures"
+
+# fixture -> the test modules that read it
+READERS = {
+    "cribo_parity.json": ["test_cribo.py"],
+    "dino_head.json": ["test_methods_shared.py"],
+    "dino_loss.json": ["test_dino.py", "test_methods_shared.py"],
+    "dino_schedules.json": ["test_methods_shared.py"],
+    "hbird_e2e.json": ["test_dense_nn_hbird_e2e.py"],
+    "hbird_golden.json": ["test_dense_nn_golden.py"],
+    "ibot_head.json": ["test_ibot.py"],
+    "ibot_loss.json": ["test_ibot.py"],
+    "ibot_masks.json": ["test_methods_shared.py"],
+    "knn_dino_golden.json": ["test_knn.py"],
+    "linear_dino_parity.json": ["test_linear_probe_dino_parity.py"],
+    "synclr_golden.json": ["test_synclr.py"],
+}
+
+
+def generator_of(name: str) -> str:
+    """The tests/reference script whose FIXTURE constant is ``name``."""
+    for script in sorted((TESTS / "reference").glob("gen_*.py")):
+        if re.search(rf'^FIXTURE = "{re.escape(name)}"$', script.read_text(), re.M):
+            return f"tests/reference/{script.name}"
+    return "its generator tests/reference/gen_*.py"
+
+
+@pytest.mark.parametrize("name", sorted(READERS))
+def test_golden_fixture_is_present_says_how_and_is_read(name):
+    path = FIXTURES / name
+    assert path.is_file(), (f"{path} is missing: restore it from git (git checkout -- tests/fixtures/{name}), or "
+                            f"regenerate it with {generator_of(name)} from a checkout of the official code "
+                            f"(tests/reference/README.md)")
+    data = json.loads(path.read_text())
+    assert isinstance(data.get("how"), str) and data["how"].strip(), f"{name}: no 'how' field"
+    for module in READERS[name]:
+        assert name in (TESTS / module).read_text(), f"{module} no longer reads {name}: update READERS"
+
+
+def test_no_unlisted_fixture():
+    assert sorted(p.name for p in FIXTURES.glob("*.json")) == sorted(READERS), (
+        "tests/fixtures and READERS disagree: list each fixture with the test modules that read it")
