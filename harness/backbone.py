@@ -1,11 +1,13 @@
 """ViT backbones (timm) with the one feature API every protocol uses.
 
 `ViTBackbone` is a timm ``VisionTransformer`` so parameter names are timm's, which
-are also the names the official DINO / iBOT / CrIBo / SynCLR checkpoints use.
-Two additions: position embeddings are interpolated the way the official code
-does (timm's own resampling is antialiased and gives different features at any
-size other than the training size), and an optional learned mask token for
-masked-image-modelling students.
+are also the names the official DINO / iBOT / CrIBo / SynCLR / MAE / DINOv2 checkpoints
+use (DINOv2's register tokens and SwiGLU weights are renamed once, by the importer).
+Additions: position embeddings are interpolated the way the official code of each family
+does (timm's own resampling is antialiased and gives different features at any size other
+than the training size), register tokens that run through every block and are kept out
+of the patch features, and an optional learned mask token for masked-image-modelling
+students.
 """
 from __future__ import annotations
 
@@ -20,6 +22,17 @@ from torch import nn
 
 from harness.errors import ConfigError
 
+# DINOv2 (facebookresearch/dinov2, hub/backbones.py `_make_dinov2_model`): patch 14, trained
+# and released at img_size 518 (a 37 x 37 grid), layer scale (the hub builds it with
+# init_values 1.0; the released weights replace it), final norm kept. Without registers the
+# position embeddings are interpolated like DINO's (bicubic, scale factor (g + 0.1) / sqrt(N),
+# no antialias); the `_reg` models are built with interpolate_offset=0.0 and
+# interpolate_antialias=True, i.e. bicubic to the target size *with* antialias. Register
+# tokens get no position embedding: the CLS token keeps its own, folded into `cls_token` at
+# import (`no_embed_class`, as timm's dinov2 models do), so the pos_embed holds the grid only.
+_DINOV2 = dict(img_size=518, patch_size=14, init_values=1.0)
+_DINOV2_REG = dict(_DINOV2, reg_tokens=4, no_embed_class=True, pos_interp_offset=0.0, pos_interp_antialias=True)
+
 # arch name -> constructor kwargs. Names follow timm; `vit_cpu_tiny` is the CPU preset
 # that learns within minutes on 2 cores (see docs/BENCHMARKS.md).
 ARCHS: dict[str, dict] = {
@@ -31,11 +44,46 @@ ARCHS: dict[str, dict] = {
     "vit_base_patch8_224": dict(img_size=224, patch_size=8, embed_dim=768, depth=12, num_heads=12),
     "vit_large_patch16_224": dict(img_size=224, patch_size=16, embed_dim=1024, depth=24, num_heads=16),
     "vit_large_patch14_224": dict(img_size=224, patch_size=14, embed_dim=1024, depth=24, num_heads=16),
+    "vit_huge_patch14_224": dict(img_size=224, patch_size=14, embed_dim=1280, depth=32, num_heads=16),
+    "vit_small_patch14_dinov2": dict(_DINOV2, embed_dim=384, depth=12, num_heads=6),
+    "vit_base_patch14_dinov2": dict(_DINOV2, embed_dim=768, depth=12, num_heads=12),
+    "vit_large_patch14_dinov2": dict(_DINOV2, embed_dim=1024, depth=24, num_heads=16),
+    # ViT-g/14 ("vit_giant2"): SwiGLU feed-forward (hidden 4096 = the fused formula of mlp ratio 4)
+    "vit_giant_patch14_dinov2": dict(_DINOV2, embed_dim=1536, depth=40, num_heads=24, ffn_layer="swiglufused"),
+    "vit_small_patch14_reg4_dinov2": dict(_DINOV2_REG, embed_dim=384, depth=12, num_heads=6),
+    "vit_base_patch14_reg4_dinov2": dict(_DINOV2_REG, embed_dim=768, depth=12, num_heads=12),
+    "vit_large_patch14_reg4_dinov2": dict(_DINOV2_REG, embed_dim=1024, depth=24, num_heads=16),
+    "vit_giant_patch14_reg4_dinov2": dict(_DINOV2_REG, embed_dim=1536, depth=40, num_heads=24,
+                                          ffn_layer="swiglufused"),
 }
 # Keys a user may override per model (the rest define the architecture's identity).
-ARCH_KEYS = ("img_size", "patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "reg_tokens")
+# init_values: layer scale (ls1/ls2.gamma) when set; reg_tokens: register tokens;
+# no_embed_class: pos_embed covers the patch grid only (prefix tokens carry their own);
+# ffn_layer: "mlp" or DINOv2's "swiglufused"; pos_interp_offset / pos_interp_antialias: how
+# pos_embed is resized for another grid, as DINOv2's interpolate_offset / interpolate_antialias
+# (offset > 0: bicubic with scale factor (g + offset) / sqrt(N); 0: bicubic to the size).
+ARCH_KEYS = ("img_size", "patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "reg_tokens",
+             "init_values", "no_embed_class", "ffn_layer", "pos_interp_offset", "pos_interp_antialias")
+FFN_LAYERS = ("mlp", "swiglufused")
+DEFAULT_POS_INTERP = {"pos_interp_offset": 0.1, "pos_interp_antialias": False}
 
 PosInterp = Literal["official", "timm"]
+
+
+def swiglu_hidden(dim: int, mlp_ratio: float = 4.0) -> int:
+    """DINOv2's SwiGLUFFNFused width: (int(hidden * 2 / 3) + 7) // 8 * 8 of hidden = dim x ratio."""
+    return (int(int(dim * mlp_ratio) * 2 / 3) + 7) // 8 * 8
+
+
+def _swiglu_fused(hidden: int):
+    """timm's packed GLU MLP (fc1 -> [x1, x2], silu(x1) * x2, fc2), the layout of DINOv2's
+    SwiGLUFFN (w12 -> chunk, silu(x1) * x2, w3) once w12/w3 are renamed fc1/fc2."""
+    from timm.layers import GluMlp
+
+    def make(in_features, hidden_features=None, act_layer=None, drop=0.0, bias=True, **kw):
+        return GluMlp(in_features, 2 * hidden, act_layer=nn.SiLU, drop=drop, bias=bias, gate_last=False,
+                      **{k: v for k, v in kw.items() if k in ("device", "dtype", "norm_layer")})
+    return make
 
 
 @dataclass
@@ -43,7 +91,8 @@ class BackboneFeatures:
     """Features of the last n blocks, oldest block first."""
 
     cls: torch.Tensor  # (B, n, d)
-    patches: torch.Tensor  # (B, n, h, w, d)
+    patches: torch.Tensor  # (B, n, h, w, d)  -- never the register tokens
+    registers: torch.Tensor | None = None  # (B, n, r, d) for backbones with register tokens
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -55,14 +104,36 @@ class ViTBackbone(VisionTransformer):
                  use_mask_token: bool = False, **kwargs):
         kwargs.setdefault("num_classes", 0)
         kwargs.setdefault("dynamic_img_size", True)
+        arch_kwargs = {k: kwargs[k] for k in ARCH_KEYS if k in kwargs}
+        self_only = {k: kwargs.pop(k) for k in ("ffn_layer", "pos_interp_offset", "pos_interp_antialias")
+                     if k in kwargs}
+        ffn = self_only.get("ffn_layer", "mlp")
+        if ffn not in FFN_LAYERS:
+            raise ConfigError(f"ffn_layer must be one of {FFN_LAYERS}, found {ffn!r}")
+        if ffn == "swiglufused":
+            kwargs["mlp_layer"] = _swiglu_fused(swiglu_hidden(kwargs["embed_dim"], kwargs.get("mlp_ratio", 4.0)))
         super().__init__(**kwargs)
         self.arch = arch
-        self.arch_kwargs = {k: kwargs[k] for k in ARCH_KEYS if k in kwargs}
+        self.arch_kwargs = arch_kwargs
         self.pos_interp = pos_interp
+        self.pos_interp_offset = float(self_only.get("pos_interp_offset", DEFAULT_POS_INTERP["pos_interp_offset"]))
+        self.pos_interp_antialias = bool(self_only.get("pos_interp_antialias", False))
+        if self.pos_interp_offset < 0:
+            raise ConfigError(f"pos_interp_offset must be >= 0, found {self.pos_interp_offset}")
         self.patch_size = self.patch_embed.patch_size[0]
         # The mask token belongs to the student only (iBOT's `masked_embed`); teachers
         # and exported backbones do not have it.
         self.mask_token = nn.Parameter(torch.zeros(1, self.embed_dim)) if use_mask_token else None
+
+    @property
+    def pos_interp_id(self) -> str:
+        """How position embeddings are resized, as one string: ``official`` (DINO's, the
+        default) or ``timm``; other offsets / antialias are spelled out (they change the
+        features at any grid but the training one, so caches and records keep them apart)."""
+        if self.pos_interp == "timm" or (self.pos_interp_offset, self.pos_interp_antialias) == (0.1, False):
+            return self.pos_interp
+        mode = f"offset={self.pos_interp_offset:g}" if self.pos_interp_offset else "size"
+        return f"official:{mode}{',antialias' if self.pos_interp_antialias else ''}"
 
     # ------------------------------------------------------------------ embeddings
     def interpolate_pos_embed(self, h: int, w: int) -> torch.Tensor:
@@ -77,16 +148,20 @@ class ViTBackbone(VisionTransformer):
 
             return resample_abs_pos_embed(self.pos_embed, new_size=(h, w), old_size=g0,
                                           num_prefix_tokens=n_prefix)
-        # Official DINO/iBOT/CrIBo interpolation: scale factors with the +0.1 offset that
-        # avoids floating-point truncation, bicubic, no antialias.
+        # Official DINO/iBOT/CrIBo/DINOv2 interpolation: scale factors with the +0.1 offset that
+        # avoids floating-point truncation, bicubic, no antialias. DINOv2 with registers
+        # (offset 0, antialias) and MAE (util/pos_embed.py: offset 0, no antialias) give the
+        # target size instead of a scale factor.
         n = grid.shape[1]
         side = int(math.sqrt(n))
         if side * side != n:
             raise ConfigError(f"official position interpolation needs a square grid, found {n} tokens")
         dim = grid.shape[-1]
         grid = grid.reshape(1, side, side, dim).permute(0, 3, 1, 2)
-        grid = F.interpolate(grid.float(), scale_factor=((h + 0.1) / side, (w + 0.1) / side),
-                             mode="bicubic", align_corners=False)
+        off = self.pos_interp_offset
+        target = (dict(scale_factor=((h + off) / side, (w + off) / side)) if off else dict(size=(h, w)))
+        grid = F.interpolate(grid.float(), mode="bicubic", align_corners=False,
+                             antialias=self.pos_interp_antialias, **target)
         if grid.shape[-2:] != (h, w):
             raise RuntimeError(f"position interpolation gave {tuple(grid.shape[-2:])}, expected {(h, w)}")
         grid = grid.to(self.pos_embed.dtype).permute(0, 2, 3, 1).reshape(1, h * w, dim)
@@ -152,9 +227,13 @@ class ViTBackbone(VisionTransformer):
         # (B, n, T, d); one block (the common case) is a view, not a copy
         tokens = outs[0].unsqueeze(1) if len(outs) == 1 else torch.stack(outs, dim=1)
         cls = tokens[:, :, 0]
+        # [CLS, registers..., patches]: the registers took part in every block, but they are
+        # no image positions, so the patch features start after them (DINOv2's
+        # x_norm_patchtokens = x_norm[:, num_register_tokens + 1:]).
         patches = tokens[:, :, self.num_prefix_tokens:]
+        registers = tokens[:, :, 1:self.num_prefix_tokens] if self.num_reg_tokens else None
         b, n, _, d = patches.shape
-        return BackboneFeatures(cls=cls, patches=patches.reshape(b, n, h, w, d))
+        return BackboneFeatures(cls=cls, patches=patches.reshape(b, n, h, w, d), registers=registers)
 
     def backbone_state_dict(self) -> dict[str, torch.Tensor]:
         """The state dict without the student-only mask token."""

@@ -127,7 +127,7 @@ def feature_key(model: ModelHandle, source: ImageSource, transform, n_last_block
         "data_stamp": content_stamp(source),
         "transform": transform.fingerprint(), "n_last_blocks": n_last_blocks, "norm": norm,
         "patches": patches, "patch_dtype": patch_dtype, "precision": precision,
-        "pos_interp": model.backbone.pos_interp,
+        "pos_interp": model.backbone.pos_interp_id,
         **({"device": device_type} if device_type != "cpu" else {}),
     }, length=24)
 

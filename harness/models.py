@@ -23,16 +23,24 @@ class ModelHandle:
     @property
     def cache_key(self) -> str:
         """Identity of the weights: the checkpoint's sha256, else a hash of the tensors
-        themselves (so two different in-memory models can never share cached features)."""
+        themselves (so two different in-memory models can never share cached features).
+        A forward setting the weights do not show (the position interpolation of MAE or
+        DINOv2-with-registers, recorded in the checkpoint's arch_kwargs) makes it another
+        model: the key then hashes the weights' identity with that setting."""
         if self.meta.get("sha256"):
-            return self.meta["sha256"]
-        if "_weights_hash" not in self.meta:
-            h = hashlib.sha256()
-            for name, t in sorted(self.backbone.state_dict().items()):
-                h.update(name.encode())
-                h.update(t.detach().cpu().contiguous().numpy().tobytes())
-            self.meta["_weights_hash"] = "weights-" + h.hexdigest()
-        return self.meta["_weights_hash"]
+            key = self.meta["sha256"]
+        else:
+            if "_weights_hash" not in self.meta:
+                h = hashlib.sha256()
+                for name, t in sorted(self.backbone.state_dict().items()):
+                    h.update(name.encode())
+                    h.update(t.detach().cpu().contiguous().numpy().tobytes())
+                self.meta["_weights_hash"] = "weights-" + h.hexdigest()
+            key = self.meta["_weights_hash"]
+        interp = self.backbone.pos_interp_id
+        if interp == "official":  # the default: keys of earlier records and caches stay valid
+            return key
+        return "fwd-" + hashlib.sha256(f"{key}|pos_interp={interp}".encode()).hexdigest()
 
     @property
     def device(self) -> torch.device:
@@ -58,6 +66,11 @@ class ModelHandle:
             "checkpoint_sha256": m.get("sha256"),
             "init_seed": m.get("init_seed"),
             "weights_key": self.cache_key,  # what records and artifacts are keyed by
+            # what the protocols' feature path depends on beyond the weights: register tokens
+            # (run through every block, never among the patch features) and how position
+            # embeddings are resized for inputs other than the training size
+            "reg_tokens": int(self.backbone.num_reg_tokens),
+            "pos_interp": self.backbone.pos_interp_id,
         }
 
     @classmethod

@@ -11,6 +11,10 @@ them), and it passes iff |delta| <= the tolerance the table YAML states with its
 std above the tolerance makes it "inconclusive", never a pass). A cell whose checkpoint,
 dataset or protocol is missing says so; it never stops the rest of the table.
 ``exit_status``: 1 when any cell failed or nothing was measured.
+A table protocol may give settings by the model's patch size (``by_patch``) and CSV
+variants that are settings of the run (``variants``, e.g. a memory size): each is a run of
+its own, and its keys are dropped from what the records must match (``cell_variant``); the
+rest of the rule is unchanged.
 ``dry_run=True`` prints the plan: checkpoints, protocols, datasets, an estimate of the
 backbone FLOPs and, from configs/gpus.yaml (harness.gpus), the GPU-hours they take on a chosen
 GPU model and precision, and the wall-clock hours on N such GPUs.
@@ -52,6 +56,14 @@ class Passes:
 class ProtocolSpec:
     preset: str | None = None
     values: dict = field(default_factory=dict)  # protocol settings on top of the preset
+    # settings that depend on the model's patch size, on top of `values`: e.g. open-hummingbird-
+    # eval's README runs DINO (patch 16) at 512 and DINOv2 (patch 14) at 504
+    by_patch: dict = field(default_factory=dict)  # {patch size: {setting: value}}
+    # CSV variants that are protocol settings rather than something a record reports, e.g.
+    # "memory_size=102400": {memory_size: 102400}; each such variant is a run of its own, and
+    # its keys are not looked for in the records' variants (cell_variant drops them; the
+    # no-best-group rule of _measure still holds for every other key)
+    variants: dict = field(default_factory=dict)  # {"key=value[,key=value]": {setting: value}}
     # The verdict rule (harness.paper.verdict): a cell passes iff |measured - paper| <= tolerance,
     # in the metric's points; the seed spread never widens it. Both are required in a table
     # YAML, the reason in words (printed beside every comparison).
@@ -61,7 +73,8 @@ class ProtocolSpec:
     # a cell's own variant does not give (a cell's value wins); null = records must not carry
     # the key. A record counts for a cell only if it matches all of these and the cell's keys.
     variant: dict = field(default_factory=dict)
-    input: Any = "native"  # FLOPs estimate: "native" (dataset's typical size) or [h, w] or an int
+    input: Any = "native"  # FLOPs estimate: "native" (dataset's typical size), [h, w], an int, or
+    #                        "input_size" (the protocol's square input_size setting)
     val_input: Any = None  # default: same as input
     passes: Passes = field(default_factory=Passes)
     train_crops: dict = field(default_factory=dict)  # dataset -> crops seen in training (iters x batch)
@@ -157,6 +170,20 @@ def load_table(table: str | Path) -> Table:
                 f"{path}: protocols.{name}: tolerance {ps.tolerance!r}, tolerance_reason "
                 f"{ps.tolerance_reason!r}; every protocol of a paper table states the |measured - paper| it "
                 f"accepts (a number >= 0, in the metric's points) and why (tolerance_reason: a sentence)")
+    for name, ps in spec.protocols.items():
+        if not ps.variants:
+            continue
+        settings = {k for key in ps.variants for k in parse_variant(key)}
+        if settings & set(ps.variant or {}):
+            raise ConfigError(
+                f"{path}: protocols.{name}: {sorted(settings & set(ps.variant))} are run settings (variants) and "
+                f"also in `variant` (what the records carry); a key is one or the other")
+        for v in sorted(set(rows.loc[rows["protocol"] == name, "variant"])):
+            hits = _settings_of(v, ps)
+            if len(hits) != 1:
+                raise ConfigError(
+                    f"{path}: protocols.{name}: the CSV variant {v!r} matches {len(hits)} of variants "
+                    f"{sorted(ps.variants)} ({hits}); every cell of a protocol with `variants` is the run of exactly one")
     unknown_p = sorted(set(rows["protocol"]) - set(spec.protocols))
     unknown_d = sorted(set(rows["dataset"]) - set(spec.datasets))
     if unknown_p or unknown_d:
@@ -178,7 +205,10 @@ def vit_flops(arch_kwargs: dict, h: int, w: int) -> float:
     return 2.0 * macs
 
 
-def _input_hw(inp: Any, ds: DatasetSpec, patch: int) -> tuple[int, int] | None:
+def _input_hw(inp: Any, ds: DatasetSpec, patch: int, values: dict | None = None) -> tuple[int, int] | None:
+    if inp == "input_size":
+        size = (values or {}).get("input_size")
+        return (int(size), int(size)) if size else None
     if inp in (None, "native"):
         if not ds.native_hw:
             return None
@@ -203,12 +233,14 @@ class Cost:
     flops_by_workload: dict[str, float] | None = None
 
 
-def estimate_cost(ps: ProtocolSpec, ds: DatasetSpec, dataset_key: str, arch_kwargs: dict | None) -> Cost:
+def estimate_cost(ps: ProtocolSpec, ds: DatasetSpec, dataset_key: str, arch_kwargs: dict | None,
+                  values: dict | None = None) -> Cost:
     if arch_kwargs is None:
         return Cost(None, None, None, None, None)
     patch = arch_kwargs["patch_size"]
-    thw = _input_hw(ps.input, ds, patch)
-    vhw = _input_hw(ps.val_input if ps.val_input is not None else ps.input, ds, patch)
+    values = ps.values if values is None else values
+    thw = _input_hw(ps.input, ds, patch, values)
+    vhw = _input_hw(ps.val_input if ps.val_input is not None else ps.input, ds, patch, values)
     if thw is None or vhw is None:
         return Cost(thw, vhw, None, None, None)
     f_train, f_val = vit_flops(arch_kwargs, *thw), vit_flops(arch_kwargs, *vhw)
@@ -242,6 +274,8 @@ class Job:
     cost: Cost
     status: str = "ready"  # ready | missing checkpoint | needs trust | missing dataset | ...
     message: str = ""
+    variant: str = ""  # the ProtocolSpec.variants key this run measures ("" = none)
+    values: dict = field(default_factory=dict)  # protocol settings on top of the preset, resolved
     records: list[dict] = field(default_factory=list)
     skipped: bool = False  # records came from an earlier run
     gpu_hours: float | None = None  # on the GpuChoice the plan was estimated for
@@ -303,6 +337,40 @@ def _arch_of(lookup: ZooLookup) -> tuple[str | None, dict | None]:
     return None, None
 
 
+def _settings_of(variant: str, ps: ProtocolSpec) -> list[str]:
+    """The ProtocolSpec.variants keys whose key=value pairs the CSV variant ``variant`` contains."""
+    have = parse_variant(variant)
+    return [key for key in ps.variants
+            if all(a in have and _same_value(b, have[a]) for a, b in parse_variant(key).items())]
+
+
+def _variant_groups(grp: pd.DataFrame, ps: ProtocolSpec) -> list[tuple[str, pd.DataFrame]]:
+    """Cells of one (checkpoint, protocol, dataset) split by the ProtocolSpec.variants they
+    belong to (a cell belongs to the variant whose key=value pairs its own variant contains;
+    load_table makes sure each cell belongs to exactly one)."""
+    if not ps.variants:
+        return [("", grp)]
+    keys = grp["variant"].map(lambda v: (_settings_of(v, ps) or [""])[0])
+    return [(k, grp[keys == k]) for k in dict.fromkeys(keys)]
+
+
+def job_values(ps: ProtocolSpec, variant: str, arch_kwargs: dict | None) -> tuple[dict, str | None]:
+    """The protocol settings of one run: the table's values, then those of the model's patch
+    size, then those of the variant. Returns (values, problem or None)."""
+    values = dict(ps.values)
+    if ps.by_patch:
+        patch = (arch_kwargs or {}).get("patch_size")
+        by = {int(k): v for k, v in ps.by_patch.items()}
+        if patch is None:
+            return values, None  # unknown model: the run reports it
+        if patch not in by:
+            return values, f"the table gives no settings for patch size {patch} (only {sorted(by)})"
+        values.update(by[patch])
+    if variant:
+        values.update(ps.variants[variant])
+    return values, None
+
+
 def plan(table: str | Path | Table, data_root: str | Path | dict | None = None,
          zoo_dir: str | Path | None = None, *, trust: bool = False, models: list[str] | None = None,
          datasets: list[str] | None = None, zoo_path: str | Path | None = None) -> tuple[Table, list[Job]]:
@@ -324,22 +392,27 @@ def plan(table: str | Path | Table, data_root: str | Path | dict | None = None,
         lookup = find_checkpoint(zoo_name, zoo_dir, zoo_path)
         arch, akw = _arch_of(lookup)
         ds = tab.spec.datasets[dataset]
-        job = Job(zoo_name, protocol, dataset, list(grp.index), lookup, arch, akw, roots[dataset],
-                  data_status[dataset], proto_status[protocol],
-                  estimate_cost(tab.spec.protocols[protocol], ds, dataset, akw))
-        if lookup.status in ("missing", "unknown"):
-            job.status, job.message = "missing checkpoint", lookup.message
-        elif lookup.status == "official" and lookup.entry is not None and lookup.entry.needs_trust and not trust:
-            job.status = "needs --trust-checkpoint"
-            job.message = (f"{lookup.path} is a full training checkpoint (Python objects inside): check its "
-                           f"origin ({lookup.entry.url}), then pass --trust-checkpoint")
-        elif job.protocol_status != "ok":
-            job.status, job.message = "protocol unavailable", job.protocol_status[len("unavailable: "):]
-        elif job.data_status.startswith("missing"):
-            job.status, job.message = "missing dataset", f"{dataset}: {job.data_status[len('missing: '):]}"
-        elif roots[dataset] is None:
-            job.status, job.message = "no data root", "give --data-root"
-        jobs.append(job)
+        ps = tab.spec.protocols[protocol]
+        for variant, cells in _variant_groups(grp, ps):
+            values, problem = job_values(ps, variant, akw)
+            job = Job(zoo_name, protocol, dataset, list(cells.index), lookup, arch, akw, roots[dataset],
+                      data_status[dataset], proto_status[protocol], estimate_cost(ps, ds, dataset, akw, values),
+                      variant=variant, values=values)
+            if lookup.status in ("missing", "unknown"):
+                job.status, job.message = "missing checkpoint", lookup.message
+            elif lookup.status == "official" and lookup.entry is not None and lookup.entry.needs_trust and not trust:
+                job.status = "needs --trust-checkpoint"
+                job.message = (f"{lookup.path} is a full training checkpoint (Python objects inside): check its "
+                               f"origin ({lookup.entry.url}), then pass --trust-checkpoint")
+            elif job.protocol_status != "ok":
+                job.status, job.message = "protocol unavailable", job.protocol_status[len("unavailable: "):]
+            elif problem:
+                job.status, job.message = "protocol unavailable", problem
+            elif job.data_status.startswith("missing"):
+                job.status, job.message = "missing dataset", f"{dataset}: {job.data_status[len('missing: '):]}"
+            elif roots[dataset] is None:
+                job.status, job.message = "no data root", "give --data-root"
+            jobs.append(job)
     return tab, jobs
 
 
@@ -394,6 +467,8 @@ def format_plan(tab: Table, jobs: list[Job], data_root=None, zoo_dir=None, gpu: 
     for i, j in enumerate(jobs, 1):
         ps = spec.protocols[j.protocol]
         proto = f"{j.protocol}[{ps.preset}]" if ps.preset else j.protocol
+        if j.variant:
+            proto += f" {j.variant}"
         hw = j.cost.train_hw
         inp = f"{hw[0]}x{hw[1]}" if hw else "?"
         if j.cost.val_hw and j.cost.val_hw != hw:
@@ -479,19 +554,24 @@ def _label(variant: dict[str, Any]) -> str:
     return ",".join(f"{k}={'(absent)' if v is None else v}" for k, v in sorted(variant.items())) or "(no variant)"
 
 
-def cell_variant(cell: pd.Series, protocol: ProtocolSpec) -> dict[str, Any]:
+def cell_variant(cell: pd.Series, protocol: ProtocolSpec, settings: str = "") -> dict[str, Any]:
     """The variant a record must carry to count for ``cell``: the table's protocol variant
-    (its defaults) with the cell's own keys on top."""
-    return {**(protocol.variant or {}), **parse_variant(cell["variant"])}
+    (its defaults) with the cell's own keys on top. ``settings``: the run's
+    ProtocolSpec.variants key (e.g. "memory_size=102400"); its keys are settings of the run,
+    not something its records report, so they are dropped from what the records must match."""
+    want = {**(protocol.variant or {}), **parse_variant(cell["variant"])}
+    drop = set(parse_variant(settings)) if settings else set()
+    return {k: v for k, v in want.items() if k not in drop}
 
 
-def _measure(cell: pd.Series, records: list[dict], protocol: ProtocolSpec) -> dict[str, Any]:
+def _measure(cell: pd.Series, records: list[dict], protocol: ProtocolSpec, settings: str = "") -> dict[str, Any]:
     """Mean/std/n over seeds of the records whose variant is exactly the cell's protocol
-    (``cell_variant``). Records that also vary in keys neither the cell nor the table pins
+    (``cell_variant``; ``settings`` = the run's ProtocolSpec.variants key, whose keys the
+    records do not carry). Records that also vary in keys neither the cell nor the table pins
     (e.g. one result per lr when the cell does not say which) are grouped by those keys: one
     group is measured; several are an ambiguity, never resolved by taking the best of them.
     Returns {"status": "measured" | AMBIGUOUS | NOT_MEASURED, "note": ..., measured/std/n}."""
-    want = cell_variant(cell, protocol)
+    want = cell_variant(cell, protocol, settings)
     metric = cell["metric"].lower()
     groups: dict[str, list[float]] = {}
     others: set[str] = set()
@@ -549,11 +629,11 @@ def compare_cells(tab: Table, jobs: list[Job]) -> pd.DataFrame:
                 rows.at[idx, "note"] = job.message
                 rows.at[idx, "outcome"] = "fail" if job.status in FAILED_RUN else "not run"
                 continue
-            m = _measure(rows.loc[idx], job.records, ps)
+            m = _measure(rows.loc[idx], job.records, ps, job.variant)
             stored = " (stored records)" if job.skipped else ""
             if m["status"] != "measured":
                 rows.at[idx, "verdict"], rows.at[idx, "outcome"] = m["status"], "fail"
-                rows.at[idx, "note"] = f"{job.protocol}: {m['note']}{stored}"
+                rows.at[idx, "note"] = f"{job.protocol}{' ' + job.variant if job.variant else ''}: {m['note']}{stored}"
                 continue
             delta = m["measured"] - rows.at[idx, "value"]
             rows.at[idx, "measured"], rows.at[idx, "std"], rows.at[idx, "n"] = m["measured"], m["std"], m["n"]
@@ -676,8 +756,13 @@ def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo
         ds = tab.spec.datasets[job.dataset]
         try:
             model = zoo_model(job.zoo_name, zoo_dir, trust=trust, zoo_path=zoo_path).to(device)
+            if job.arch_kwargs is None:  # a harness checkpoint found only now: settings by its patch
+                job.values, problem = job_values(ps, job.variant, {"patch_size": model.backbone.patch_size})
+                if problem:  # as the plan says it for a model whose patch size it knows
+                    job.status, job.message = "protocol unavailable", problem
+                    continue
             protocol = _protocol_class(job.protocol).from_preset(
-                ps.preset, {"dataset": ds.reader, **ps.values}, source=str(tab.source))
+                ps.preset, {"dataset": ds.reader, **job.values}, source=str(tab.source))
             if echo:
                 echo(f"[reproduce] {job.zoo_name}: {job.protocol} on {job.dataset} ...")
             job.records, job.skipped = evaluate(model, protocol, job.data_path, preset=ps.preset,
@@ -770,5 +855,5 @@ def cmd_paper(args) -> int:
 
 __all__ = ["list_tables", "load_table", "read_paper_csv", "paper_numbers", "vit_flops", "estimate_cost", "plan",
            "format_plan", "compare_cells", "format_comparison", "verdict", "exit_status", "cell_variant",
-           "tolerance_lines", "reproduce", "ReproduceResult",
+           "tolerance_lines", "job_values", "reproduce", "ReproduceResult",
            "add_cli", "cmd_reproduce", "cmd_paper", "default_zoo_dir"]

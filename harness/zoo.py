@@ -1,5 +1,6 @@
-"""The model zoo: every published DINO / iBOT / CrIBo / SynCLR checkpoint as data
-(configs/zoo.yaml), listed with its official URL and imported into the harness format.
+"""The model zoo: every published DINO / iBOT / CrIBo / SynCLR / DINOv2 / MAE / CrOC / TimeT /
+Leopart / NeCo checkpoint as data (configs/zoo.yaml), listed with its official URL and
+imported into the harness format.
 
 Nothing is downloaded here: the user downloads the file from the URL shown by
 ``zoo_list`` and ``zoo_import`` converts it (checking its sha256 when the zoo knows it).
@@ -53,7 +54,7 @@ class ZooEntry:
     @property
     def needs_trust(self) -> bool:
         """Full training checkpoints hold an argparse.Namespace: importing them needs trust."""
-        return self.layout in ("dino_full", "ibot_full", "cribo_full")
+        return self.layout in ("dino_full", "ibot_full", "cribo_full", "croc_full")
 
     @property
     def url_dir(self) -> str:
@@ -149,7 +150,7 @@ def zoo_import(name: str, file: str | Path, out_dir: str | Path, trust: bool = F
             "source_url": entry.url, "claims": entry.claims}
     # `which` picks a branch of a full training checkpoint; a backbone-only file (e.g. iBOT's
     # checkpoint_student.pth) already is the branch the entry names.
-    which = entry.which if LAYOUTS[entry.layout].student_container else "teacher"
+    which = entry.which if LAYOUTS[entry.layout].has_student else "teacher"
     _, report = import_checkpoint(file, Path(out_dir) / entry.name, layout=entry.layout, which=which,
                                   arch=entry.arch, img_size=img_size, trust=trust, meta=meta)
     if report.method != entry.method:
@@ -222,12 +223,13 @@ def add_cli(subparsers) -> None:
                     help="allow unpickling (official full checkpoints); check the file's origin first")
     im.add_argument("--img-size", type=int, default=None, help="resize position embeddings for this input size")
     im.set_defaults(func=cmd_zoo_import)
-    cv = zs.add_parser("convert", help="convert any DINO/iBOT/CrIBo/SynCLR/StableRep file (layout auto-detected)")
+    cv = zs.add_parser("convert", help="convert any file of a known layout (auto-detected; see --layout)")
     cv.add_argument("file")
     cv.add_argument("--out", required=True, help="output path without suffix")
     cv.add_argument("--layout", default=None, choices=sorted(LAYOUTS))
     cv.add_argument("--arch", default=None)
-    cv.add_argument("--which", default="teacher", choices=["teacher", "student"])
+    cv.add_argument("--which", default=None, choices=["teacher", "student"],
+                    help="branch of a two-backbone file (default: the one the official loader reads)")
     cv.add_argument("--img-size", type=int, default=None)
     cv.add_argument("--drop", action="append", default=[], metavar="PATTERN",
                     help="extra key pattern to drop (e.g. 'projector.*'); reported in the audit")

@@ -47,3 +47,43 @@ def test_every_generator_has_its_fixture():
         m = re.search(r'^FIXTURE = "([^"]+)"$', script.read_text(), re.M)
         assert m, f"{script.name}: no FIXTURE constant"
         assert (TESTS / "fixtures" / m.group(1)).is_file(), f"{script.name}: tests/fixtures/{m.group(1)} missing"
+
+
+# The official-class parity fixtures (tests/fixtures/official/<case>/: checkpoint.pth,
+# reference.pt and provenance.json, written by scripts/official_parity/generate_fixtures.py
+# from checkouts of the official repositories; read by tests/test_official_parity.py).
+OFFICIAL = TESTS / "fixtures" / "official"
+OFFICIAL_CASES = sorted(p for p in OFFICIAL.iterdir() if p.is_dir()) if OFFICIAL.is_dir() else []
+
+
+@pytest.mark.parametrize("case", OFFICIAL_CASES, ids=lambda p: p.name)
+def test_official_fixture_has_provenance_and_a_generator(case):
+    import hashlib
+
+    prov_path = case / "provenance.json"
+    assert prov_path.is_file(), f"{case.name}: no provenance.json; regenerate with scripts/official_parity/generate_fixtures.py"
+    prov = json.loads(prov_path.read_text())
+    assert prov.get("case") == case.name, f"{case.name}: provenance.case {prov.get('case')!r}"
+    assert re.match(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", prov.get("repo", "")), f"{case.name}: provenance.repo"
+    assert prov.get("url") == f"https://github.com/{prov['repo']}", f"{case.name}: provenance.url"
+    assert SHA1.match(prov.get("commit", "")), f"{case.name}: provenance.commit {prov.get('commit')!r} is not a 40-char commit"
+    gen = prov.get("generator", "")
+    assert gen.startswith("scripts/official_parity/") and (ROOT / gen).is_file(), f"{case.name}: generator {gen!r}"
+    for name in ("checkpoint.pth", "reference.pt"):
+        assert (case / name).is_file(), f"{case.name}: {name} missing"
+    digest = hashlib.sha256((case / "checkpoint.pth").read_bytes()).hexdigest()
+    assert prov.get("checkpoint_sha256") == digest, f"{case.name}: checkpoint.pth is not the file provenance.json describes"
+    env = prov.get("environment", {})
+    for key in ("python", "torch", "numpy", "platform"):
+        assert key in env, f"{case.name}: provenance.environment lacks {key!r}"
+
+
+def test_official_real_size_checks_name_their_generator_and_commits():
+    path = OFFICIAL / "real_size_checks.json"
+    if not OFFICIAL_CASES and not path.exists():
+        pytest.skip("no official parity fixtures")
+    data = json.loads(path.read_text())
+    script = data.get("generator", "").split()[0] if data.get("generator") else ""
+    assert script.startswith("scripts/official_parity/") and (ROOT / script).is_file(), f"generator {data.get('generator')!r}"
+    assert data.get("commits") and all(SHA1.match(c) for c in data["commits"].values()), "commits"
+    assert "torch" in data.get("environment", {}), "environment"

@@ -30,7 +30,8 @@ def test_paper_csv_schema():
     zoo = load_zoo()
     files = sorted(PAPER_DIR.glob("*.csv"))
     assert {f.stem for f in files} == {"cribo_table1", "cribo_table2", "cribo_table3", "ibot_imagenet",
-                                       "dino_imagenet", "synclr_imagenet"}
+                                       "dino_imagenet", "synclr_imagenet", "dinov2_imagenet", "hbird_readme",
+                                       "neco_readme"}
     for f in files:
         df = read_paper_csv(f)
         assert list(df.columns) == CSV_COLUMNS
@@ -76,7 +77,19 @@ def test_paper_spot_values():
     dn = paper_numbers("dino-imagenet")
     assert _value(dn, arch="ViT-B/8", protocol="knn") == 77.4 and _value(dn, arch="ViT-S/16", protocol="linear") == 77.0
     assert _value(paper_numbers("synclr-imagenet"), arch="ViT-L/14") == 83.0
-    assert len(paper_numbers()) == 94 + 48 + 44 + 14 + 8 + 2
+    d2 = paper_numbers("dinov2-imagenet")
+    assert _value(d2, zoo_name="dinov2_vitg14_reg", protocol="linear") == 87.1
+    assert _value(d2, zoo_name="dinov2_vits14", protocol="knn") == 79.0
+    hb = paper_numbers("hbird-readme")
+    assert _value(hb, zoo_name="dinov2_vitl14", variant="fraction=1/1,memory_size=1024000") == 71.7
+    assert len(hb) == 19 and _value(hb[hb["table"].str.contains("orig")], zoo_name="dino_vitb16") == 55.9
+    assert _value(paper_numbers("neco-readme"), zoo_name="neco_dinov2r_vitb14") == 82.9
+    # the CrIBo rows whose authors released weights point at them
+    for method, data, zoo in (("MAE", "IN1K", "mae_vitb16"), ("CrOC", "COCO", "croc_vits16_coco"),
+                              ("CrOC", "IN1K", "croc_vits16_in1k"), ("TimeT", "IN1K+YTVOS", "timet_vits16")):
+        for t in (t1, t2, t3):
+            assert set(t[(t["method"] == method) & (t["pretrain_data"] == data)]["zoo_name"]) == {zoo}
+    assert len(paper_numbers()) == 94 + 48 + 44 + 14 + 8 + 2 + 16 + 19 + 9
 
 
 def test_vit_flops():
@@ -88,9 +101,15 @@ def test_vit_flops():
 def test_dry_run_real_table(capsys, tmp_path):
     res = reproduce("cribo-table1", None, tmp_path / "zoo", dry_run=True)
     text = capsys.readouterr().out
-    assert res.cells is None and len(res.jobs) == 10  # 5 zoo checkpoints x (VOC, ADE20K)
-    for name in ("cribo_vits16_coco", "cribo_vits16_in1k", "cribo_vitb16_in1k", "dino_vits16", "dino_vitb16"):
+    assert res.cells is None and len(res.jobs) == 18  # 9 zoo checkpoints x (VOC, ADE20K)
+    for name in ("cribo_vits16_coco", "cribo_vits16_in1k", "cribo_vitb16_in1k", "dino_vits16", "dino_vitb16",
+                 "mae_vitb16", "croc_vits16_coco", "croc_vits16_in1k", "timet_vits16"):
         assert name in text
+    assert "72 cells have a zoo checkpoint" in text
+    # only rows without released weights stay unreproducible: DINO and MAE trained on COCO by
+    # the CrIBo authors, and Hummingbird (8 + 8 + 6 cells)
+    assert "no public checkpoint in the zoo): 22 cells of rows" in text
+    assert "1: DINO ViT-S/16 COCO 300; 2: MAE ViT-S/16 COCO 300; 11: Hummingbird ViT-B/16 IN1K 300" in text
     assert "dense_nn[cribo]" in text and "368x496" in text and "PFLOP" in text
     assert "https://rdr.kuleuven.be/api/access/datafile/159667" in text  # where to get what is missing
     assert "no public checkpoint" in text and "Hummingbird" in text
@@ -103,6 +122,104 @@ def test_dry_run_real_table(capsys, tmp_path):
     (tmp_path / "zoo" / "cribo_vits16_coco" / "vits16-coco.pth").write_bytes(b"x")
     res = reproduce("cribo-table1", None, tmp_path / "zoo", dry_run=True, models=["cribo_vits16_coco"], echo=None)
     assert {j.status for j in res.jobs} == {"needs --trust-checkpoint"}
+
+
+def test_dry_run_settings_by_patch_and_variant(tmp_path):
+    """open-hummingbird-eval's README table: 512 px at patch 16, 504 at patch 14, one run per
+    memory size; the memory size is a setting of the run, not a variant of its records."""
+    res = reproduce("hbird-readme", None, tmp_path / "zoo", dry_run=True, echo=None)
+    assert len(res.jobs) == 6 * 3
+    by = {(j.zoo_name, j.variant): j for j in res.jobs}
+    j14 = by[("dinov2_vitb14", "memory_size=102400")]
+    assert j14.values["input_size"] == 504 and j14.values["memory_size"] == 102400 and j14.cost.train_hw == (504, 504)
+    j16 = by[("dino_vitb16", "memory_size=10240000")]
+    assert j16.values["input_size"] == 512 and len(j16.cells) == 2  # the README's own and the paper's number
+    assert "dense_nn[hbird] memory_size=1024000" in res.text
+    # the records do not carry memory_size: the run's setting is dropped from what they must
+    # match (cell_variant), the cell matches on its fraction only
+    from harness.paper import _measure, cell_variant, compare_cells
+    ps = res.table.spec.protocols["dense_nn"]
+    cell = res.table.rows.loc[j14.cells[0]]
+    assert cell_variant(cell, ps, j14.variant) == {"fraction": "1/1"}
+    assert cell_variant(cell, ps) == {"fraction": "1/1", "memory_size": "102400"}
+    rec = {"variant": {"fraction": "1/1"}, "metrics": {"mIoU": 70.0}}
+    assert _measure(cell, [rec], ps, j14.variant)["measured"] == 70.0
+    assert _measure(cell, [rec], ps)["status"] == "not measured"  # without the run's settings
+    # dropping the setting keys never reopens best-group picking: records that vary in a key
+    # neither the cell nor the table pins are still ambiguous
+    two = [rec, {"variant": {"fraction": "1/1", "k": 50}, "metrics": {"mIoU": 75.0}}]
+    m = _measure(cell, two, ps, j14.variant)
+    assert m["status"] == "ambiguous" and "measured" not in m
+    # through compare_cells: each run's records decide its own memory size's cells only
+    jobs = [j for j in res.jobs if j.zoo_name == "dinov2_vitb14"]
+    got = {"memory_size=102400": 70.0, "memory_size=1024000": 74.0, "memory_size=10240000": 78.5}
+    for j in jobs:
+        j.status, j.records = "done", [{"variant": {"fraction": "1/1"}, "metrics": {"mIoU": got[j.variant]}}]
+    c = compare_cells(res.table, jobs)
+    c = c[c["zoo_name"] == "dinov2_vitb14"].set_index("variant")
+    assert c.at["fraction=1/1,memory_size=102400", "measured"] == 70.0  # paper 69.1
+    assert c.at["fraction=1/1,memory_size=102400", "verdict"] == "ok (|delta| <= 1)"
+    assert c.at["fraction=1/1,memory_size=1024000", "verdict"].startswith("ok")      # 74.0 vs 74.6
+    assert c.at["fraction=1/1,memory_size=10240000", "verdict"].startswith("DIFFERS")  # 78.5 vs 76.9
+
+
+def test_every_table_protocol_states_tolerance_reason_and_variant(tmp_path):
+    """configs/paper/*.yaml: each protocol gives tolerance (>= 0), tolerance_reason and a
+    `variant` dict (written out, even when empty); a spec without them does not load."""
+    import yaml
+
+    from harness.errors import ConfigError
+    from harness.paper import _spec_path
+
+    for name in list_tables():
+        raw = yaml.safe_load(_spec_path(name).read_text())
+        for proto, ps in raw["protocols"].items():
+            assert isinstance(ps.get("tolerance"), (int, float)) and ps["tolerance"] >= 0, (name, proto)
+            assert isinstance(ps.get("tolerance_reason"), str) and len(ps["tolerance_reason"].split()) >= 10, (name, proto)
+            assert isinstance(ps.get("variant"), dict), (name, proto)
+    spec = _spec_path("neco-readme")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(spec.read_text().replace("tolerance_reason:", "tolerance_reason_was:"))
+    with pytest.raises(ConfigError, match="tolerance_reason"):
+        load_table(bad)
+    # a settings variant that is also a record variant key, or a cell no settings variant covers
+    hb = _spec_path("hbird-readme").read_text()
+    clash = tmp_path / "clash.yaml"
+    clash.write_text(hb.replace("    variant: {}", "    variant: {memory_size: 102400}"))
+    with pytest.raises(ConfigError, match="run settings"):
+        load_table(clash)
+    gap = tmp_path / "gap.yaml"
+    gap.write_text(hb.replace("      memory_size=10240000: {memory_size: 10240000}\n", ""))
+    with pytest.raises(ConfigError, match="matches 0 of variants"):
+        load_table(gap)
+
+
+def test_new_tables_pin_what_their_records_vary_in():
+    """dinov2-imagenet / hbird-readme / neco-readme with records shaped as their protocols
+    write them: every cell gets one group (never the best of several)."""
+    from harness.paper import _measure
+
+    def records(variants, metric, values):
+        return [{"variant": v, "metrics": {metric: x}} for v, x in zip(variants, values)]
+
+    d2 = load_table("dinov2-imagenet")
+    knn_cell = d2.rows[(d2.rows["protocol"] == "knn") & (d2.rows["zoo_name"] == "dinov2_vits14")].iloc[0]
+    # knn writes one record per k (ks 10 / 20 / 100 / 200): the table pins k = 20, even when
+    # another k is closer to the paper's 79.0
+    knn = records([{"k": k, "feature": "cls"} for k in (10, 20, 100, 200)], "top1", [79.0, 78.1, 77.0, 76.0])
+    m = _measure(knn_cell, knn, d2.spec.protocols["knn"])
+    assert m["status"] == "measured" and m["measured"] == 78.1
+    lin_cell = d2.rows[(d2.rows["protocol"] == "linear") & (d2.rows["zoo_name"] == "dinov2_vits14")].iloc[0]
+    lin = records([{"recipe": "dino"}, {"recipe": "dino", "cached_features": True}], "top1", [80.5, 81.1])
+    m = _measure(lin_cell, lin, d2.spec.protocols["linear"])
+    assert m["status"] == "measured" and m["measured"] == 80.5  # never the cached-feature shortcut
+    for name in ("hbird-readme", "neco-readme"):
+        tab = load_table(name)
+        ps = tab.spec.protocols["dense_nn"]
+        cell = tab.rows.iloc[0]
+        settings = next(iter(ps.variants), "")
+        m = _measure(cell, records([{"fraction": "1/1"}], "mIoU", [60.0]), ps, settings)
+        assert m["status"] == "measured" and m["measured"] == 60.0, name
 
 
 # ----------------------------------------------------------------------------- fake protocol

@@ -20,6 +20,14 @@ EXPECTED = {
              "ibot_vitb16_pt22k", "ibot_vitl16_pt22k"],
     "cribo": ["cribo_vits16_coco", "cribo_vits16_in1k", "cribo_vitb16_in1k"],
     "synclr": ["synclr_vitb16", "synclr_vitl14"],
+    "dinov2": [f"dinov2_vit{s}14{r}" for s in "sblg" for r in ("", "_reg")],
+    "mae": ["mae_vitb16", "mae_vitl16", "mae_vith14"],
+    "croc": ["croc_vits16_coco", "croc_vits16_cocoplus", "croc_vits16_in1k"],
+    "timet": ["timet_vits16"],
+    "leopart": ["leopart_vits16", "leopart_vitb8"],
+    "neco": [f"neco_{b}_vit{s}14{t}" for b in ("dinov2", "dinov2r", "dinov2r_xr") for s in "sb"
+             for t in ("", "_teacher")] + [f"neco_{b}_vits16{t}" for b in ("dino", "timet", "leopart")
+                                           for t in ("", "_teacher")],
 }
 
 
@@ -31,7 +39,7 @@ def test_zoo_lists_every_published_checkpoint():
             assert n in names, n
             if method in ("dino", "ibot"):
                 assert f"{n}_full" in names  # backbone file and full training checkpoint
-    assert len(df) == 27
+    assert len(df) == 62 and set(df["method"]) == set(EXPECTED)
     assert set(df["layout"]) <= set(LAYOUTS)
     assert all(u.startswith("https://") for u in df["url"])
     zoo = load_zoo()
@@ -43,6 +51,14 @@ def test_zoo_lists_every_published_checkpoint():
     text = format_zoo(zoo_list("cribo"))
     assert "cribo_vitb16_in1k" in text and "https://rdr.kuleuven.be/api/access/datafile/159666" in text
     assert "dino" not in text
+    # the new families: patch 14 and registers in the arch, the forward settings in the layout
+    assert zoo["dinov2_vitb14_reg"].arch == "vit_base_patch14_reg4_dinov2" and zoo["dinov2_vitb14_reg"].patch_size == 14
+    assert zoo["dinov2_vitg14"].url == "https://dl.fbaipublicfiles.com/dinov2/dinov2_vitg14/dinov2_vitg14_pretrain.pth"
+    assert zoo["dinov2_vits14"].claims == {"imagenet_knn_top1": 79.0, "imagenet_linear_top1": 81.1}
+    assert zoo["mae_vitb16"].layout == "mae" and zoo["mae_vitb16"].epochs == 1600
+    assert zoo["croc_vits16_in1k"].url.endswith("/28925") and zoo["croc_vits16_in1k"].needs_trust
+    assert zoo["leopart_vits16"].which == "student" and zoo["timet_vits16"].layout == "timet"
+    assert zoo["neco_dinov2r_vitb14_teacher"].url.endswith("vit-base/dinov2-architectures/neco_on_dinov2r_vit14_teacher.ckpt")
 
 
 def test_unknown_name_suggests():
