@@ -63,6 +63,50 @@ def test_mask_with_out_of_range_label(isolated_home, synth_tiny, capsys):
     assert _no_records(isolated_home)
 
 
+def _voc_copy(home: Path, synth_tiny: Path) -> Path:
+    root = home / "synth"
+    shutil.copytree(synth_tiny / "VOC2012", root / "VOC2012")
+    if (synth_tiny / "meta.json").exists():
+        shutil.copy(synth_tiny / "meta.json", root / "meta.json")
+    return root
+
+
+def _dense_eval(root: Path, preset: str, capsys):
+    return _eval(["--protocol", "dense_nn", "--preset", preset, "--dataset", "voc", "--data-root", str(root),
+                  "--random-init", "vit_cpu_tiny", "--set", "fractions=[1/1]", "--set", "seeds=[42]",
+                  "--set", "progress=false", "--set", "input_size=64"] if preset == "hbird" else
+                 ["--protocol", "dense_nn", "--preset", preset, "--dataset", "voc", "--data-root", str(root),
+                  "--random-init", "vit_cpu_tiny", "--set", "fractions=[1/1]", "--set", "seeds=[42]",
+                  "--set", "progress=false"], capsys)
+
+
+@pytest.mark.parametrize("preset", ["cribo", "hbird"])
+def test_mask_of_another_size_than_its_image(isolated_home, synth_tiny, capsys, preset):
+    """hbird resizes image and mask to one square, which hid the mismatch: both presets refuse."""
+    root = _voc_copy(isolated_home, synth_tiny)
+    masks = sorted((root / "VOC2012" / "SegmentationClass").glob("val*.png"))
+    m = Image.open(masks[0])
+    small = m.resize((m.width - 8, m.height), Image.NEAREST)
+    small.putpalette(m.getpalette())
+    small.save(masks[0])
+    rc, err = _dense_eval(root, preset, capsys)
+    assert rc == 2 and masks[0].name in err and "its image" in err
+    assert _no_records(isolated_home)
+
+
+@pytest.mark.parametrize("preset", ["cribo", "hbird"])
+def test_exif_rotated_image_of_a_segmentation_set_is_refused(isolated_home, synth_tiny, capsys, preset):
+    root = _voc_copy(isolated_home, synth_tiny)
+    images = sorted((root / "VOC2012" / "JPEGImages").glob("val*.jpg"))
+    img = Image.open(images[0])
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees for display
+    img.save(images[0], exif=exif.tobytes(), quality=95)
+    rc, err = _dense_eval(root, preset, capsys)
+    assert rc == 2 and images[0].name in err and "EXIF orientation 6" in err
+    assert _no_records(isolated_home)
+
+
 def test_unknown_protocol_setting(isolated_home, synth_tiny, capsys):
     rc, err = _eval(KNN + ["--data-root", str(synth_tiny / "imagenet"), "--random-init", "vit_cpu_tiny",
                            "--set", "neighbours=20"], capsys)

@@ -23,21 +23,56 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 IGNORE_INDEX = 255
 
 
-def load_rgb(path: str | Path) -> Image.Image:
-    """Open an image as RGB; any decoding problem becomes a DataError naming the file."""
+# EXIF orientation (tag 0x0112) values other than 1 ask a viewer to rotate or mirror the pixels.
+EXIF_ORIENTATION = 0x0112
+
+
+def load_rgb(path: str | Path, refuse_rotated: bool = False) -> Image.Image:
+    """Open an image as RGB; any decoding problem becomes a DataError naming the file.
+
+    EXIF orientation is never applied, as PIL (and the official DINO / open-hummingbird-eval
+    loaders) leave it: the stored pixel grid is the image. With ``refuse_rotated`` (images whose
+    label maps must line up pixel for pixel) an orientation other than 1 is an error, since the
+    mask may have been drawn on either the stored or the rotated picture."""
     path = Path(path)
     try:
         with Image.open(path) as img:
+            if refuse_rotated:
+                _refuse_rotated(img, path)
             # Image.open is lazy: load() forces the full decode so that a truncated
             # JPEG fails here, not later in a transform.
             img.load()
             return img.convert("RGB")
+    except DataError:
+        raise
     except FileNotFoundError:
         raise DataError(f"image file {path} does not exist; the dataset on disk is incomplete "
                         f"(re-extract or regenerate it)") from None
     except (OSError, ValueError, Image.DecompressionBombError, SyntaxError) as exc:
         raise DataError(f"cannot decode image {path}: {exc}; the file is corrupt or truncated "
                         f"(replace it, or regenerate the dataset)") from exc
+
+
+def _refuse_rotated(img: Image.Image, path: Path) -> None:
+    orientation = img.getexif().get(EXIF_ORIENTATION, 1)
+    if orientation != 1:
+        raise DataError(f"image {path} carries EXIF orientation {orientation} (rotated or mirrored for "
+                        f"display); its label map cannot be known to match the stored pixels. Rewrite the "
+                        f"image with the rotation applied to it and its mask (or drop the EXIF tag if "
+                        f"the mask matches the stored pixels)")
+
+
+def image_size(path: str | Path) -> tuple[int, int]:
+    """(width, height) of an image file, from its header (no decode)."""
+    path = Path(path)
+    try:
+        with Image.open(path) as img:
+            return img.size
+    except FileNotFoundError:
+        raise DataError(f"image file {path} does not exist; the dataset on disk is incomplete "
+                        f"(re-extract or regenerate it)") from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise DataError(f"cannot read image {path}: {exc}; the file is corrupt or truncated") from exc
 
 
 def load_label_png(path: str | Path) -> np.ndarray:

@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image
 
 from harness.config import fingerprint as _fingerprint
-from harness.data.io import IGNORE_INDEX, files_stamp, find_synth_meta, load_label_png, load_rgb
+from harness.data.io import IGNORE_INDEX, files_stamp, find_synth_meta, image_size, load_label_png, load_rgb
 from harness.errors import DataError
 from harness.registry import register_dataset
 
@@ -96,12 +96,19 @@ class SegmentationDataset:
                 f"n={len(self)}, num_classes={self.num_classes})")
 
     def load_image(self, i: int) -> Image.Image:
-        return load_rgb(self.image_paths[i])
+        return load_rgb(self.image_paths[i], refuse_rotated=True)
 
     def load_mask(self, i: int) -> np.ndarray:
-        """(H, W) uint8 labels in 0..num_classes-1, or ``ignore_index``."""
+        """(H, W) uint8 labels in 0..num_classes-1, or ``ignore_index``; the size of its image
+        (a label map of another size cannot be aligned with it: resizing both to one square, as
+        some protocols do, would hide the mismatch)."""
         path = self.mask_paths[i]
         mask = self._convert_mask(load_label_png(path), path)
+        w, h = image_size(self.image_paths[i])
+        if mask.shape != (h, w):
+            raise DataError(f"mask {path} is {mask.shape[1]}x{mask.shape[0]} (width x height) but its image "
+                            f"{self.image_paths[i]} is {w}x{h}; a label map must have its image's size "
+                            f"(replace one of them)")
         bad = (mask >= self.num_classes) & (mask != self.ignore_index)
         if bad.any():
             raise DataError(
