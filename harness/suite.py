@@ -107,7 +107,8 @@ def _checkpoint_plan(entry: ModelEntry, data_root: Path, data_name: str, device:
     everything that changes the weights, so an equal configuration finds its earlier result."""
     cfg, source = pretrain_config(entry, data_root, data_name, device)
     key = to_dict(cfg)
-    key["train"].pop("num_workers", None)  # does not change the weights (the engine resumes across it)
+    for k in ("num_workers", "loggers"):  # do not change the weights (the engine resumes across them)
+        key["train"].pop(k, None)
     # a GPU's rounding gives other weights than the CPU's; which GPU of a kind does not matter
     key["train"]["device"] = resolve_device(device).type
     key["data_stamp"] = data_stamp(data_root)  # a regenerated dataset at the same path is other data
