@@ -10,8 +10,10 @@ the pairs says how sure the difference is:
 - ``t`` (default): paired t-test, ``scipy.stats.ttest_rel(b, a)``;
 - ``wilcoxon``: Wilcoxon signed-rank test, ``scipy.stats.wilcoxon(b - a)`` (exact for small n).
 
-One more row per protocol pools the pairs of all its columns ("all": each (variant, seed)
-is a pair). A column with one value each (k-NN has no seed) has a delta and no test.
+One more row per protocol (variant "all") pools its columns seed by seed: for each seed, the
+mean over the columns both runs measured with it; the test runs over the seeds, which are the
+independent repeats (variants of one seed share the features and are not). A column with one
+value each (k-NN has no seed) has a delta and no test.
 Records of a column measured under different protocol fingerprints are refused, as the
 leaderboard refuses them (IncomparableResultsError): their numbers cannot be compared.
 """
@@ -117,7 +119,8 @@ def compare_runs(a: list[dict], b: list[dict], *, metric: str | None = None, all
             by_group.setdefault(c[:4] + c[5:], []).append(c[4])
         common = [c for c in common if c[4] == (metric if metric is not None else
                                                 headline_metric(c[0], by_group[c[:4] + c[5:]]))]
-    rows, pooled = [], {}
+    rows = []
+    pooled: dict[tuple, dict[str, list[tuple[float, float]]]] = {}  # (protocol, metric) -> seed -> pairs
     for c in common:
         sa = va[(va[cols] == list(c)).all(axis=1)].set_index("seed_key")["value"]
         sb = vb[(vb[cols] == list(c)).all(axis=1)].set_index("seed_key")["value"]
@@ -132,18 +135,24 @@ def compare_runs(a: list[dict], b: list[dict], *, metric: str | None = None, all
         rows.append(dict(zip(cols, c), n_a=len(sa), n_b=len(sb), mean_a=float(sa.mean()), mean_b=float(sb.mean()),
                          delta=float(sb.mean() - sa.mean()), pairs=len(pa), seeds=",".join(seeds),
                          test=test if p is not None else "", statistic=stat, p_value=p, note=note))
-        pool = pooled.setdefault((c[0], c[4]), ([], [], 0))
-        pooled[(c[0], c[4])] = (pool[0] + pa, pool[1] + pb, pool[2] + 1)
-    for (protocol, m), (pa, pb, ncols) in pooled.items():
-        if ncols < 2:
-            continue
+        by_seed = pooled.setdefault((c[0], c[4]), {})
+        for s, x, y in zip(seeds, pa, pb):
+            by_seed.setdefault(s, []).append((x, y))
+    n_cols = {k: sum(1 for c in common if (c[0], c[4]) == k) for k in pooled}
+    for (protocol, m), by_seed in pooled.items():
+        if n_cols[(protocol, m)] < 2:
+            continue  # the column's own row says it all
+        seeds = list(by_seed)
+        pa = [sum(x for x, _ in by_seed[s]) / len(by_seed[s]) for s in seeds]
+        pb = [sum(y for _, y in by_seed[s]) / len(by_seed[s]) for s in seeds]
         stat, p, note = paired_test(pa, pb, test)
         rows.append(dict(protocol=protocol, dataset="", split="", variant="all", metric=m, fingerprint="",
                          n_a=len(pa), n_b=len(pb), mean_a=sum(pa) / len(pa) if pa else math.nan,
                          mean_b=sum(pb) / len(pb) if pb else math.nan,
-                         delta=(sum(pb) - sum(pa)) / len(pa) if pa else math.nan, pairs=len(pa), seeds="",
-                         test=test if p is not None else "", statistic=stat, p_value=p,
-                         note=f"pooled over {ncols} columns; " + (note or "each (variant, seed) is a pair")))
+                         delta=(sum(pb) - sum(pa)) / len(pa) if pa else math.nan, pairs=len(pa),
+                         seeds=",".join(seeds), test=test if p is not None else "", statistic=stat, p_value=p,
+                         note=f"{n_cols[(protocol, m)]} columns, averaged per seed; "
+                              + (note or "the test is over the seeds")))
     out = pd.DataFrame(rows, columns=COLUMNS)
     order = {p: i for i, p in enumerate(dict.fromkeys(c[0] for c in common))}
     if len(out):

@@ -225,6 +225,7 @@ def _prov_html(p: dict[str, Any]) -> str:
         if vals in (None, [], ""):
             return ""
         vals = vals if isinstance(vals, list) else [vals]
+        vals = [f"{v:.6g}" if isinstance(v, float) else v for v in vals]
         text = ", ".join(f"<code>{esc(str(v))}</code>" if code else esc(str(v)) for v in vals)
         return f"<dt>{esc(label)}</dt><dd>{text}</dd>"
 
@@ -442,7 +443,7 @@ def _group_table(df: pd.DataFrame, g: Group, records_by_row: dict[tuple, list[di
             cls = ' class="best"' if best[c] is not None and mean >= best[c] - 1e-12 else ""
             text = esc(format_cell(mean, std, n))
             if c in g.baseline and mi.get("method") != RANDOM_INIT:
-                d = mean - g.baseline[c]
+                d = round(mean - g.baseline[c], 2)  # the sign of what is printed
                 sign = "pos" if d > 0 else ("neg" if d < 0 else "")
                 text += f'<span class="delta {sign}">{d:+.2f} vs random init</span>'
             elif c in g.baseline:

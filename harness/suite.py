@@ -241,6 +241,13 @@ def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: P
     out = Path(out_dir or results_dir())
     df = build_leaderboard(records)
     paths = write_leaderboard(df, out) if len(df) else {}
+    if len(df):
+        from harness.report import write_report
+
+        try:  # the page is a view of the records: failing to draw it must not fail the run
+            paths["report"] = write_report(out / "report.html", records)
+        except Exception as exc:  # noqa: BLE001
+            log(f"(report.html not written: {type(exc).__name__}: {exc}; `ssl-bench report` retries)")
     log("")
     log(format_console(df) if len(df) else "(no results)")
     log("")

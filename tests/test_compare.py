@@ -50,11 +50,13 @@ def test_paired_t_test_per_column_and_pooled():
     assert row["delta"] == pytest.approx(sum(GAIN.values()) / 3)
     assert row["pairs"] == 3 and row["seeds"] == "42,400,783"
     assert row["statistic"] == pytest.approx(expected.statistic) and row["p_value"] == pytest.approx(expected.pvalue)
+    # the protocol row: per seed the mean over both fractions, the test over the three seeds
     pooled = table[(table["protocol"] == "dense_nn") & (table["variant"] == "all")].iloc[0]
-    ya = list(A_VALUES.values())
-    yb = [v + GAIN[s] for (_, s), v in A_VALUES.items()]
-    assert pooled["pairs"] == 6 and pooled["p_value"] == pytest.approx(stats.ttest_rel(yb, ya).pvalue)
-    knn = table[table["protocol"] == "knn"].iloc[0]
+    ya = [(A_VALUES[("1/8", s)] + A_VALUES[("1/1", s)]) / 2 for s in SEEDS]
+    yb = [y + GAIN[s] for y, s in zip(ya, SEEDS)]
+    assert pooled["pairs"] == 3 and pooled["seeds"] == "42,400,783"
+    assert pooled["p_value"] == pytest.approx(stats.ttest_rel(yb, ya).pvalue)
+    knn = table[table["protocol"] == "knn"].iloc[0]  # one column, no seed: a delta, no test
     assert knn["delta"] == pytest.approx(3.0) and knn["pairs"] == 1 and pd.isna(knn["p_value"])
     assert "one pair: no test" in knn["note"]
 
