@@ -35,6 +35,9 @@ class Protocol:
     # linear "dino" / "ibot" / "synclr"). The CLI's --preset picks one.
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
     DEFAULT_PRESET: ClassVar[str | None] = None
+    # The metric the papers' tables report for this protocol (higher is better): leaderboards,
+    # reports, curves and `ssl-bench compare` show it first. None: the first metric by name.
+    HEADLINE_METRIC: ClassVar[str | None] = None
     registry_name: ClassVar[str] = "?"
 
     def __init__(self, cfg=None, source: str = "<defaults>"):

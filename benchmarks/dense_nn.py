@@ -276,6 +276,7 @@ class DenseNN(Protocol):
     Config = Config
     PRESETS = PRESETS
     DEFAULT_PRESET = "cribo"
+    HEADLINE_METRIC = "mIoU"
     NOT_IN_FINGERPRINT = ("batch_size", "num_workers", "search_chunk", "search_device", "threads", "memory_budget_gb",
                           "artifacts_dir", "write_subsets", "progress")
 

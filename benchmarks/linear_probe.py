@@ -121,6 +121,7 @@ class LinearConfig:
 @register_protocol("linear")
 class LinearProbe(Protocol):
     Config = LinearConfig
+    HEADLINE_METRIC = "top1"
     # recipe: a label (the settings are hashed); seed: recorded as the result's seed.
     NOT_IN_FINGERPRINT = ("recipe", "seed", "num_workers", "feature_batch_size", "cache", "progress")
     PRESETS = {

@@ -770,6 +770,7 @@ class SegProtocolBase:
 
     HEAD: str = "linear"
     FROZEN: bool = True
+    HEADLINE_METRIC = "mIoU"
     NOT_IN_FINGERPRINT = EXECUTION_ONLY
 
     def head_spec(self) -> dict:

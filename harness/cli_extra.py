@@ -32,3 +32,11 @@ def _zoo_and_paper(sub) -> None:
 
     zoo.add_cli(sub)
     paper.add_cli(sub)
+
+
+@extra_command
+def _report_and_compare(sub) -> None:
+    from harness import compare, report
+
+    report.add_cli(sub)
+    compare.add_cli(sub)

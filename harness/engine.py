@@ -35,6 +35,7 @@ from harness.config import fingerprint, from_dict, to_dict
 from harness.errors import ConfigError
 from harness.io_utils import atomic_write
 from harness.registry import METHODS
+from harness.train_loggers import DEFAULT_LOGGERS, TrainLoggers, check_names
 from methods.base import BackboneConfig, Method, StepInfo
 from methods.shared import cosine_schedule  # one definition for engine and methods
 
@@ -60,6 +61,8 @@ class TrainConfig:
     # fp16: autocast + gradient scaler, as the official --use_fp16; bf16: autocast, no scaler
     precision: str = "fp32"
     device: str = "auto"  # auto | cpu | cuda | cuda:N (under torchrun: each process its LOCAL_RANK GPU)
+    # where the logged rows go: jsonl (<out>/log.jsonl), tensorboard, wandb, mlflow (harness/train_loggers.py)
+    loggers: list[str] = field(default_factory=lambda: list(DEFAULT_LOGGERS))
 
 
 @dataclass
@@ -167,6 +170,8 @@ class Trainer:
         self.scaler = devices.grad_scaler(self.device, t.precision)
         self.step = 0
         self.log_path = self.out_dir / "log.jsonl"
+        check_names(t.loggers, f"{source}: train.loggers")
+        self.loggers: TrainLoggers | None = None  # opened by train(), on the main process
 
     def _distributed(self, method: Method) -> nn.Module:
         """The method wrapped in DistributedDataParallel under torchrun (gradients averaged
@@ -182,7 +187,7 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
     # Settings that do not change the trajectory: a run may resume with other values
     # (e.g. a larger max_steps continues the same schedule).
-    RESUMABLE_CHANGES = ("max_steps", "checkpoint_every", "log_every", "num_workers", "device")
+    RESUMABLE_CHANGES = ("max_steps", "checkpoint_every", "log_every", "num_workers", "device", "loggers")
 
     def _identity(self) -> str:
         d = to_dict(self.cfg)
@@ -254,9 +259,8 @@ class Trainer:
                 g["weight_decay"] = float(self.wd_schedule[step])
 
     def _log(self, row: dict) -> None:
-        if dist.is_main():
-            with open(self.log_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
+        if self.loggers is not None:
+            self.loggers.log(row)
 
     def train(self) -> Path:
         t = self.cfg.train
@@ -264,6 +268,18 @@ class Trainer:
         resumed = self.try_resume()
         if not resumed and dist.is_main():
             self.log_path.unlink(missing_ok=True)
+        if dist.is_main():
+            self.loggers = TrainLoggers(t.loggers, self.out_dir, f"{self.cfg.method.get('name')}-{self.out_dir.name}",
+                                        to_dict(self.cfg))
+        try:
+            return self._train_loop()
+        finally:
+            if self.loggers is not None:
+                self.loggers.close()
+                self.loggers = None
+
+    def _train_loop(self) -> Path:
+        t = self.cfg.train
         self.method.train()
         bar = tqdm(total=self.stop_step, initial=self.step, disable=not (self.progress and dist.is_main()),
                    desc=f"pretrain {self.cfg.method.get('name')} on {self.device}", unit="step",
@@ -292,7 +308,7 @@ class Trainer:
                 self.step += 1
                 speed.step_done(t.batch_size)
                 row = {"step": self.step, "epoch": epoch, "lr": info.lr, "wd": info.weight_decay,
-                       "momentum": info.momentum}
+                       "momentum": info.momentum, **self.method.logged_schedules(info)}
                 for k, v in losses.items():
                     row[k] = float(dist.all_reduce_mean(v.detach().float().clone()).item())
                 if self.step % t.log_every == 0 or self.step == self.stop_step:
@@ -337,13 +353,13 @@ class Trainer:
 
 
 class _Throughput:
-    """Images per second and the share of wall time spent waiting for the data loader, over
-    each logging interval: a GPU starved by its input pipeline shows a high share."""
+    """Images per second, seconds per step and the share of wall time spent waiting for the
+    data loader, over each logging interval: a GPU starved by its input pipeline shows a high share."""
 
     def __init__(self):
         self.t_interval = self.t_wait = time.perf_counter()
         self.t_start = self.t_interval
-        self.images = 0
+        self.images = self.steps = 0
         self.wait_s = 0.0
 
     def waiting(self) -> None:
@@ -354,13 +370,14 @@ class _Throughput:
 
     def step_done(self, images: int) -> None:
         self.images += images
+        self.steps += 1
 
     def report(self) -> dict[str, float]:
         now = time.perf_counter()
         span = max(now - self.t_interval, 1e-9)
-        out = {"img_per_s": self.images / span, "data_wait_share": min(1.0, self.wait_s / span),
-               "elapsed_s": now - self.t_start}
-        self.t_interval, self.images, self.wait_s = now, 0, 0.0
+        out = {"img_per_s": self.images / span, "step_s": span / max(1, self.steps),
+               "data_wait_share": min(1.0, self.wait_s / span), "elapsed_s": now - self.t_start}
+        self.t_interval, self.images, self.steps, self.wait_s = now, 0, 0, 0.0
         return out
 
 

@@ -15,24 +15,23 @@ import math
 import re
 from collections import defaultdict
 from fractions import Fraction
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, SslBenchError
 from harness.io_utils import atomic_write, atomic_write_text
-from harness.results import iter_records
+from harness.results import (fraction_value, iter_records, load_results, parse_variant,  # noqa: F401
+                             variant_label)
 
 # Column levels of the table returned by build_leaderboard.
 LEVELS = ("protocol", "dataset", "split", "variant", "metric", "fingerprint", "stat")
 STATS = ("mean", "std", "n")
 SHORT_FP = 8
 
-# The number a protocol's paper tables report: used by the console view and the plots.
-HEADLINE_METRIC = {"knn": "top1", "linear": "top1", "linear_probe": "top1", "dense_nn": "mIoU",
-                   "seg_linear": "mIoU", "segmenter": "mIoU"}
 
 
 class IncomparableResultsError(ConfigError):
@@ -40,39 +39,22 @@ class IncomparableResultsError(ConfigError):
 
 
 # ----------------------------------------------------------------------------- helpers
-def variant_label(variant: dict | None) -> str:
-    """Canonical text of a variant dict: ``fraction=1/8,k=20`` (keys sorted)."""
-    if not variant:
-        return ""
-    return ",".join(f"{k}={_fmt_value(v)}" for k, v in sorted(variant.items()))
+@lru_cache(maxsize=None)
+def declared_headline(protocol: str) -> str | None:
+    """The metric a registered protocol declares as its headline (``HEADLINE_METRIC``, e.g.
+    top1 or mIoU); None for a protocol not registered here (records of an absent plugin)."""
+    from harness.registry import PROTOCOLS
 
-
-def _fmt_value(v: Any) -> str:
-    if isinstance(v, float) and v.is_integer():
-        return str(int(v))
-    return str(v)
-
-
-def parse_variant(label: str) -> dict[str, str]:
-    if not label:
-        return {}
-    return dict(item.split("=", 1) for item in label.split(","))
-
-
-def fraction_value(v: Any) -> float | None:
-    """``"1/8"``, ``0.125``, ``"0.125"`` -> 0.125; None if it is not a fraction."""
     try:
-        if isinstance(v, str) and "/" in v:
-            return float(Fraction(v.strip()))
-        return float(v)
-    except (ValueError, ZeroDivisionError, TypeError):
+        return getattr(PROTOCOLS.get(protocol), "HEADLINE_METRIC", None)
+    except SslBenchError:
         return None
 
 
 def headline_metric(protocol: str, metrics: Iterable[str]) -> str | None:
     """The protocol's headline metric among ``metrics`` (case-insensitive), else the first."""
     metrics = list(metrics)
-    want = HEADLINE_METRIC.get(protocol) or ("mIoU" if protocol.startswith("seg") else None)
+    want = declared_headline(protocol)
     if want:
         for m in metrics:
             if m.lower() == want.lower():
@@ -101,40 +83,37 @@ def column_label(col: tuple, with_fp: bool = False) -> str:
     return f"{label} @{fp[:SHORT_FP]}" if with_fp else label
 
 
-def _weights_label(model: dict) -> str:
-    """The weights of a record's model (random inits included: two init seeds under one name
-    are two rows); "" for records that do not say."""
-    key = model.get("weights_key") or model.get("checkpoint_sha256") or ""
-    return key.removeprefix("weights-")
+FLAT_COLUMNS = ["model", "sha", "method", "arch", "pretrain_data", "epochs", "protocol", "dataset", "split",
+                "variant", "metric", "fingerprint", "seed", "created", "value", "id", "data"]
 
 
-def _flatten(records: Iterable[dict]) -> pd.DataFrame:
-    rows = []
-    for rec in records:
-        model, proto = rec.get("model") or {}, rec.get("protocol") or {}
-        if not model.get("name") or not proto.get("name"):
-            continue  # not a result record
-        for metric, value in (rec.get("metrics") or {}).items():
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                continue  # e.g. per-class lists stay in the record only
-            rows.append({
-                "model": model["name"], "sha": _weights_label(model),
-                "method": model.get("method"), "arch": model.get("arch"),
-                "pretrain_data": model.get("pretrain_data"), "epochs": model.get("epochs"),
-                "protocol": proto["name"], "dataset": proto.get("dataset") or "",
-                "split": proto.get("split") or "", "variant": variant_label(rec.get("variant")),
-                "metric": metric, "fingerprint": proto.get("fingerprint") or "",
-                "seed": rec.get("seed"), "created": rec.get("created") or "",
-                "value": float(value), "id": rec.get("id"), "data": _data_label(proto),
-            })
-    return pd.DataFrame(rows, columns=["model", "sha", "method", "arch", "pretrain_data", "epochs",
-                                       "protocol", "dataset", "split", "variant", "metric",
-                                       "fingerprint", "seed", "created", "value", "id", "data"])
+def _flatten(records: Iterable[dict] | pd.DataFrame) -> pd.DataFrame:
+    """The numbers the table is built from: a harness.results.load_results() frame (or the
+    records, loaded into one), with "" for missing keys and the weights label as ``sha``."""
+    frame = records if isinstance(records, pd.DataFrame) else load_results(list(records))
+    frame = frame[frame["metric"].notna()]  # records without numbers (e.g. per-class lists only)
+    if frame.empty:
+        return pd.DataFrame(columns=FLAT_COLUMNS)
+    weights = frame["weights_key"].fillna(frame["checkpoint_sha256"]).fillna("")
+    blank = lambda c: frame[c].astype(object).where(frame[c].notna(), "")  # noqa: E731
+    flat = pd.DataFrame({
+        "model": frame["model"].astype(object), "sha": weights.str.removeprefix("weights-").astype(object),
+        "method": frame["method"].astype(object), "arch": frame["arch"].astype(object),
+        "pretrain_data": frame["pretrain_data"].astype(object), "epochs": frame["epochs"].astype(object),
+        "protocol": frame["protocol"].astype(object), "dataset": blank("dataset"), "split": blank("split"),
+        "variant": blank("variant"), "metric": frame["metric"].astype(object),
+        "fingerprint": blank("fingerprint"), "seed": frame["seed"].astype(object),
+        "created": frame["created"], "value": frame["value"].astype(float), "id": frame["record_id"].astype(object),
+        "data": _data_labels(frame),
+    }, columns=FLAT_COLUMNS)
+    return flat.reset_index(drop=True)
 
 
-def _data_label(proto: dict) -> str:
-    """Which data a record measured: its content stamp, else its resolved root."""
-    return str(proto.get("data_stamp") or proto.get("data_root") or "")
+def _data_labels(frame: pd.DataFrame) -> pd.Series:
+    """Which data each number was measured on: its content stamp, else its resolved root."""
+    def column(name: str) -> pd.Series:
+        return frame[name] if name in frame else pd.Series(pd.NA, index=frame.index)
+    return column("rec.protocol.data_stamp").fillna(column("rec.protocol.data_root")).fillna("").astype(str)
 
 
 def _disambiguate_data(flat: pd.DataFrame) -> pd.DataFrame:
@@ -163,7 +142,7 @@ def _disambiguate_models(flat: pd.DataFrame) -> pd.DataFrame:
 
 def fingerprint_conflicts(records: Iterable[dict] | pd.DataFrame) -> list[dict]:
     """Each (protocol, dataset, split, variant, metric) measured under > 1 fingerprint."""
-    flat = records if isinstance(records, pd.DataFrame) else _flatten(records)
+    flat = records if isinstance(records, pd.DataFrame) and "sha" in records.columns else _flatten(records)
     out = []
     keys = ["protocol", "dataset", "split", "variant", "metric"]
     for key, grp in flat.groupby(keys, sort=True):
@@ -184,8 +163,10 @@ def _conflict_message(c: dict) -> str:
 
 
 # ----------------------------------------------------------------------------- build
-def build_leaderboard(records: list[dict] | None = None, runs_dir: str | Path | None = None) -> pd.DataFrame:
-    """Pivot records into a table: index = model, columns = MultiIndex ``LEVELS``.
+def build_leaderboard(records: list[dict] | pd.DataFrame | None = None,
+                      runs_dir: str | Path | None = None) -> pd.DataFrame:
+    """Pivot records (or a harness.results.load_results() frame) into a table: index = model,
+    columns = MultiIndex ``LEVELS``.
 
     For every (protocol, dataset, split, variant, metric, fingerprint) there are three
     columns, stat = mean / std / n (over seeds; std is the sample std, 0 for n = 1).
@@ -203,7 +184,7 @@ def build_leaderboard(records: list[dict] | None = None, runs_dir: str | Path | 
         df.attrs.update(messages=[], conflicts=[], models={}, fingerprints={})
         return df
     # A re-run of the same (model, column, seed) under a new record id: keep the newest.
-    flat = flat.sort_values("created").drop_duplicates(
+    flat = flat.sort_values("created", na_position="first", kind="stable").drop_duplicates(
         ["model", "protocol", "dataset", "split", "variant", "metric", "fingerprint", "seed"], keep="last")
     col_keys = ["protocol", "dataset", "split", "variant", "metric", "fingerprint"]
     agg = flat.groupby(["model"] + col_keys, sort=True)["value"].agg(
@@ -481,7 +462,7 @@ def plot_fraction_curves(df: pd.DataFrame, out_dir: Path, protocol: str = "dense
     for c in column_keys(df):
         if c[0] != protocol:
             continue
-        if c[4].lower() != (HEADLINE_METRIC.get(protocol) or c[4]).lower():
+        if c[4].lower() != (declared_headline(protocol) or c[4]).lower():
             continue
         var = parse_variant(c[3])
         frac = fraction_value(var.pop("fraction", None))

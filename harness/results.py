@@ -1,16 +1,21 @@
 """Result records: one JSON file per measured number set, written atomically and
 never edited. A record's key is (model weights, protocol request, dataset, split, data
 root and stamp, seed, variant); a run whose key already has a record is skipped unless
-forced."""
+forced.
+
+``load_results()`` is the Python API over the records: a tidy pandas DataFrame with one row
+per number (docs/RESULTS.md)."""
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import json
 import platform
 import socket
 import subprocess
+from fractions import Fraction
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import harness
 from harness.config import fingerprint
@@ -104,3 +109,276 @@ def iter_records(directory: Path | None = None) -> Iterator[dict]:
             yield json.loads(p.read_text())
         except json.JSONDecodeError:
             continue  # a foreign or damaged file is not a record
+
+
+# ----------------------------------------------------------------------------- variants
+def variant_label(variant: dict | None) -> str:
+    """Canonical text of a variant dict: ``fraction=1/8,k=20`` (keys sorted)."""
+    if not variant:
+        return ""
+    return ",".join(f"{k}={_fmt_value(v)}" for k, v in sorted(variant.items()))
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def parse_variant(label: str) -> dict[str, str]:
+    if not label:
+        return {}
+    return dict(item.split("=", 1) for item in label.split(","))
+
+
+def fraction_value(v: Any) -> float | None:
+    """``"1/8"``, ``0.125``, ``"0.125"`` -> 0.125; None if it is not a fraction."""
+    try:
+        if isinstance(v, str) and "/" in v:
+            return float(Fraction(v.strip()))
+        return float(v)
+    except (ValueError, ZeroDivisionError, TypeError):
+        return None
+
+
+# ----------------------------------------------------------------------------- the DataFrame API
+# The typed view: (column, where it comes from in a record, pandas dtype). Records written
+# before a field existed give <NA> there.
+FIELDS: list[tuple[str, tuple[str, ...], str]] = [
+    ("record_id", ("id",), "string"),
+    ("created", ("created",), "datetime64[ns, UTC]"),
+    ("model", ("model", "name"), "string"),
+    ("method", ("model", "method"), "string"),
+    ("arch", ("model", "arch"), "string"),
+    ("checkpoint_sha256", ("model", "checkpoint_sha256"), "string"),
+    ("weights_key", ("model", "weights_key"), "string"),
+    ("init_seed", ("model", "init_seed"), "Int64"),
+    ("pretrain_data", ("model", "pretrain_data"), "string"),
+    ("epochs", ("model", "epochs"), "Float64"),
+    ("protocol", ("protocol", "name"), "string"),
+    ("preset", ("protocol", "preset"), "string"),
+    ("fingerprint", ("protocol", "fingerprint"), "string"),
+    ("dataset", ("protocol", "dataset"), "string"),
+    ("split", ("protocol", "split"), "string"),
+    ("data_root", ("protocol", "data_root"), "string"),
+    ("seed", ("seed",), "Int64"),
+    ("variant", (), "string"),  # variant_label(record["variant"])
+    ("fraction", ("variant", "fraction"), "Float64"),  # "1/8" -> 0.125
+    ("k", ("variant", "k"), "Int64"),
+    ("metric", (), "string"),  # one row per number in record["metrics"]
+    ("value", (), "float64"),
+    ("device", ("cost", "device"), "string"),
+    ("device_type", ("cost", "device_type"), "string"),
+    ("gpu", ("cost", "gpu"), "string"),
+    ("precision", ("cost", "precision"), "string"),
+    ("world_size", ("cost", "world_size"), "Int64"),
+    ("wall_s", ("cost", "wall_s"), "Float64"),
+    ("git_commit", ("provenance", "git_commit"), "string"),
+    ("dirty", ("provenance", "dirty"), "boolean"),
+]
+TYPED_COLUMNS = [name for name, _, _ in FIELDS]
+RAW_PREFIX = "rec."
+# Record blocks whose keys become one raw column each; protocol.params one level deeper.
+_BLOCKS = ("model", "protocol", "variant", "metrics", "cost", "artifacts", "provenance")
+_NESTED = {("protocol", "params")}
+_ABSENT = object()
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def is_record(rec: Any) -> bool:
+    """A result record names its model and its protocol (other JSON files are not records)."""
+    return (isinstance(rec, dict) and isinstance(rec.get("model"), dict) and bool(rec["model"].get("name"))
+            and isinstance(rec.get("protocol"), dict) and bool(rec["protocol"].get("name")))
+
+
+def _raw_fields(rec: dict) -> dict[str, Any]:
+    """Every field of a record under its path (``rec.model.name``, ``rec.protocol.params.k``,
+    ``rec.cost.wall_s``), numbers of ``metrics`` excepted (they are the rows). An empty block
+    keeps its own column (``rec.variant`` = {}), so that to_records() rebuilds it."""
+    out: dict[str, Any] = {}
+    for key, val in rec.items():
+        if key in _BLOCKS and isinstance(val, dict):
+            if not val:
+                out[f"{RAW_PREFIX}{key}"] = {}
+            for k2, v2 in val.items():
+                if key == "metrics" and _is_number(v2):
+                    continue
+                if (key, k2) in _NESTED and isinstance(v2, dict) and v2:
+                    for k3, v3 in v2.items():
+                        out[f"{RAW_PREFIX}{key}.{k2}.{k3}"] = v3
+                else:
+                    out[f"{RAW_PREFIX}{key}.{k2}"] = v2
+        else:
+            out[f"{RAW_PREFIX}{key}"] = val
+    return out
+
+
+def _get(rec: dict, path: tuple[str, ...]) -> Any:
+    cur: Any = rec
+    for p in path:
+        if not isinstance(cur, dict) or p not in cur:
+            return None
+        cur = cur[p]
+    return cur
+
+
+def _as_int(v: Any) -> int | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return int(f) if f.is_integer() else None
+
+
+def _typed_fields(rec: dict) -> dict[str, Any]:
+    out = {}
+    for name, path, dtype in FIELDS:
+        v = _get(rec, path) if path else None
+        if name == "record_id":
+            v = v or fingerprint(rec, length=20)  # a record without an id still has an identity
+        elif name == "variant":
+            v = variant_label(rec.get("variant"))
+        elif name == "fraction":
+            v = fraction_value(v) if v is not None else None
+        elif dtype == "Int64":
+            v = _as_int(v) if v is not None else None
+        elif dtype == "Float64":
+            v = float(v) if _is_number(v) else None
+        elif dtype == "boolean":
+            v = v if isinstance(v, bool) else None
+        elif dtype == "string" and v is not None and not isinstance(v, str):
+            v = str(v)
+        out[name] = v
+    return out
+
+
+def _as_list(x: str | Iterable[str] | None) -> list[str] | None:
+    if x is None:
+        return None
+    return [x] if isinstance(x, str) else list(x)
+
+
+def _records_of(source: str | Path | Iterable[dict] | None) -> Iterator[dict]:
+    if source is None or isinstance(source, (str, Path)):
+        path = Path(source) if source is not None else None
+        if path is not None and path.is_file():
+            yield json.loads(path.read_text())
+        else:
+            yield from iter_records(path)
+    else:
+        yield from source
+
+
+def load_results(source: str | Path | Iterable[dict] | None = None, *,
+                 protocol: str | Iterable[str] | None = None, model: str | Iterable[str] | None = None,
+                 fingerprint: str | Iterable[str] | None = None, dataset: str | Iterable[str] | None = None,
+                 metric: str | Iterable[str] | None = None, headline: bool = False) -> "pd.DataFrame":
+    """The result records as a tidy DataFrame: one row per number (a record's numeric metric).
+
+    ``source``: a records folder (default ``results/runs``), one record file, or record dicts.
+    Filters keep rows whose ``protocol`` / ``model`` / ``dataset`` / ``metric`` is the given
+    name (or one of a list); ``fingerprint`` matches a full fingerprint or a prefix (the
+    leaderboards show 8 hex digits); ``headline=True`` keeps each protocol's headline metric.
+
+    Columns: the typed view ``TYPED_COLUMNS`` (see ``FIELDS``: model, method, arch,
+    checkpoint_sha256, protocol, preset, fingerprint, dataset, split, fraction, k, seed,
+    metric, value, device, wall_s, created, git_commit, ...), then every field of the record
+    verbatim under its path, ``rec.model.name``, ``rec.protocol.params.k``, ``rec.cost.wall_s``,
+    ... (<NA> where a record lacks the field). ``to_records(df)`` rebuilds the records;
+    ``pivot(df)`` is the leaderboard table of the rows.
+    """
+    import pandas as pd
+
+    protocols, models, datasets, metrics = map(_as_list, (protocol, model, dataset, metric))
+    fps = _as_list(fingerprint)
+    rows: list[dict[str, Any]] = []
+    for rec in _records_of(source):
+        if not is_record(rec):
+            continue
+        typed = _typed_fields(rec)
+        if protocols is not None and typed["protocol"] not in protocols:
+            continue
+        if models is not None and typed["model"] not in models:
+            continue
+        if datasets is not None and typed["dataset"] not in datasets:
+            continue
+        if fps is not None and not any((typed["fingerprint"] or "").startswith(f) for f in fps if f):
+            continue
+        raw = _raw_fields(rec)
+        numbers = [(m, float(v)) for m, v in (rec.get("metrics") or {}).items() if _is_number(v)]
+        if headline and numbers:
+            from harness.leaderboard import headline_metric
+
+            best = headline_metric(typed["protocol"], [m for m, _ in numbers])
+            numbers = [(m, v) for m, v in numbers if m == best]
+        if metrics is not None:
+            numbers = [(m, v) for m, v in numbers if m in metrics]
+            if not numbers:
+                continue
+        for m, v in numbers or [(None, float("nan"))]:  # a record without numbers keeps one row
+            rows.append({**typed, "metric": m, "value": v, **raw})
+    raw_cols = sorted({c for r in rows for c in r if c.startswith(RAW_PREFIX)}, key=_raw_order)
+    data: dict[str, Any] = {}
+    for name, _, dtype in FIELDS:
+        values = [r[name] for r in rows]
+        if dtype.startswith("datetime"):
+            data[name] = pd.to_datetime(pd.Series(values, dtype=object), utc=True, errors="coerce",
+                                        format="ISO8601").astype(dtype)
+        else:
+            data[name] = pd.Series(values, dtype=dtype)
+    for c in raw_cols:  # object columns: a stored null stays None, an absent field is <NA>
+        data[c] = pd.Series([r.get(c, pd.NA) for r in rows], dtype=object)
+    return pd.DataFrame(data, columns=TYPED_COLUMNS + raw_cols)
+
+
+def _raw_order(col: str) -> tuple:
+    top = col[len(RAW_PREFIX):].split(".", 1)[0]
+    order = ["id", "created"] + list(_BLOCKS[:2]) + ["seed"] + list(_BLOCKS[2:])
+    return (order.index(top) if top in order else len(order), col)
+
+
+def to_records(df: "pd.DataFrame") -> list[dict]:
+    """The records of a load_results() frame (its rows' metrics only, if rows were dropped):
+    ``to_records(load_results(d)) == list of the records in d``."""
+    import pandas as pd
+
+    raw_cols = [c for c in df.columns if str(c).startswith(RAW_PREFIX)]
+    if not raw_cols:
+        raise ValueError("to_records needs the rec.* columns of load_results(); this frame has none")
+    out: list[dict] = []
+    for _, grp in df.groupby("record_id", sort=False, dropna=False):
+        first = grp.iloc[0]
+        rec: dict[str, Any] = {}
+        for c in sorted(raw_cols, key=lambda c: c.count(".")):  # empty blocks before their keys
+            v = first[c]
+            if v is pd.NA:
+                continue
+            v = copy.deepcopy(v)  # the frame's values stay the frame's
+            path = c[len(RAW_PREFIX):]
+            top, _, rest = path.partition(".")
+            if not rest:
+                rec[top] = v
+                continue
+            block = rec.setdefault(top, {})
+            nested = next((k2 for (k1, k2) in _NESTED if k1 == top and rest.startswith(k2 + ".")), None)
+            if nested is not None:
+                block.setdefault(nested, {})[rest[len(nested) + 1:]] = v
+            else:
+                block[rest] = v
+        for m, v in zip(grp["metric"], grp["value"]):
+            if m is not pd.NA and m is not None:
+                rec.setdefault("metrics", {})[m] = float(v)
+        out.append(rec)
+    return out
+
+
+def pivot(df: "pd.DataFrame") -> "pd.DataFrame":
+    """The leaderboard table of a load_results() frame: index = model, columns
+    (protocol, dataset, split, variant, metric, fingerprint, stat) with stat mean / std / n
+    over seeds (harness.leaderboard.build_leaderboard)."""
+    from harness.leaderboard import build_leaderboard
+
+    return build_leaderboard(df)

@@ -107,7 +107,8 @@ def _checkpoint_plan(entry: ModelEntry, data_root: Path, data_name: str, device:
     everything that changes the weights, so an equal configuration finds its earlier result."""
     cfg, source = pretrain_config(entry, data_root, data_name, device)
     key = to_dict(cfg)
-    key["train"].pop("num_workers", None)  # does not change the weights (the engine resumes across it)
+    for k in ("num_workers", "loggers"):  # do not change the weights (the engine resumes across them)
+        key["train"].pop(k, None)
     # a GPU's rounding gives other weights than the CPU's; which GPU of a kind does not matter
     key["train"]["device"] = resolve_device(device).type
     key["data_stamp"] = data_stamp(data_root)  # a regenerated dataset at the same path is other data
@@ -240,6 +241,13 @@ def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: P
     out = Path(out_dir or results_dir())
     df = build_leaderboard(records)
     paths = write_leaderboard(df, out) if len(df) else {}
+    if len(df):
+        from harness.report import write_report
+
+        try:  # the page is a view of the records: failing to draw it must not fail the run
+            paths["report"] = write_report(out / "report.html", records)
+        except Exception as exc:  # noqa: BLE001
+            log(f"(report.html not written: {type(exc).__name__}: {exc}; `ssl-bench report` retries)")
     log("")
     log(format_console(df) if len(df) else "(no results)")
     log("")

@@ -91,6 +91,14 @@ class Method(nn.Module):
         """Default: EMA of the teacher from the student (parameters the teacher has)."""
         ema_update(self.teacher, self.student, step.momentum)
 
+    def logged_schedules(self, step: StepInfo) -> dict[str, float]:
+        """Scheduled values of this step that the training logs show beside lr, wd and momentum.
+        Default: every teacher-temperature schedule the method holds, under its attribute name
+        (``teacher_temp``, iBOT's ``teacher_patch_temp``, CrIBo's ``teacher_temp_obj``)."""
+        from methods.shared import TeacherTemperature  # shared imports this module
+
+        return {name: value(step) for name, value in vars(self).items() if isinstance(value, TeacherTemperature)}
+
     def trainable_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
         return ((n, p) for n, p in self.student.named_parameters() if p.requires_grad)
 

@@ -1,0 +1,665 @@
+"""`ssl-bench report`: the result records as one self-contained HTML page.
+
+One file, readable offline: CSS and JavaScript inline, plots embedded as SVG data URIs, no
+request leaves the page. It shows
+
+- one section per protocol: its headline metric (the protocol's ``HEADLINE_METRIC``) per
+  model and variant as ``mean ± std (n)``, the best value of each column marked, the
+  difference to the random-init baseline (models whose method is ``random_init``), the
+  other metrics in a folded table, and curves of the headline metric against every
+  numeric variant key that takes several values (e.g. mIoU vs training fraction, top-1 vs k);
+- a provenance panel per row: checkpoint, sha256, weights key, protocol preset, settings and
+  fingerprint, the checkpoint's training config when its .json is readable, git commit,
+  device, dates and record ids;
+- a paper section: the published numbers (results/paper) beside the records of the zoo
+  checkpoints they name, with delta and verdict (harness.paper.compare_cells); records
+  measured under other settings than the table's are refused, as the leaderboard refuses
+  to mix fingerprints;
+- the fingerprint conflicts the leaderboard reports.
+
+Every table sorts by a click on a column header; the filter box hides the rows (models,
+paper cells) whose text does not contain what is typed.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import io
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Iterable
+
+import pandas as pd
+
+from harness.leaderboard import (SHORT_FP, _disambiguate_models, _flatten, build_leaderboard, column_keys,
+                                 declared_headline, display_labels, format_cell, headline_metric)
+from harness.results import fraction_value, load_results, parse_variant, runs_dir, to_records, variant_label
+
+RANDOM_INIT = "random_init"  # ModelHandle.random_init's method: the baseline of the deltas
+esc = html.escape
+
+
+# ----------------------------------------------------------------------------- data
+@dataclass
+class Group:
+    """One table of a protocol section: a (dataset, split) and its headline columns."""
+    protocol: str
+    dataset: str
+    split: str
+    metric: str
+    keys: list[tuple]  # leaderboard column keys (protocol, dataset, split, variant, metric, fp)
+    models: list[str]
+    baseline: dict[tuple, float] = field(default_factory=dict)  # column -> random-init mean
+
+
+def headline_groups(df: pd.DataFrame) -> list[Group]:
+    """The headline columns of the leaderboard, grouped by (protocol, dataset, split)."""
+    keys = column_keys(df)
+    metrics: dict[tuple, list[str]] = defaultdict(list)
+    for c in keys:
+        metrics[(c[0], c[1], c[2], c[3], c[5])].append(c[4])
+    groups: dict[tuple, list[tuple]] = defaultdict(list)
+    for c in keys:
+        if c[4] == headline_metric(c[0], metrics[(c[0], c[1], c[2], c[3], c[5])]):
+            groups[(c[0], c[1], c[2])].append(c)
+    out = []
+    model_info = df.attrs.get("models", {})
+    for (protocol, dataset, split), cols in groups.items():
+        models = [m for m in df.index if any(df.at[m, c + ("n",)] > 0 for c in cols)]
+        g = Group(protocol, dataset, split, cols[0][4], cols, models)
+        base = [m for m in models if (model_info.get(m) or {}).get("method") == RANDOM_INIT]
+        for c in cols:
+            vals = [df.at[m, c + ("mean",)] for m in base if df.at[m, c + ("n",)] > 0]
+            if vals:
+                g.baseline[c] = float(sum(vals) / len(vals))
+        out.append(g)
+    return out
+
+
+def _fmt_num(v: Any, digits: int = 2) -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+# ----------------------------------------------------------------------------- plots
+def _svg_uri(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def curve_specs(df: pd.DataFrame, group: Group) -> list[dict]:
+    """The curves of a group: for each variant key whose values are all numbers and take
+    several values, one figure per (other variant values, fingerprint)."""
+    variants = {c: parse_variant(c[3]) for c in group.keys}
+    names = sorted({k for v in variants.values() for k in v})
+    specs = []
+    for key in names:
+        pts: dict[tuple, list[tuple[float, str, tuple]]] = defaultdict(list)
+        for c, var in variants.items():
+            if key not in var:
+                continue
+            x = fraction_value(var[key])
+            if x is None:
+                pts = {}
+                break
+            rest = variant_label({k: v for k, v in var.items() if k != key})
+            pts[(rest, c[5])].append((x, var[key], c))
+        for (rest, fp), p in sorted(pts.items()):
+            if len({x for x, _, _ in p}) < 2:
+                continue
+            specs.append({"key": key, "rest": rest, "fp": fp, "points": sorted(p)})
+    return specs
+
+
+def plot_curve(df: pd.DataFrame, group: Group, spec: dict, multi_fp: bool) -> tuple[str, str]:
+    """(title, SVG data URI) of one curve: headline metric vs one variant key, a line per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs_all = [x for x, _, _ in spec["points"]]
+    title = f"{group.metric} vs {spec['key']}" + (f" ({spec['rest']})" if spec["rest"] else "") + \
+        (f" @{spec['fp'][:SHORT_FP]}" if multi_fp else "")
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ssl-bench", "font.size": 9}):
+        fig, ax = plt.subplots(figsize=(5.2, 3.4))
+        for m in group.models:
+            xs, ys, es = [], [], []
+            for x, _, c in spec["points"]:
+                if df.at[m, c + ("n",)] > 0:
+                    xs.append(x)
+                    ys.append(df.at[m, c + ("mean",)])
+                    es.append(df.at[m, c + ("std",)])
+            if xs:
+                ax.errorbar(xs, ys, yerr=es, marker="o", ms=4, capsize=2, label=m)
+        if min(xs_all) > 0 and max(xs_all) / min(xs_all) >= 8:
+            ax.set_xscale("log")
+        ax.set_xticks(xs_all)
+        ax.set_xticklabels([label if "/" in str(label) else f"{x:g}" for x, label, _ in spec["points"]])
+        ax.minorticks_off()
+        ax.set_xlabel(spec["key"])
+        ax.set_ylabel(group.metric)
+        ax.set_title(f"{group.protocol} {group.dataset}/{group.split}: {title}", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        uri = _svg_uri(fig)
+        plt.close(fig)
+    return title, uri
+
+
+# ----------------------------------------------------------------------------- provenance
+def _short(v: Any, limit: int = 12) -> Any:
+    """Settings for display: long lists (per-class IoUs, subset lists) become a count."""
+    if isinstance(v, list) and len(v) > limit:
+        return f"[{len(v)} values]"
+    if isinstance(v, dict):
+        return {k: _short(x, limit) for k, x in v.items()}
+    return v
+
+
+def _checkpoint_config(path: str | None) -> dict | None:
+    """The training config in a harness checkpoint's .json, when the file is there."""
+    if not path:
+        return None
+    meta = Path(path).with_suffix(".json")
+    try:
+        data = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {k: data[k] for k in ("config_fingerprint", "config", "trained_on", "created", "steps")
+            if k in data}
+
+
+def provenance(records: list[dict]) -> dict[str, Any]:
+    """What the panel of one row shows, from the records behind it."""
+    def values(get) -> list:
+        out = []
+        for r in records:
+            try:
+                v = get(r)
+            except (KeyError, TypeError, AttributeError):
+                v = None
+            if v not in (None, "") and v not in out:
+                out.append(v)
+        return out
+
+    model = lambda k: values(lambda r: r["model"].get(k))  # noqa: E731
+    proto = lambda k: values(lambda r: r["protocol"].get(k))  # noqa: E731
+    cost = lambda k: values(lambda r: r["cost"].get(k))  # noqa: E731
+    prov = lambda k: values(lambda r: r["provenance"].get(k))  # noqa: E731
+    created = sorted(values(lambda r: r["created"]))
+    commits = [f"{c}{' (uncommitted changes)' if d else ''}" for c, d in
+               dict.fromkeys((r.get("provenance", {}).get("git_commit"), r.get("provenance", {}).get("dirty"))
+                             for r in records if r.get("provenance", {}).get("git_commit"))]
+    params = values(lambda r: json.dumps(_short(r["protocol"].get("params") or {}), sort_keys=True, default=str))
+    ckpt_cfg = next((c for c in (_checkpoint_config(p) for p in model("checkpoint")) if c), None)
+    wall = [float(r.get("cost", {}).get("wall_s")) for r in records
+            if isinstance(r.get("cost", {}).get("wall_s"), (int, float))]
+    return {
+        "checkpoint": model("checkpoint"), "sha256": model("checkpoint_sha256"),
+        "weights_key": model("weights_key"), "init_seed": model("init_seed"),
+        "method": model("method"), "arch": model("arch"), "pretrain_data": model("pretrain_data"),
+        "epochs": model("epochs"), "steps": model("steps"),
+        "preset": proto("preset"), "fingerprint": proto("fingerprint"), "data_root": proto("data_root"),
+        "params": params, "checkpoint_config": ckpt_cfg,
+        "commit": commits, "harness": prov("harness_version"), "torch": prov("torch"), "host": prov("host"),
+        "device": cost("device"), "gpu": cost("gpu"), "precision": cost("precision"),
+        "world_size": cost("world_size"),
+        "date": [created[0], created[-1]] if created else [],
+        "wall_s": round(sum(wall), 3) if wall else None,
+        "records": [r.get("id") for r in records],
+    }
+
+
+def _prov_html(p: dict[str, Any]) -> str:
+    def line(label: str, vals: Any, code: bool = False) -> str:
+        if vals in (None, [], ""):
+            return ""
+        vals = vals if isinstance(vals, list) else [vals]
+        vals = [f"{v:.6g}" if isinstance(v, float) else v for v in vals]
+        text = ", ".join(f"<code>{esc(str(v))}</code>" if code else esc(str(v)) for v in vals)
+        return f"<dt>{esc(label)}</dt><dd>{text}</dd>"
+
+    date = " … ".join(p["date"]) if len(set(p["date"])) > 1 else (p["date"][0] if p["date"] else "")
+    parts = [
+        line("checkpoint", p["checkpoint"], True), line("sha256", p["sha256"], True),
+        line("weights key", [k for k in p["weights_key"] if k not in p["sha256"]], True),
+        line("init seed", p["init_seed"]), line("method / arch", [f"{a} / {b}" for a, b in
+                                                                 zip(p["method"] or ["?"], p["arch"] or ["?"])]),
+        line("pretraining data", p["pretrain_data"]), line("epochs", p["epochs"]), line("steps", p["steps"]),
+        line("protocol preset", p["preset"]), line("fingerprint", p["fingerprint"], True),
+        line("data root", p["data_root"], True), line("git commit", p["commit"], True),
+        line("harness / torch", [f"{h} / {t}" for h, t in zip(p["harness"] or ["?"], p["torch"] or ["?"])]),
+        line("device", p["device"]), line("gpu", p["gpu"]), line("precision", p["precision"]),
+        line("processes", p["world_size"]), line("host", p["host"]), line("date", date),
+        line("wall time (s, all records)", p["wall_s"]),
+    ]
+    body = "<dl>" + "".join(parts) + "</dl>"
+    body += "<details><summary>protocol settings</summary>" + "".join(
+        f"<pre>{esc(json.dumps(json.loads(s), indent=1))}</pre>" for s in p["params"]) + "</details>"
+    if p["checkpoint_config"]:
+        body += ("<details><summary>checkpoint training config</summary><pre>"
+                 + esc(json.dumps(p["checkpoint_config"], indent=1, default=str)) + "</pre></details>")
+    body += "<details><summary>records (" + str(len(p["records"])) + ")</summary><p>" + ", ".join(
+        f"<code>{esc(str(r))}.json</code>" for r in p["records"]) + "</p></details>"
+    return body
+
+
+# ----------------------------------------------------------------------------- paper
+def paper_cells(table: str, records: list[dict]) -> pd.DataFrame:
+    """A published table's cells beside the records of the zoo checkpoints it names
+    (model name = zoo name, as ``ssl-bench reproduce`` names them): measured, delta, verdict.
+    Only records measured under the table's protocol settings count; a cell whose checkpoint
+    has records of other settings says so instead (``other settings``)."""
+    from harness.paper import compare_cells, load_table
+    from harness.registry import PROTOCOLS
+
+    tab = load_table(table)
+    rows = tab.rows
+    jobs = []
+    keyed = rows[rows["zoo_name"] != ""]
+    for (zoo, protocol, dataset), grp in keyed.groupby(["zoo_name", "protocol", "dataset"], sort=False):
+        ds, ps = tab.spec.datasets[dataset], tab.spec.protocols[protocol]
+        try:
+            want = PROTOCOLS.get(protocol).from_preset(ps.preset, {"dataset": ds.reader, **ps.values},
+                                                       source=str(tab.source)).fingerprint()
+        except Exception:  # a protocol that cannot be built here: match by preset instead
+            want = None
+        found = [r for r in records if r["model"]["name"] == zoo and r["protocol"]["name"] == protocol
+                 and r["protocol"].get("dataset") in (ds.reader, dataset)]
+        same = [r for r in found if (r["protocol"].get("fingerprint") == want if want
+                                     else r["protocol"].get("preset") == ps.preset)]
+        # variant "": a table's settings variants (e.g. one run per memory size) are not told
+        # apart here, so records of several such runs make their cells ambiguous, never merged
+        job = SimpleNamespace(protocol=protocol, variant="", cells=list(grp.index), records=same, skipped=False,
+                              status="done" if same else ("other settings" if found else "no record"),
+                              message="")
+        if found and not same:
+            fps = sorted({f"@{(r['protocol'].get('fingerprint') or '')[:SHORT_FP]}" for r in found})
+            job.message = (f"{zoo}'s {protocol} records were measured under {', '.join(fps)}, the table's "
+                           f"settings (preset {ps.preset}) give @{(want or '?')[:SHORT_FP]}: not comparable")
+        elif not found:
+            job.message = f"no record of {zoo} on {protocol}/{dataset}: ssl-bench reproduce {tab.name}"
+        jobs.append(job)
+    cells = compare_cells(tab, jobs)
+    cells.insert(0, "table_name", tab.name)
+    cells["title"] = tab.spec.title
+    return cells
+
+
+def all_paper_cells(records: list[dict], tables: Iterable[str] | None = None) -> pd.DataFrame:
+    """paper_cells of every table (or of ``tables``), for the cells a record speaks to."""
+    from harness.paper import list_tables
+
+    frames = [paper_cells(t, records) for t in (list_tables() if tables is None else tables)]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _verdict_class(v: str) -> str:
+    if v.startswith("ok"):
+        return "ok"
+    if v.startswith("DIFFERS"):
+        return "differs"
+    return "none"
+
+
+# ----------------------------------------------------------------------------- HTML
+_CSS = """
+:root { --fg:#1d2330; --muted:#667; --line:#d5d9e0; --head:#eef1f7; --best:#d8f3dc; --ok:#d8f3dc;
+        --bad:#fde2e1; --none:#eceef2; --accent:#2b59c3; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg);
+       margin: 0; background: #fafbfc; }
+header { background: #1d2330; color: #fff; padding: 14px 24px; position: sticky; top: 0; z-index: 5;
+         display: flex; flex-wrap: wrap; gap: 12px 24px; align-items: center; }
+header h1 { font-size: 18px; margin: 0; }
+header .meta { color: #c5cbd8; font-size: 12px; }
+header input { font-size: 14px; padding: 5px 9px; border-radius: 5px; border: 0; width: 260px; }
+header nav a { color: #b9cdfc; margin-right: 12px; font-size: 13px; text-decoration: none; }
+main { padding: 8px 24px 40px; max-width: 1500px; }
+section { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 8px 18px 16px;
+          margin: 18px 0; }
+h2 { font-size: 17px; margin: 10px 0 4px; }
+h3 { font-size: 14px; margin: 14px 0 6px; color: #334; }
+p.note { color: var(--muted); margin: 4px 0 10px; font-size: 13px; }
+table { border-collapse: collapse; font-size: 13px; margin: 6px 0; }
+th, td { border: 1px solid var(--line); padding: 4px 8px; text-align: right; vertical-align: top; }
+th { background: var(--head); font-weight: 600; }
+th.sort { cursor: pointer; user-select: none; white-space: nowrap; }
+th.sort::after { content: " \\2195"; color: #99a; font-size: 11px; }
+th[aria-sort=ascending]::after { content: " \\25B2"; color: var(--accent); }
+th[aria-sort=descending]::after { content: " \\25BC"; color: var(--accent); }
+td.name, th.name, td.text { text-align: left; }
+tr.fp th { font-weight: normal; background: #f7f8fa; font-size: 11px; color: var(--muted); }
+td.best { background: var(--best); font-weight: 700; }
+td.best::before { content: "\\2605 "; color: #2d8a4e; font-weight: normal; }
+.delta { display: block; font-size: 11px; color: var(--muted); font-weight: normal; }
+.delta.pos { color: #2d8a4e; } .delta.neg { color: #c0392b; }
+button.prov { border: 1px solid var(--line); background: #fff; border-radius: 4px; cursor: pointer;
+              font-size: 11px; padding: 0 5px; margin-right: 6px; }
+tr.prov td { background: #f7f8fa; text-align: left; font-size: 12px; }
+tr.prov dl { display: grid; grid-template-columns: max-content auto; gap: 2px 14px; margin: 4px 0; }
+tr.prov dt { color: var(--muted); } tr.prov dd { margin: 0; word-break: break-all; }
+tr.prov pre { font-size: 11px; max-height: 260px; overflow: auto; background: #fff; padding: 6px;
+              border: 1px solid var(--line); }
+td.verdict.ok { background: var(--ok); } td.verdict.differs { background: var(--bad); font-weight: 700; }
+td.verdict.none { background: var(--none); color: var(--muted); }
+.plots { display: flex; flex-wrap: wrap; gap: 10px; }
+.plots figure { margin: 0; border: 1px solid var(--line); border-radius: 6px; padding: 4px; background: #fff; }
+.plots img { display: block; width: 500px; max-width: 100%; }
+.plots figcaption { font-size: 11px; color: var(--muted); text-align: center; }
+ul.messages li { color: #8a3b12; }
+code { font-size: 12px; }
+.hidden-count { color: #c5cbd8; font-size: 12px; }
+"""
+
+_JS = """
+(function () {
+  function key(cell) { return cell ? cell.getAttribute('data-v') || '' : ''; }
+  function compare(a, b, asc) {
+    var ea = a.trim() === '', eb = b.trim() === '';
+    if (ea && eb) return 0;
+    if (ea) return 1;               // empty cells last, either direction
+    if (eb) return -1;
+    var na = Number(a), nb = Number(b);
+    if (!isNaN(na) && !isNaN(nb)) return asc ? na - nb : nb - na;
+    return asc ? a.localeCompare(b) : b.localeCompare(a);
+  }
+  document.querySelectorAll('table.sortable').forEach(function (table) {
+    table.querySelectorAll('th.sort').forEach(function (th) {
+      th.addEventListener('click', function () {
+        var col = +th.getAttribute('data-col');
+        var asc = th.getAttribute('aria-sort') !== 'ascending';
+        table.querySelectorAll('th.sort').forEach(function (o) { o.removeAttribute('aria-sort'); });
+        th.setAttribute('aria-sort', asc ? 'ascending' : 'descending');
+        var groups = Array.prototype.slice.call(table.tBodies);
+        groups.sort(function (x, y) { return compare(key(x.rows[0].cells[col]), key(y.rows[0].cells[col]), asc); });
+        groups.forEach(function (g) { table.appendChild(g); });
+      });
+    });
+  });
+  document.querySelectorAll('button.prov').forEach(function (b) {
+    b.addEventListener('click', function () {
+      var row = b.closest('tbody').querySelector('tr.prov');
+      row.hidden = !row.hidden;
+      b.textContent = row.hidden ? '+' : '\\u2212';
+      b.setAttribute('aria-expanded', String(!row.hidden));
+    });
+  });
+  var input = document.getElementById('filter'), count = document.getElementById('shown');
+  function applyFilter() {
+    var q = input.value.trim().toLowerCase(), shown = 0, all = 0;
+    document.querySelectorAll('tbody.item').forEach(function (g) {
+      var hit = !q || g.getAttribute('data-text').indexOf(q) >= 0;
+      g.hidden = !hit; all += 1; if (hit) shown += 1;
+    });
+    count.textContent = q ? shown + ' of ' + all + ' rows shown' : '';
+  }
+  input.addEventListener('input', applyFilter);
+  applyFilter();
+})();
+"""
+
+
+def _th_sort(col: int, label: str, title: str = "", cls: str = "") -> str:
+    t = f' title="{esc(title)}"' if title else ""
+    return f'<th class="sort {cls}" data-col="{col}"{t}>{label}</th>'
+
+
+def _group_table(df: pd.DataFrame, g: Group, records_by_row: dict[tuple, list[dict]], table_id: str) -> str:
+    labels = display_labels(df)
+    info = df.attrs.get("models", {})
+    short = {c: (c[3] or "(no variant)") + (f" @{c[5][:SHORT_FP]}" if "@" in labels[c] else "") for c in g.keys}
+    head = [_th_sort(0, "model", cls="name"), _th_sort(1, "method", cls="name"), _th_sort(2, "arch", cls="name")]
+    head += [_th_sort(j + 3, esc(short[c]), f"{labels[c]} (fingerprint {c[5]})") for j, c in enumerate(g.keys)]
+    fp_row = '<tr class="fp"><th class="name" colspan="3">fingerprint</th>' + "".join(
+        f'<th title="{esc(c[5])}"><code>@{esc(c[5][:SHORT_FP])}</code></th>' for c in g.keys) + "</tr>"
+    best = {}  # marked where at least two models measured the column
+    for c in g.keys:
+        vals = [df.at[m, c + ("mean",)] for m in g.models if df.at[m, c + ("n",)] > 0]
+        best[c] = max(vals) if len(vals) > 1 else None
+    bodies = []
+    for m in g.models:
+        mi = info.get(m) or {}
+        method, arch = mi.get("method") or "", mi.get("arch") or ""
+        cells = [f'<td class="name" data-v="{esc(m)}"><button class="prov" type="button" aria-expanded="false" '
+                 f'title="provenance">+</button>{esc(m)}</td>',
+                 f'<td class="text" data-v="{esc(method)}">{esc(method)}</td>',
+                 f'<td class="text" data-v="{esc(arch)}">{esc(arch)}</td>']
+        for c in g.keys:
+            n = df.at[m, c + ("n",)]
+            if not n > 0:
+                cells.append('<td data-v=""></td>')
+                continue
+            mean, std = float(df.at[m, c + ("mean",)]), float(df.at[m, c + ("std",)])
+            cls = ' class="best"' if best[c] is not None and mean >= best[c] - 1e-12 else ""
+            text = esc(format_cell(mean, std, n))
+            if c in g.baseline and mi.get("method") != RANDOM_INIT:
+                d = round(mean - g.baseline[c], 2)  # the sign of what is printed
+                sign = "pos" if d > 0 else ("neg" if d < 0 else "")
+                text += f'<span class="delta {sign}">{d:+.2f} vs random init</span>'
+            elif c in g.baseline:
+                text += '<span class="delta">baseline</span>'
+            cells.append(f'<td{cls} data-v="{mean!r}">{text}</td>')
+        prov = provenance(records_by_row.get((m, g.protocol, g.dataset, g.split), []))
+        text = " ".join([m, method, arch]).lower()
+        bodies.append(f'<tbody class="item" data-text="{esc(text)}"><tr class="main">{"".join(cells)}</tr>'
+                      f'<tr class="prov" hidden><td colspan="{3 + len(g.keys)}">{_prov_html(prov)}</td></tr></tbody>')
+    return (f'<table class="sortable headline" id="{esc(table_id)}"><thead><tr>{"".join(head)}</tr>{fp_row}</thead>'
+            + "".join(bodies) + "</table>")
+
+
+def _all_metrics_table(df: pd.DataFrame, protocol: str) -> str:
+    labels = display_labels(df)
+    keys = [c for c in column_keys(df) if c[0] == protocol]
+    models = [m for m in df.index if any(df.at[m, c + ("n",)] > 0 for c in keys)]
+    head = _th_sort(0, "model", cls="name") + "".join(
+        _th_sort(j + 1, esc(labels[c].split(" | ", 1)[1]), f"fingerprint {c[5]}") for j, c in enumerate(keys))
+    rows = []
+    for m in models:
+        cells = [f'<td class="name" data-v="{esc(m)}">{esc(m)}</td>']
+        for c in keys:
+            n = df.at[m, c + ("n",)]
+            mean = df.at[m, c + ("mean",)]
+            v = "" if not n > 0 else repr(float(mean))
+            cells.append(f'<td data-v="{v}">{esc(format_cell(mean, df.at[m, c + ("std",)], n)) if n > 0 else ""}</td>')
+        rows.append(f'<tbody class="item" data-text="{esc(m.lower())}"><tr>{"".join(cells)}</tr></tbody>')
+    return (f'<details><summary>every metric and variant ({len(keys)} columns)</summary>'
+            f'<table class="sortable all-metrics"><thead><tr>{head}</tr></thead>{"".join(rows)}</table></details>')
+
+
+def _protocol_section(df: pd.DataFrame, protocol: str, groups: list[Group],
+                      records_by_row: dict[tuple, list[dict]], idx: int) -> str:
+    headline = declared_headline(protocol)
+    metric_note = (f"headline metric <b>{esc(groups[0].metric)}</b> (declared by the protocol; higher is better)"
+                   if headline else f"headline metric <b>{esc(groups[0].metric)}</b> (the protocol declares none: "
+                                    "first metric by name)")
+    out = [f'<section class="protocol" id="protocol-{esc(protocol)}" data-protocol="{esc(protocol)}">',
+           f"<h2>{esc(protocol)}</h2><p class=\"note\">{metric_note}. Cells: mean ± std over seeds "
+           "(n when &gt; 1); ★ best of the column; the line below a value is its difference to the "
+           "random-init baseline. <b>+</b> opens a row's provenance.</p>"]
+    for j, g in enumerate(groups):
+        out.append(f"<h3>{esc(g.dataset)}/{esc(g.split)} — {esc(g.metric)}</h3>")
+        out.append(_group_table(df, g, records_by_row, f"t-{idx}-{j}"))
+        specs = curve_specs(df, g)
+        if specs:
+            multi_fp = len({s["fp"] for s in specs}) > 1
+            figs = []
+            for s in specs:
+                title, uri = plot_curve(df, g, s, multi_fp)
+                figs.append(f'<figure><img class="plot" alt="{esc(g.protocol)} {esc(title)}" src="{uri}">'
+                            f"<figcaption>{esc(title)}</figcaption></figure>")
+            out.append('<div class="plots">' + "".join(figs) + "</div>")
+    out.append(_all_metrics_table(df, protocol))
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _paper_section(cells: pd.DataFrame, tables_checked: list[str]) -> str:
+    out = ['<section id="paper"><h2>Paper: measured vs published</h2>']
+    if cells.empty:
+        out.append("<p class=\"note\">No published table to compare with.</p></section>")
+        return "\n".join(out)
+    spoken = cells[cells["verdict"].isin(["no record", "no public checkpoint"]) == False]  # noqa: E712
+    if spoken.empty:
+        zoo = sorted({z for z in cells["zoo_name"] if z})
+        out.append(
+            "<p class=\"note\">None of these records is of a checkpoint the published tables name, so no "
+            f"cell is compared. Tables checked: {esc(', '.join(tables_checked))}; their checkpoints (zoo "
+            f"names, the model names <code>ssl-bench reproduce TABLE</code> records): {esc(', '.join(zoo))}.</p></section>")
+        return "\n".join(out)
+    out.append('<p class="note">Cells of the published tables whose checkpoint has records here. delta = '
+               'measured − paper; verdict: ok within 2 std of the seeds or the table\'s tolerance, else DIFFERS '
+               '(harness.paper.verdict). Only records measured under the table\'s protocol settings count.</p>')
+    head = ["table", "row", "model", "zoo", "protocol", "dataset", "variant", "metric", "paper", "measured",
+            "delta", "verdict"]
+    ths = "".join(_th_sort(j, h, cls="name" if j < 8 or j == 11 else "") for j, h in enumerate(head))
+    rows = []
+    for _, r in spoken.iterrows():
+        n = int(r["n"])
+        meas = (f"{r['measured']:.2f}" + (f" ± {r['std']:.2f} (n={n})" if n > 1 else "")) if n > 0 else "–"
+        delta = f"{r['delta']:+.2f}" if n > 0 else "–"
+        model = f"{r['method']} {r['arch']} {r['pretrain_data']}"
+        vals = [(r["table_name"], r["table_name"]), (str(r["row"]), str(r["row"])), (model, model),
+                (r["zoo_name"], r["zoo_name"]), (r["protocol"], r["protocol"]), (r["dataset"], r["dataset"]),
+                (r["variant"], r["variant"] or "–"), (r["metric"], r["metric"]),
+                (repr(float(r["value"])), f"{r['value']:.1f}"),
+                (repr(float(r["measured"])) if n > 0 else "", meas),
+                (repr(float(r["delta"])) if n > 0 else "", delta)]
+        tds = "".join(f'<td class="{"text" if j < 8 else ""}" data-v="{esc(v)}">{esc(t)}</td>'
+                      for j, (v, t) in enumerate(vals))
+        note = f' title="{esc(r["note"])}"' if r["note"] else ""
+        tds += (f'<td class="verdict text {_verdict_class(r["verdict"])}" data-v="{esc(r["verdict"])}"{note}>'
+                f'{esc(r["verdict"])}</td>')
+        text = " ".join(str(x) for x in (model, r["zoo_name"], r["protocol"], r["dataset"], r["variant"],
+                                         r["verdict"])).lower()
+        rows.append(f'<tbody class="item" data-text="{esc(text)}"><tr>{tds}</tr></tbody>')
+    out.append(f'<table class="sortable" id="paper-table"><thead><tr>{ths}</tr></thead>{"".join(rows)}</table>')
+    counts = spoken["verdict"].map(lambda v: v.split(" (")[0]).value_counts()
+    out.append('<p class="note">cells: ' + ", ".join(f"{v} {esc(k)}" for k, v in counts.items()) + "</p>")
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = None, *,
+                 title: str = "ssl-bench report", paper_tables: list[str] | None = None,
+                 generated: str | None = None) -> str:
+    """The HTML page of the records in ``source`` (a records folder, default results/runs;
+    record dicts; or a load_results() frame). ``paper_tables``: the published tables to
+    compare with (default all; [] for none)."""
+    frame = source if isinstance(source, pd.DataFrame) else load_results(source)
+    records = to_records(frame) if len(frame) else []
+    df = build_leaderboard(frame)
+    flat = _disambiguate_models(_flatten(frame))
+    row_of = {rid: (m, p, d, s) for rid, m, p, d, s in
+              zip(flat["id"], flat["model"], flat["protocol"], flat["dataset"], flat["split"])}
+    records_by_row: dict[tuple, list[dict]] = defaultdict(list)
+    for rec in records:
+        key = row_of.get(rec.get("id"))
+        if key is not None:
+            records_by_row[key].append(rec)
+    groups = headline_groups(df) if len(df) else []
+    by_protocol: dict[str, list[Group]] = defaultdict(list)
+    for g in groups:
+        by_protocol[g.protocol].append(g)
+    from harness.paper import list_tables
+
+    tables = list_tables() if paper_tables is None else list(paper_tables)
+    cells = all_paper_cells(records, tables) if tables else pd.DataFrame()
+    generated = generated or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    sections = [_protocol_section(df, p, gs, records_by_row, i) for i, (p, gs) in enumerate(by_protocol.items())]
+    if not sections:
+        sections = ['<section><h2>No records</h2><p class="note">No result record was found.</p></section>']
+    if tables:
+        sections.append(_paper_section(cells, tables))
+    messages = df.attrs.get("messages") or []
+    if messages:
+        sections.append('<section id="conflicts"><h2>Not comparable</h2><ul class="messages">'
+                        + "".join(f"<li>{esc(m)}</li>" for m in messages) + "</ul></section>")
+    n_models = len(df.index)
+    nav = "".join(f'<a href="#protocol-{esc(p)}">{esc(p)}</a>' for p in by_protocol) + \
+        ('<a href="#paper">paper</a>' if tables else "") + ('<a href="#conflicts">not comparable</a>' if messages else "")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{esc(title)}</title><style>{_CSS}</style></head><body>
+<header><h1>{esc(title)}</h1>
+<span class="meta">{len(records)} records · {n_models} models · {len(by_protocol)} protocols · generated {esc(generated)}</span>
+<input id="filter" type="search" placeholder="filter rows (model, method, arch, ...)" aria-label="filter rows">
+<span id="shown" class="hidden-count"></span>
+<nav>{nav}</nav></header>
+<main>
+{chr(10).join(sections)}
+</main>
+<script>{_JS}</script>
+</body></html>
+"""
+
+
+def write_report(out: str | Path | None = None, source: str | Path | Iterable[dict] | pd.DataFrame | None = None,
+                 **kwargs) -> Path:
+    """Write build_report(source) to ``out`` (default results/report.html)."""
+    from harness.io_utils import atomic_write_text
+    from harness.paths import results_dir
+
+    path = Path(out) if out else results_dir() / "report.html"
+    return atomic_write_text(path, build_report(source, **kwargs))
+
+
+# ----------------------------------------------------------------------------- browser
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def chromium_executable() -> str | None:
+    """The installed Chromium that the browser test and scripts/report_screenshot.py drive
+    (``$SSL_BENCH_CHROMIUM``, else Debian's ``chromium`` on PATH); None when there is none.
+    Nothing is downloaded: Playwright is pointed at this executable."""
+    import os
+    import shutil
+
+    env = os.environ.get("SSL_BENCH_CHROMIUM")
+    if env:
+        return env if Path(env).is_file() else shutil.which(env)
+    return next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
+
+
+# ----------------------------------------------------------------------------- CLI
+def add_cli(subparsers) -> None:
+    r = subparsers.add_parser("report", help="one self-contained HTML page of the result records "
+                                              "(tables, best values, curves, provenance, paper numbers)")
+    r.add_argument("--runs", default=None, help=f"records folder (default {runs_dir()})")
+    r.add_argument("--out", default=None, help="HTML file to write (default results/report.html)")
+    r.add_argument("--title", default="ssl-bench report")
+    r.add_argument("--paper", default=None,
+                   help="comma-separated paper tables to compare with (default all; 'none' for no paper section)")
+    r.set_defaults(func=cmd_report)
+
+
+def cmd_report(args) -> int:
+    from harness.results import iter_records
+
+    runs = Path(args.runs) if args.runs else None
+    records = list(iter_records(runs))
+    if not records:
+        print(f"no records under {runs or runs_dir()}")
+        return 1
+    tables = None if args.paper is None else ([] if args.paper == "none" else
+                                              [t.strip() for t in args.paper.split(",") if t.strip()])
+    path = write_report(args.out, records, title=args.title, paper_tables=tables)
+    print(f"report: {path}")
+    return 0
+
+
+__all__ = ["build_report", "write_report", "paper_cells", "all_paper_cells", "headline_groups", "curve_specs",
+           "provenance", "chromium_executable", "add_cli", "cmd_report"]
