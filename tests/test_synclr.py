@@ -110,6 +110,24 @@ def test_masked_patch_loss_with_sinkhorn_targets_matches_official():
     assert loss.item() == pytest.approx(gold["loss"], rel=RTOL)
 
 
+@torch.no_grad()
+def seed_head_tensors(named: dict, seed: int) -> None:
+    """The heads' fixture weights (tests/reference/gen_synclr_golden.py fills the official
+    head the same way): float tensors in name order from randn(seed) * 0.5, BatchNorm running
+    statistics at their initial 0 / 1."""
+    torch.manual_seed(seed)
+    for k in sorted(named):
+        t = named[k]
+        if t.dtype != torch.float32:
+            continue
+        if "running_var" in k:
+            t.fill_(1)
+        elif "running_mean" in k:
+            t.fill_(0)
+        else:
+            t.copy_(torch.randn(t.shape) * 0.5)
+
+
 @pytest.mark.parametrize("case", [0, 1, 2, 3])
 def test_mlp_heads_match_official(case):
     gold = load_fixture("synclr_golden.json")["heads"][case]
@@ -117,18 +135,7 @@ def test_mlp_heads_match_official(case):
     named = dict(head.named_parameters())
     named.update(dict(head.named_buffers()))
     assert sorted(named) == gold["names"]
-    torch.manual_seed(6)
-    with torch.no_grad():
-        for k in sorted(named):
-            t = named[k]
-            if t.dtype != torch.float32:
-                continue
-            if "running_var" in k:
-                t.fill_(1)
-            elif "running_mean" in k:
-                t.fill_(0)
-            else:
-                t.copy_(torch.randn(t.shape) * 0.5)
+    seed_head_tensors(named, 6)
     head.train()
     torch.manual_seed(7)
     y = head(torch.randn(5, gold["input_dim"]))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 import common
+from test_synclr import seed_head_tensors  # the tests' seeded head weights
 
 REPOSITORY = "https://github.com/google-research/syn-rep-learn"
 COMMIT = "45f451b0d53d25eecdb4d7b9e5a852e1c43e7f5b"
@@ -107,18 +108,7 @@ def head(head_mod, case: dict) -> dict:
                            mlp_norm=case["norm"])
     named = dict(mlp.named_parameters())
     named.update(dict(mlp.named_buffers()))
-    torch.manual_seed(HEAD_PARAM_SEED)
-    with torch.no_grad():
-        for k in sorted(named):
-            t = named[k]
-            if t.dtype != torch.float32:
-                continue
-            if "running_var" in k:
-                t.fill_(1)
-            elif "running_mean" in k:
-                t.fill_(0)
-            else:
-                t.copy_(torch.randn(t.shape) * 0.5)
+    seed_head_tensors(named, HEAD_PARAM_SEED)
     for i, layer in enumerate(mlp.mlp):
         if isinstance(layer, nn.SyncBatchNorm):
             bn = nn.BatchNorm1d(layer.num_features, eps=layer.eps, momentum=layer.momentum, affine=layer.affine,
