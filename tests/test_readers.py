@@ -109,6 +109,7 @@ def test_ade_reduce_zero_label_mapping(synth):
     ds = ADE20KSegmentation(synth, "validation")
     raw = np.array([[0, 1, 2], [16, 0, 7]], dtype=np.uint8)
     Image.fromarray(raw).save(ds.mask_paths[0])
+    Image.new("RGB", (3, 2)).save(ds.image_paths[0])  # a mask has its image's size
     np.testing.assert_array_equal(ds.load_mask(0), [[255, 0, 1], [15, 255, 6]])
 
 
