@@ -274,3 +274,10 @@ class FaissCPUSearch:
         distances, indices = self.index.search(q.cpu().numpy(), k or self.n_neighbors)
         return indices, distances
 
+
+def require_pinned_commit(args: argparse.Namespace, commit: str, label: str = "") -> None:
+    """Stop unless the checkout is the unmodified pinned commit (``--allow-other-commit`` overrides)."""
+    dirty = args.git_checkout and git_head(args.official)[1]
+    if (args.commit != commit or dirty) and not args.allow_other_commit:
+        sys.exit(f"{args.official} is at {args.commit}{' (modified)' if dirty else ''}; expected the unmodified "
+                 f"{commit}{label}; pass --allow-other-commit to use it anyway")

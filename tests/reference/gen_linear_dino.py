@@ -163,10 +163,7 @@ def main(argv=None) -> None:
 
     args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT, threads=1, positional=True, extra=options,
                              argv=argv)
-    dirty = args.git_checkout and common.git_head(args.official)[1]
-    if (args.commit != COMMIT or dirty) and not args.allow_other_commit:
-        sys.exit(f"{args.official} is at {args.commit}{' (modified)' if dirty else ''}; expected the unmodified "
-                 f"{COMMIT}; pass --allow-other-commit to use it anyway")
+    common.require_pinned_commit(args, COMMIT)
     os.environ.setdefault("SSL_BENCH_HOME", str(args.work / "home"))
     sys.path.insert(0, str(args.official))
     el = common.import_official(args.official, "eval_linear")  # refuses a copy from elsewhere
