@@ -9,7 +9,7 @@ training (tested). Its mode while the head trains is a setting, ``frozen_backbon
 in eval mode once, and mmengine's ``model.train()`` turns the backbone's DropPath (rate 0.1
 in its model config) back on, so the head learns from stochastic-depth features; "eval"
 gives deterministic features. Everything else -- data, schedule, sweep, records -- is in
-benchmarks/seg_common.py; docs/PROTOCOLS.md (segmentation section) lists the sources and
+benchmarks/seg_protocol.py and benchmarks/mmseg_bridge.py; docs/PROTOCOLS.md (segmentation section) lists the sources and
 differences.
 
     ssl-bench eval --protocol seg_linear --dataset ade20k --data-root DIR --checkpoint CKPT
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from benchmarks.base import Protocol
-from benchmarks.seg_common import PRETRAIN_MEAN_255, PRETRAIN_STD_255, SegConfig, SegProtocolBase
+from benchmarks.seg_protocol import PRETRAIN_MEAN_255, PRETRAIN_STD_255, SegConfig, SegProtocolBase
 from harness.registry import register_protocol
 
 # CrIBo's linear-segmentation learning-rate sweep, from the paper's text (the official code

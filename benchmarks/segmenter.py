@@ -7,7 +7,7 @@ L2-normalised patch / class projections, mask norm. The backbone trains too (dro
 iters/10 (the last one reported); schedule ``long`` (160k / 80k; ``short``: CrIBo's 40k / 20k
 configs) and lr sweep {8e-5, 3e-5, 1e-5, 8e-6} from the paper's text (``lr_sweep:
 launcher_default``: CrIBo's launcher default 0.01), best mIoU reported and every lr kept as
-its own record. Shared machinery in benchmarks/seg_common.py; sources and differences in
+its own record. Shared machinery in benchmarks/seg_protocol.py and benchmarks/mmseg_bridge.py; sources and differences in
 docs/PROTOCOLS.md (segmentation section).
 
     ssl-bench eval --protocol segmenter --dataset ade20k --data-root DIR --checkpoint CKPT
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from benchmarks.base import Protocol
-from benchmarks.seg_common import PRETRAIN_MEAN_255, PRETRAIN_STD_255, SegConfig, SegProtocolBase
+from benchmarks.seg_protocol import PRETRAIN_MEAN_255, PRETRAIN_STD_255, SegConfig, SegProtocolBase
 from harness.registry import register_protocol
 
 # From the paper's text (the official code runs one lr per launch, default 0.01).

@@ -313,7 +313,7 @@ def _check_dataset(ds: DatasetSpec, path: Path | None) -> str:
         return "not checked (no data root)"
     from harness.registry import DATASETS
 
-    if ds.reader not in DATASETS:
+    if ds.reader not in DATASETS or not getattr(DATASETS.get(ds.reader), "harness_reader", True):
         # e.g. Pascal Context / COCO-Stuff: read by mmseg inside the protocol, which reports
         # a missing dataset itself when it runs.
         return "not checked (read by the protocol)"

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from benchmarks import mmseg_bridge as mb
-from benchmarks import seg_common as sc
+from benchmarks import seg_protocol, seg_smoke
 from harness.backbone import create_backbone
 from harness.errors import CheckpointError, ConfigError, DataError, MissingDependencyError
 
@@ -133,7 +133,7 @@ def test_protocol_config_files_equal_the_presets():
 
 def _mm_config(cfg, data, tmp_path, backbone: dict | None = None):
     """The mmengine config ``build_mmseg_config`` makes for ``cfg`` (nothing is run)."""
-    return sc.build_mmseg_config(cfg, data, backbone=backbone or {"type": "SslBenchViT"},
+    return mb.build_mmseg_config(cfg, data, backbone=backbone or {"type": "SslBenchViT"},
                                  decode_head={"type": "FCNHead"}, lr=cfg.lrs[0], work_dir=tmp_path / "w",
                                  csv_path=tmp_path / "w" / "per_class_iou.csv", experiment="x")
 
@@ -146,7 +146,7 @@ def test_paper_presets_total_batch_is_the_official_launchers(tmp_path, monkeypat
     from benchmarks.segmenter import Segmenter
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    data = sc.resolve_data("synth_ade", _synth_root(tmp_path))
+    data = mb.resolve_data("synth_ade", _synth_root(tmp_path))
     for cls in (SegLinear, Segmenter):
         cfg = cls.from_preset("paper", {"dataset": "ade20k"}).cfg
         assert cfg.batch_size == 4, cls
@@ -186,7 +186,7 @@ def test_schedule_is_a_named_setting(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="'custom' needs iters"):
         Segmenter.from_preset("paper", {"dataset": "voc", "schedule": "custom"})
 
-    data = sc.resolve_data("synth_voc", _synth_root(tmp_path))
+    data = mb.resolve_data("synth_voc", _synth_root(tmp_path))
     mm = _mm_config(Segmenter.from_preset("paper", {"dataset": "voc", "schedule": "short"}).cfg, data, tmp_path)
     assert mm.train_cfg.max_iters == 20_000 and mm.param_scheduler[0]["end"] == 20_000
     assert mm.train_cfg.val_interval == 2000 and mm.default_hooks.checkpoint.interval == 2000
@@ -216,7 +216,7 @@ def test_lr_sweep_is_named_and_every_record_names_its_lr():
              "train_lists": ["images/training"], "synthetic": False, "csv": f"/w/lr{lr:g}/t.csv",
              "validation_log": f"/w/lr{lr:g}/validations.jsonl", "work_dir": f"/w/lr{lr:g}"}
             for lr, miou in zip(LINEAR_LRS, (20.0, 27.5, 25.0, 24.0))]
-    records = sc.to_results(runs, lin.cfg)
+    records = seg_protocol.to_results(runs, lin.cfg)
     assert [r.variant["lr"] for r in records] == LINEAR_LRS + ["best"]
     for rec in records[:-1]:
         source = next(r for r in runs if r["lr"] == rec.params["lr"])
@@ -230,14 +230,14 @@ def test_lr_sweep_is_named_and_every_record_names_its_lr():
 
 def test_dataset_layouts_resolve(tmp_path):
     synth = _synth_root(tmp_path)
-    ade = sc.resolve_data("synth_ade", synth)
+    ade = mb.resolve_data("synth_ade", synth)
     assert ade.root.name == "ADEChallengeData2016" and ade.num_classes == 16
     assert ade.train[0]["reduce_zero_label"] is True
-    voc = sc.resolve_data("voc", synth)
+    voc = mb.resolve_data("voc", synth)
     assert voc.num_classes == 16 and voc.train_lists == ["trainaug.txt"]
     assert voc.val["ann_file"].endswith("val.txt") and voc.train[0]["reduce_zero_label"] is False
     with pytest.raises(DataError, match="ADE20K"):
-        sc.resolve_data("ade20k", tmp_path / "nowhere")
+        mb.resolve_data("ade20k", tmp_path / "nowhere")
 
 
 # ============================================================================ dependency
@@ -247,7 +247,7 @@ def test_missing_mmcv_ops_is_a_clear_error(monkeypatch, tmp_path):
 
     monkeypatch.setitem(sys.modules, "mmcv.ops", None)  # as if the compiled ops were absent
     with pytest.raises(MissingDependencyError, match=re.escape("scripts/install_mmcv.sh")):
-        sc.require_mmseg()
+        mb.require_mmseg()
     proto = SegLinear.from_preset("synth", {"dataset": "synth_ade", "work_dir": str(tmp_path / "w")})
     with pytest.raises(MissingDependencyError, match="mmcv"):
         proto.run(ModelHandle.random_init("vit_cpu_tiny"), tmp_path)
@@ -376,18 +376,18 @@ def test_frozen_backbone_mode_is_a_setting():
     sd = _tiny_backbone().backbone_state_dict()
     paper = SegLinear.from_preset("paper", {"dataset": "ade20k", "crop_size": 64})
     assert (paper.cfg.frozen_backbone_mode, paper.cfg.drop_path_rate) == ("train", 0.1)
-    bb = sc.backbone_config(sd, {"num_heads": 2}, paper.cfg, frozen=True)
+    bb = mb.backbone_config(sd, {"num_heads": 2}, paper.cfg, frozen=True)
     assert (bb["frozen"], bb["frozen_mode"], bb["drop_path_rate"]) == (True, "train", 0.1)
 
     det = SegLinear.from_preset("paper", {"dataset": "ade20k", "crop_size": 64, "frozen_backbone_mode": "eval"})
     assert det.fingerprint() != paper.fingerprint()
-    bb = sc.backbone_config(sd, {"num_heads": 2}, det.cfg, frozen=True)
+    bb = mb.backbone_config(sd, {"num_heads": 2}, det.cfg, frozen=True)
     assert (bb["frozen_mode"], bb["drop_path_rate"]) == ("eval", 0.0)
     synth = SegLinear.from_preset("synth")
     assert (synth.cfg.frozen_backbone_mode, synth.cfg.drop_path_rate) == ("eval", 0.0)
     # Segmenter trains its backbone (drop path 0.1) and has no such setting
     seg = Segmenter.from_preset("paper", {"dataset": "ade20k", "crop_size": 64})
-    bb = sc.backbone_config(sd, {"num_heads": 2}, seg.cfg, frozen=False)
+    bb = mb.backbone_config(sd, {"num_heads": 2}, seg.cfg, frozen=False)
     assert (bb["frozen"], bb["drop_path_rate"]) == (False, 0.1)
     assert not hasattr(seg.cfg, "frozen_backbone_mode")
 
@@ -395,7 +395,7 @@ def test_frozen_backbone_mode_is_a_setting():
 class _StopAt:
     """Build configs with a hook that interrupts training after ``iters`` iterations."""
 
-    _build = staticmethod(sc.build_mmseg_config)  # the real one, whatever is patched in later
+    _build = staticmethod(mb.build_mmseg_config)  # the real one, whatever is patched in later
 
     def __init__(self, iters: int):
         self.iters = iters
@@ -443,20 +443,20 @@ def test_linear_training_keeps_backbone_bit_identical_and_resumes_weights_only(t
     cfg = SegLinear.Config(dataset="synth_ade", crop_size=64, iters=4, lrs=[1e-2], batch_size=2,
                            num_workers=0, checkpoint_interval=2, log_interval=1)
     work = tmp_path / "work"
-    monkeypatch.setattr(sc, "build_mmseg_config", _StopAt(3))
+    monkeypatch.setattr(mb, "build_mmseg_config", _StopAt(3))
     with pytest.raises(_Interrupted):
-        sc.run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
+        mb.run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
     run_dir = work / "lr0.01"
     ckpt2 = run_dir / "iter_2.pth"
     assert ckpt2.is_file() and not (run_dir / "iter_4.pth").exists()
     # torch's default (weights-only) load refuses mmengine's checkpoint without the allow-list ...
     with pytest.raises(Exception, match="[Ww]eights only load failed"):
         torch.load(ckpt2)
-    with sc.mmengine_checkpoint_loading():  # ... and reads it with it
+    with mb.mmengine_checkpoint_loading():  # ... and reads it with it
         assert torch.load(ckpt2)["meta"]["iter"] == 2
 
-    monkeypatch.setattr(sc, "build_mmseg_config", _StopAt(10**9))
-    runs = sc.run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
+    monkeypatch.setattr(mb, "build_mmseg_config", _StopAt(10**9))
+    runs = mb.run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
     logs = "".join(p.read_text() for p in run_dir.glob("*/*.log"))
     assert "resumed epoch: 0, iter: 2" in logs
     assert set(runs[0]["metrics"]) >= {"mIoU", "mAcc", "aAcc"}
@@ -466,7 +466,7 @@ def test_linear_training_keeps_backbone_bit_identical_and_resumes_weights_only(t
     table = Path(runs[0]["csv"]).read_text().splitlines()
     assert table[0].startswith("class,IoU") and len(table) == 1 + 16
 
-    with sc.mmengine_checkpoint_loading():
+    with mb.mmengine_checkpoint_loading():
         final = torch.load(run_dir / "iter_4.pth")
     assert final["meta"]["iter"] == 4
     state = final["state_dict"]
@@ -489,7 +489,7 @@ def test_every_validation_is_recorded_and_the_last_is_reported(tmp_path, monkeyp
     data = _small_ade(tmp_path)
     paper = SegLinear.from_preset("paper", {"dataset": "ade20k"}).cfg
     assert paper.val_interval is None and paper.validation_interval() == 16_000
-    mm = _mm_config(paper, sc.resolve_data("synth_ade", data), tmp_path)
+    mm = _mm_config(paper, mb.resolve_data("synth_ade", data), tmp_path)
     assert mm.train_cfg.val_interval == 16_000 and mm.val_evaluator.type == "SslBenchIoUMetric"
     assert [h["type"] for h in mm.custom_hooks] == ["SslBenchValidationLog"]
     assert SegLinear.from_preset("synth").cfg.validation_interval() == 600  # once, at the end
@@ -498,13 +498,13 @@ def test_every_validation_is_recorded_and_the_last_is_reported(tmp_path, monkeyp
     cfg = SegLinear.Config(dataset="synth_ade", crop_size=64, iters=4, lrs=[1e-2], batch_size=2,
                            num_workers=0, val_interval=2, log_interval=1)
     work = tmp_path / "work"
-    runs = sc.run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
+    runs = mb.run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
     run = runs[0]
     assert [it for it, _ in run["validations"]] == [2, 4] and run["reported_iter"] == 4
     assert run["metrics"]["mIoU"] == run["validations"][-1][1]
-    log = sc.read_validation_log(Path(run["validation_log"]))
+    log = mb.read_validation_log(Path(run["validation_log"]))
     assert sorted(log) == [2, 4] and log[4] == run["metrics"]
-    records = sc.to_results(runs, cfg)
+    records = seg_protocol.to_results(runs, cfg)
     for rec in records:
         assert rec.params["validations"] == run["validations"] and rec.params["reported_iter"] == 4
         assert rec.params["reported"] == "last validation"
@@ -512,7 +512,7 @@ def test_every_validation_is_recorded_and_the_last_is_reported(tmp_path, monkeyp
 
     # run again: the finished run is read back, not trained (no new mmengine session)
     sessions = sorted(p.name for p in (work / "lr0.01").iterdir() if p.is_dir())
-    again = sc.run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
+    again = mb.run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
     assert again[0]["metrics"] == run["metrics"] and again[0]["validations"] == run["validations"]
     assert sorted(p.name for p in (work / "lr0.01").iterdir() if p.is_dir()) == sessions
 
@@ -524,8 +524,8 @@ def test_every_validation_is_recorded_and_the_last_is_reported(tmp_path, monkeyp
 def test_smoke_linear_pretrained_beats_random_init(layout, dino_cpu_checkpoint):
     # the synth preset (600 iterations of 16, pretraining normalisation) on the DINO CPU
     # preset's checkpoint vs the random-init vit_cpu_tiny; measured margins: docs/BENCHMARKS.md
-    rnd = sc.smoke(None, layout)
-    pre = sc.smoke(dino_cpu_checkpoint, layout)
+    rnd = seg_smoke.smoke(None, layout)
+    pre = seg_smoke.smoke(dino_cpu_checkpoint, layout)
     print(f"seg_linear {layout}: pretrained mIoU {pre:.2f} vs random init {rnd:.2f}")
     assert 0.0 <= rnd <= 100.0 and pre > rnd
 
@@ -533,7 +533,7 @@ def test_smoke_linear_pretrained_beats_random_init(layout, dino_cpu_checkpoint):
 @pytest.mark.slow
 @needs_mmseg
 def test_smoke_segmenter_runs():
-    miou = sc.smoke(None, "ade", protocol="segmenter", iters=50)
+    miou = seg_smoke.smoke(None, "ade", protocol="segmenter", iters=50)
     assert 0.0 <= miou <= 100.0
 
 

@@ -1,7 +1,8 @@
 """Dataset readers and the SynthScenes generator.
 
 Importing this package registers the readers with ``harness.registry.DATASETS``
-("voc", "ade20k", "imagefolder"/"imagenet", "captions").
+("voc"/"voc12aug", "ade20k", "imagefolder"/"imagenet", "captions"), and the data sets only
+the mmseg protocols read ("pascal_context", "pascal_context_59", "coco_stuff164k").
 """
 from harness.data.captions import CaptionGroups, Group
 from harness.data.classification import ImageFolderDataset

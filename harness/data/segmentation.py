@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import copy
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import ClassVar, Literal, Sequence
 
 import numpy as np
 from PIL import Image
@@ -50,6 +51,24 @@ ADE20K_CLASSES = (
 )
 assert len(VOC_CLASSES) == 21 and len(ADE20K_CLASSES) == 150
 
+@dataclass(frozen=True)
+class MmsegLayout:
+    """How mmsegmentation's dataset config reads a dataset (the segmentation protocols run
+    through mmseg), with sizes relative to the 512 crop its configs assume."""
+
+    name: str
+    mmseg_type: str
+    num_classes: int
+    long_iters: int                                 # CrIBo's *-160k / *-80k configs
+    short_iters: int                                # its Segmenter-only *-40k / *-20k configs
+    reduce_zero_label: bool
+    layout: Literal["ade", "voc", "context", "coco_stuff"]
+    scale_ratio: tuple[float, float] = (4.0, 1.0)  # Resize scale / crop: (2048, 512) at 512
+    train_crop_ratio: float = 1.0                   # pipeline RandomCrop / crop (Context: 480 / 512)
+    pad_train: bool = False                         # voc12aug's extra Pad(crop) in the pipeline
+    seg_map_suffix: str = ".png"
+
+
 _SYNTH_HINT = ("point the data root at a folder that holds it, or generate SynthScenes with "
                "`ssl-bench data synth --out DIR` and use DIR as the data root")
 
@@ -75,6 +94,7 @@ class SegmentationDataset:
     """
 
     name: str = "segmentation"
+    mmseg: ClassVar[MmsegLayout | None] = None  # how the mmseg protocols read it, if they do
     ignore_index: int = IGNORE_INDEX
     num_classes: int
     class_names: tuple[str, ...]
@@ -172,6 +192,7 @@ class SegmentationDataset:
 
 
 @register_dataset("voc")
+@register_dataset("voc12aug")  # mmseg's name for the train + SBD-aug training set
 class VOCSegmentation(SegmentationDataset):
     """Pascal VOC 2012 segmentation: ``root`` is VOC2012 itself, or holds VOC2012 or
     VOCdevkit/VOC2012. Splits: train, val (SegmentationClass, palette indices) and trainaug
@@ -179,6 +200,7 @@ class VOCSegmentation(SegmentationDataset):
 
     name = "voc"
     SPLITS = ("train", "val", "trainaug")
+    mmseg = MmsegLayout("voc12aug", "PascalVOCDataset", 21, 80_000, 20_000, False, "voc", pad_train=True)
 
     def __init__(self, root: str | Path, split: str = "train"):
         if split not in self.SPLITS:
@@ -229,6 +251,7 @@ class ADE20KSegmentation(SegmentationDataset):
     so class indices run 0..149 (0..15 for SynthScenes)."""
 
     name = "ade20k"
+    mmseg = MmsegLayout("ade20k", "ADE20KDataset", 150, 160_000, 40_000, True, "ade")
     _ALIASES = {"training": "training", "train": "training", "validation": "validation",
                 "val": "validation"}
 
@@ -275,3 +298,35 @@ class ADE20KSegmentation(SegmentationDataset):
                 return candidate
         raise DataError(f"no ADE20K layout under {root}: expected images/ and annotations/ in "
                         f"{root} or {root / 'ADEChallengeData2016'}; {_SYNTH_HINT}")
+
+
+class ReadByMmsegOnly:
+    """A dataset only mmseg reads, inside the segmentation protocols (``seg_linear``,
+    ``segmenter``): registered for its :class:`MmsegLayout`; the harness has no reader for it."""
+
+    harness_reader: ClassVar[bool] = False
+    mmseg: ClassVar[MmsegLayout]
+
+    def __init__(self, root: str | Path, split: str = "val"):
+        raise DataError(f"{self.mmseg.name} is read by mmsegmentation inside the segmentation "
+                        f"protocols (seg_linear, segmenter); the harness has no reader for it")
+
+
+@register_dataset("pascal_context")
+class PascalContext(ReadByMmsegOnly):
+    # CrIBo's configs/_base_/datasets/pascal_context.py: 60 classes (background included).
+    mmseg = MmsegLayout("pascal_context", "PascalContextDataset", 60, 80_000, 20_000, False,
+                        "context", scale_ratio=(520 / 512, 520 / 512), train_crop_ratio=480 / 512)
+
+
+@register_dataset("pascal_context_59")
+class PascalContext59(ReadByMmsegOnly):
+    # mmseg's pascal_context_59.py: background ignored (reduce_zero_label).
+    mmseg = MmsegLayout("pascal_context_59", "PascalContextDataset59", 59, 80_000, 20_000, True,
+                        "context", scale_ratio=(520 / 512, 520 / 512), train_crop_ratio=480 / 512)
+
+
+@register_dataset("coco_stuff164k")
+class CocoStuff164k(ReadByMmsegOnly):
+    mmseg = MmsegLayout("coco_stuff164k", "COCOStuffDataset", 171, 160_000, 40_000, False,
+                        "coco_stuff", seg_map_suffix="_labelTrainIds.png")

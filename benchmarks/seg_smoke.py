@@ -1,0 +1,49 @@
+"""CPU checks of the segmentation protocols on SynthScenes (docs/PROTOCOLS.md).
+
+    python -c "from benchmarks.seg_smoke import smoke; smoke(None, 'voc')"
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+
+def cpu_pretrained_checkpoint(method_config: str = "methods/dino_cpu.yaml", preset: str = "small") -> Path:
+    """The default suite's CPU-pretrained checkpoint on SynthScenes (pretrained once, cached)."""
+    from harness.data.synthetic import default_root, generate
+    from harness.suite import ModelEntry, pretrained_checkpoint
+
+    root = generate(default_root(preset, 0), preset=preset, seed=0, progress=False)
+    name = Path(method_config).stem.split("_")[0]
+    return pretrained_checkpoint(ModelEntry(name=name, pretrain=method_config), root,
+                                 f"synthscenes-{preset}", progress=False)
+
+
+def smoke(checkpoint: str | Path | None, layout: Literal["ade", "voc"] = "ade", *,
+          protocol: str = "seg_linear", preset: str = "small", iters: int | None = None,
+          lrs: list[float] | None = None, work_root: str | Path | None = None) -> float:
+    """CPU check on SynthScenes: the protocol's ``synth`` preset on a checkpoint (or on
+    the random-init ``vit_cpu_tiny`` when ``checkpoint`` is None); prints and returns the
+    mIoU of the best lr."""
+    from harness.data.synthetic import default_root, generate
+    from harness.models import ModelHandle
+    from harness.paths import home
+    from harness.registry import PROTOCOLS
+
+    root = generate(default_root(preset, 0), preset=preset, seed=0, progress=False)
+    model = (ModelHandle.from_checkpoint(checkpoint) if checkpoint
+             else ModelHandle.random_init("vit_cpu_tiny", seed=0))
+    values: dict[str, Any] = {"dataset": f"synth_{layout}"}
+    if iters is not None:
+        values["iters"] = iters
+    if lrs is not None:
+        values["lrs"] = list(lrs)
+    proto = PROTOCOLS.get(protocol).from_preset("synth", values)
+    work = Path(work_root) if work_root else home() / "mmseg-smoke"
+    proto.cfg.work_dir = str(work / model.cache_key[:16] / f"{protocol}-{proto.fingerprint()}")
+    results = proto.run(model, root)
+    best = next(r for r in results if r.variant.get("lr") == "best")
+    print(f"[smoke] {protocol} on SynthScenes-{preset} ({layout} layout), "
+          f"{'checkpoint ' + str(checkpoint) if checkpoint else 'random init'}: "
+          f"mIoU {best.metrics['mIoU']:.2f} (lr {best.params['best_lr']:g}, {proto.cfg.iters} iters)")
+    return float(best.metrics["mIoU"])
