@@ -48,6 +48,7 @@ from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, PatchMultipleRe
 from harness.device import module_device
 from harness.errors import ConfigError, DataError
 from harness.io_utils import atomic_write
+from harness.presets import load_presets
 from harness.registry import DATASETS, register_protocol
 
 DEFAULT_SEEDS = [42, 400, 783, 1293, 4019]
@@ -135,26 +136,8 @@ class Config:
                 raise ValueError(msg)
 
 
-PRESETS: dict[str, dict[str, Any]] = {
-    "cribo": dict(
-        preset="cribo", resize="patch_multiple", max_side=None, interpolation="bilinear",
-        mask_resize="pil_nearest", bank_augment="none", aug_epochs=1, label_mode="majority",
-        bank_ignore="drop", memory_size=None, bank_dtype="float16", k=50, vote_mode="majority",
-        upsample="nearest", hungarian=False, count_ignored_class=False, count_absent_classes=False,
-    ),
-    # open-hummingbird-eval v2.0.0 as it runs, quirks included (docs/PROTOCOLS.md): its
-    # IMAGENET_STD has 0.255 for blue; PredsmIoU.compute matches classes by Hungarian assignment
-    # and averages over every class (ADE20K: 151, the ignored "other" included; the flag does
-    # nothing for VOC, whose bank has no extra class).
-    "hbird": dict(
-        preset="hbird", resize="square", input_size=224, interpolation="bilinear",
-        mask_resize="torch_nearest", norm_mean=[0.485, 0.456, 0.406], norm_std=[0.229, 0.224, 0.255],
-        bank_augment="hbird", aug_epochs=1, aug_scale=[0.5, 2.0],
-        aug_jitter=0.1, aug_jitter_p=0.5, label_mode="soft", bank_ignore="hbird", memory_size=None,
-        bank_dtype="float32", k=30, vote_mode="softmax", temperature=0.02, upsample="bilinear",
-        hungarian=True, count_ignored_class=True, count_absent_classes=True,
-    ),
-}
+# cribo, hbird, hbird_synth: configs/protocols/dense_nn_*.yaml
+PRESETS: dict[str, dict[str, Any]] = load_presets("dense_nn")
 
 
 def resolve_bank_ignore(mode: str, dataset: str) -> str:

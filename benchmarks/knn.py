@@ -36,6 +36,7 @@ from harness.device import resolve_device
 from harness.errors import ConfigError, DataError
 from harness.features import extract_features
 from harness.models import ModelHandle
+from harness.presets import load_presets
 from harness.registry import register_protocol
 
 log = logging.getLogger(__name__)
@@ -254,11 +255,7 @@ class KNNProtocol(Protocol):
     # ks: each k is its own result (variant), so the sweep list does not change any number.
     NOT_IN_FINGERPRINT = ("ks", "backend", "search_device", "train_chunk", "test_chunk", "batch_size", "num_workers",
                           "cache", "progress")
-    PRESETS = {
-        "dino": {},
-        # SynthScenes object-centric images are 64 px: keep them whole.
-        "synth": {"resize": 64, "crop": 64, "ks": [10, 20, 100, 200]},
-    }
+    PRESETS = load_presets("knn")  # configs/protocols/knn_*.yaml
     DEFAULT_PRESET = "dino"
 
     def search_device(self, model: ModelHandle) -> torch.device:

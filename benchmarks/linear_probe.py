@@ -44,14 +44,10 @@ from harness.data.transforms import ResizeCenterCrop
 from harness.errors import ConfigError
 from harness.features import batch_features, extract_features
 from harness.models import ModelHandle
+from harness.presets import load_presets
 from harness.registry import register_protocol
 
 log = logging.getLogger(__name__)
-
-# iBOT eval_linear_multi.py: lrs = [base * n for base in 10**k, k in -4..0, for n in 1..9].
-IBOT_BASE_LRS = [base * n for base in [10 ** k for k in range(-4, 1)] for n in range(1, 10)]
-# StableRep main_linear.py --base_lrs default.
-SYNCLR_BASE_LRS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5]
 
 
 def arch_feature_defaults(embed_dim: int, depth: int) -> tuple[int, bool]:
@@ -124,23 +120,7 @@ class LinearProbe(Protocol):
     HEADLINE_METRIC = "top1"
     # recipe: a label (the settings are hashed); seed: recorded as the result's seed.
     NOT_IN_FINGERPRINT = ("recipe", "seed", "num_workers", "feature_batch_size", "cache", "progress")
-    PRESETS = {
-        "dino": {"recipe": "dino", "base_lrs": [0.001], "epochs": 100, "batch_size": 1024,
-                 "lr_schedule": "cosine_epoch", "feature_layout": "interleave"},
-        "ibot": {"recipe": "ibot", "base_lrs": IBOT_BASE_LRS, "epochs": 100, "batch_size": 1024,
-                 "lr_schedule": "cosine_epoch", "feature_layout": "concat"},
-        "synclr": {"recipe": "synclr", "base_lrs": SYNCLR_BASE_LRS, "epochs": 90, "batch_size": 1024,
-                   "lr_schedule": "cosine_iter", "drop_last": True, "eval_every": 10,
-                   "n_last_blocks": 1, "avgpool_patchtokens": False, "batchnorm": True,
-                   "val_interpolation": "bilinear"},
-        # CPU screening on SynthScenes (64 px, 12 classes): the iBOT recipe, shortened.
-        # BatchNorm before the head (as SynCLR's probe): a briefly pretrained tiny ViT's feature
-        # dimensions are badly scaled for one SGD lr grid (docs/PROTOCOLS.md, "Why `synth` has
-        # the BatchNorm").
-        "synth": {"recipe": "synth", "base_lrs": [0.01, 0.03, 0.1, 0.3, 1.0], "epochs": 10,
-                  "batch_size": 128, "lr_schedule": "cosine_epoch", "crop": 64, "resize": 64,
-                  "feature_layout": "concat", "batchnorm": True},
-    }
+    PRESETS = load_presets("linear")  # configs/protocols/linear_*.yaml
     DEFAULT_PRESET = "dino"
 
     # ------------------------------------------------------------------ pieces
@@ -257,3 +237,7 @@ class LinearProbe(Protocol):
                     "num_classes": splits.num_classes, "cached_features": c.cached_features,
                     "seconds": round(seconds, 3)},
         )
+
+
+# iBOT eval_linear_multi.py's grid: [base * n for base in 10**k, k in -4..0, for n in 1..9].
+IBOT_BASE_LRS = LinearProbe.PRESETS["ibot"]["base_lrs"]

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from benchmarks.base import Protocol
-from benchmarks.seg_protocol import PRETRAIN_MEAN_255, PRETRAIN_STD_255, SegConfig, SegProtocolBase
+from benchmarks.seg_protocol import SegConfig, SegProtocolBase
+from harness.presets import load_presets
 from harness.registry import register_protocol
 
 # CrIBo's linear-segmentation learning-rate sweep, from the paper's text (the official code
@@ -44,18 +45,5 @@ class SegLinear(SegProtocolBase, Protocol):
     Config = SegLinearConfig
     HEAD = "linear"
     FROZEN = True
-    PRESETS = {
-        # CrIBo Table 2 as its official code runs it: crop 512, batch 4, DropPath 0.1 on in the
-        # frozen backbone, validation every iters/10; schedule (long) and lr sweep (the paper's)
-        # are the config defaults, left out here so that --set iters / --lr replace them.
-        "paper": {"crop_size": 512, "batch_size": 4, "drop_path_rate": 0.1, "frozen_backbone_mode": "train",
-                  "val_interval": None},
-        # CPU check on SynthScenes (64 px images, vit_cpu_tiny): about a minute on 2 cores. The
-        # pretraining normalisation and 600 iterations of 16 at lr 0.01: with CrIBo's 127.5 and
-        # 300 x 8 at 3e-3, a pretrained tiny ViT scored below random init (docs/BENCHMARKS.md).
-        # It keeps its deterministic frozen features and one evaluation, at the end.
-        "synth": {"crop_size": 64, "iters": 600, "lrs": [1e-2], "batch_size": 16, "num_workers": 0,
-                  "mean": PRETRAIN_MEAN_255, "std": PRETRAIN_STD_255, "log_interval": 100,
-                  "drop_path_rate": 0.0, "frozen_backbone_mode": "eval", "val_interval": 0},
-    }
+    PRESETS = load_presets("seg_linear")  # configs/protocols/seg_linear_*.yaml
     DEFAULT_PRESET = "paper"

@@ -33,14 +33,7 @@ import torch
 from benchmarks.mmseg_bridge import (
     MASK_DROP_PATH, MASK_LAYERS, MMSEG_VERSION, mmseg_layout, run_seg_protocol,
 )
-from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from harness.errors import ConfigError
-
-# The CPU checkpoints are pretrained with ImageNet's mean/std: the synth presets read pixels
-# the same way (on 0..255 RGB, as mmseg's SegDataPreProcessor wants them).
-PRETRAIN_MEAN_255 = [round(255 * m, 3) for m in IMAGENET_MEAN]
-PRETRAIN_STD_255 = [round(255 * s, 3) for s in IMAGENET_STD]
-
 
 # ============================================================================ settings
 # CrIBo's eval_launcher.py --mmseg_lr default (its update_cfg writes it over the configs' 1e-3).

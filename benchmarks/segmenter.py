@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from benchmarks.base import Protocol
-from benchmarks.seg_protocol import PRETRAIN_MEAN_255, PRETRAIN_STD_255, SegConfig, SegProtocolBase
+from benchmarks.seg_protocol import SegConfig, SegProtocolBase
+from harness.presets import load_presets
 from harness.registry import register_protocol
 
 # From the paper's text (the official code runs one lr per launch, default 0.01).
@@ -37,12 +38,5 @@ class Segmenter(SegProtocolBase, Protocol):
     Config = SegmenterConfig
     HEAD = "mask"
     FROZEN = False
-    PRESETS = {
-        # schedule (long) and lr sweep (the paper's) are the config defaults, left out here so
-        # that --set iters / --lr replace them.
-        "paper": {"crop_size": 512, "batch_size": 4, "val_interval": None},
-        "synth": {"crop_size": 64, "iters": 300, "lrs": [3e-4], "batch_size": 8, "num_workers": 0,
-                  "mean": PRETRAIN_MEAN_255, "std": PRETRAIN_STD_255, "log_interval": 50,
-                  "val_interval": 0},
-    }
+    PRESETS = load_presets("segmenter")  # configs/protocols/segmenter_*.yaml
     DEFAULT_PRESET = "paper"

@@ -457,31 +457,6 @@ def test_torch_exact_search_blocks_merge_to_the_true_top_k():
     assert idx.reconstruct(ids[:2]).shape == (2, 6, 8)
 
 
-@pytest.mark.parametrize("name", ["cribo", "hbird"])
-def test_protocol_yaml_equals_the_preset_in_code(name):
-    import yaml
-
-    from harness.config import to_dict
-
-    path = Path(__file__).resolve().parents[1] / "configs" / "protocols" / f"dense_nn_{name}.yaml"
-    doc = yaml.safe_load(path.read_text())
-    assert doc["protocol"] == "dense_nn" and doc["preset"] == name
-    assert doc["settings"] == to_dict(DenseNN.from_preset(name, {"dataset": "voc"}).cfg)
-
-
-def test_hbird_synth_yaml_is_the_hbird_preset_at_64px():
-    """dense_nn_hbird_synth.yaml is named hbird: the preset's values (the reference's std and
-    metric included), only input_size 64 for SynthScenes' 64 px images."""
-    import yaml
-
-    from harness.config import to_dict
-
-    path = Path(__file__).resolve().parents[1] / "configs" / "protocols" / "dense_nn_hbird_synth.yaml"
-    doc = yaml.safe_load(path.read_text())
-    assert doc["protocol"] == "dense_nn" and doc["preset"] == "hbird"
-    assert doc["settings"] == to_dict(DenseNN.from_preset("hbird", {"dataset": "voc", "input_size": 64}).cfg)
-
-
 def test_hbird_is_the_reference_by_default_and_cribo_keeps_plain_miou():
     hb = DenseNN.from_preset("hbird", {"dataset": "voc"}).cfg
     assert (hb.hungarian, hb.count_absent_classes, hb.count_ignored_class) == (True, True, True)

@@ -246,14 +246,3 @@ def test_fingerprints():
         assert KNNProtocol.from_preset("dino", {"dataset": "imagenet", **change}).fingerprint() != dino.fingerprint()
     for same in ({"backend": "torch"}, {"ks": [20]}, {"batch_size": 8}, {"test_chunk": 7}):
         assert KNNProtocol.from_preset("dino", {"dataset": "imagenet", **same}).fingerprint() == dino.fingerprint()
-
-
-def test_protocol_config_files_equal_the_presets():
-    from harness.config import CONFIG_ROOT, load_config, to_dict
-
-    files = sorted((CONFIG_ROOT / "protocols").glob("knn_*.yaml"))
-    assert {f.stem for f in files} == {f"knn_{p}" for p in KNNProtocol.PRESETS}
-    for f in files:
-        raw = load_config(f)
-        assert raw["protocol"] == "knn"
-        assert to_dict(KNNProtocol(raw["settings"]).cfg) == to_dict(KNNProtocol.from_preset(raw["preset"]).cfg), f.name

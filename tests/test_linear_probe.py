@@ -286,14 +286,3 @@ def test_recipe_values():
     assert (s.batchnorm, s.epochs, s.lr_schedule, s.n_last_blocks, s.avgpool_patchtokens, s.drop_last,
             s.eval_every, s.val_interpolation) == (True, 90, "cosine_iter", 1, False, True, 10, "bilinear")
     assert math.isclose(cosine_factor(50, 100), 0.5)
-
-
-def test_protocol_config_files_equal_the_presets():
-    from harness.config import CONFIG_ROOT, load_config, to_dict
-
-    files = sorted((CONFIG_ROOT / "protocols").glob("linear_*.yaml"))
-    assert {f.stem for f in files} == {f"linear_{p}" for p in LinearProbe.PRESETS}
-    for f in files:
-        raw = load_config(f)
-        assert raw["protocol"] == "linear"
-        assert to_dict(LinearProbe(raw["settings"]).cfg) == to_dict(LinearProbe.from_preset(raw["preset"]).cfg), f.name

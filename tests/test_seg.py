@@ -117,20 +117,6 @@ def test_config_defaults_and_fingerprint():
         SegLinear.from_preset("paper", {"dataset": "cityscapes"})
 
 
-def test_protocol_config_files_equal_the_presets():
-    from benchmarks.seg_linear import SegLinear
-    from benchmarks.segmenter import Segmenter
-    from harness.config import CONFIG_ROOT, load_config, to_dict
-
-    for cls, name in ((SegLinear, "seg_linear"), (Segmenter, "segmenter")):
-        files = sorted((CONFIG_ROOT / "protocols").glob(f"{name}_*.yaml"))
-        assert {f.stem for f in files} == {f"{name}_{p}" for p in cls.PRESETS}
-        for f in files:
-            raw = load_config(f)
-            assert raw["protocol"] == name
-            assert to_dict(cls(raw["settings"]).cfg) == to_dict(cls.from_preset(raw["preset"]).cfg), f.name
-
-
 def _mm_config(cfg, data, tmp_path, backbone: dict | None = None):
     """The mmengine config ``build_mmseg_config`` makes for ``cfg`` (nothing is run)."""
     return mb.build_mmseg_config(cfg, data, backbone=backbone or {"type": "SslBenchViT"},

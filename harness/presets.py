@@ -1,0 +1,60 @@
+"""Protocol presets as data: one file per preset, ``configs/protocols/<protocol>_<name>.yaml``.
+
+A file names its protocol and preset and gives the preset's ``values``: the settings the
+preset changes from the protocol's defaults (its Config), nothing else, so that a value
+left out -- a schedule chosen by the data set, say -- still follows the data set and the
+command line. ``extends: <preset>`` starts from another preset of the same protocol. A
+protocol's ``PRESETS`` is read from these files (:func:`load_presets`), the one place they
+are written.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.config import CONFIG_ROOT
+from harness.errors import ConfigError
+
+PRESETS_DIR = CONFIG_ROOT / "protocols"
+
+
+def load_presets(protocol: str, folder: Path = PRESETS_DIR) -> dict[str, dict[str, Any]]:
+    """{preset name: values} of ``protocol``, from ``folder/<protocol>_*.yaml``."""
+    raw = {}
+    for path, doc in _documents(Path(folder)):
+        if doc.get("protocol") != protocol:
+            continue
+        name = doc.get("preset")
+        if path.stem != f"{protocol}_{name}":
+            raise ConfigError(f"{path}: preset {name!r} of protocol {protocol!r} must be in a file "
+                              f"named {protocol}_{name}.yaml")
+        if not isinstance(doc.get("values"), dict):
+            raise ConfigError(f"{path}: expected a mapping 'values' (the preset's settings), "
+                              f"found {type(doc.get('values')).__name__}")
+        raw[name] = doc
+    return {name: _resolve(name, raw, protocol, ()) for name in sorted(raw)}
+
+
+def _resolve(name: str, raw: dict[str, dict], protocol: str, seen: tuple[str, ...]) -> dict[str, Any]:
+    if name in seen:
+        raise ConfigError(f"presets of {protocol!r} extend each other in a cycle: {' -> '.join(seen + (name,))}")
+    if name not in raw:
+        raise ConfigError(f"preset {seen[-1]!r} of {protocol!r} extends {name!r}, which has no file "
+                          f"{protocol}_{name}.yaml")
+    doc = raw[name]
+    base = _resolve(doc["extends"], raw, protocol, seen + (name,)) if doc.get("extends") else {}
+    return {**base, **doc["values"]}
+
+
+def _documents(folder: Path) -> list[tuple[Path, dict]]:
+    out = []
+    for path in sorted(folder.glob("*.yaml")):
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+        if isinstance(doc, dict):
+            out.append((path, doc))
+    return out
