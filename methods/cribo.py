@@ -17,12 +17,9 @@ section) lists every difference, every quirk kept and each fix's measured effect
 """
 from __future__ import annotations
 
-import copy
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -33,10 +30,9 @@ from harness import distributed as D
 from harness.errors import ConfigError
 from harness.registry import register_method
 from methods.base import BackboneConfig, Method, StepInfo
-from methods.dino import TeacherTemperature, check_crop_sizes
 from methods.shared import (Centering, DINOHead, MultiCropAugmentation, MultiCropConfig, MultiCropDataset,
-                            WeightNormLinear, collate_crops, list_pretrain_images, multicrop_cross_entropy,
-                            random_resized_crop_params, sample_rng)
+                            TeacherTemperature, WeightNormLinear, check_crop_sizes, collate_crops,
+                            list_pretrain_images, multicrop_cross_entropy, sample_rng)
 
 
 # ============================================================================ config
@@ -85,6 +81,9 @@ class CrIBoConfig:
     crops: CrIBoCropConfig = field(default_factory=CrIBoCropConfig)
 
     def __post_init__(self):
+        if self.crops.global_recipe_order != "fixed":
+            raise ValueError(f"CrIBo's first global crop takes recipe 1 and the second recipe 2; found "
+                             f"crops.global_recipe_order={self.crops.global_recipe_order!r}, set it to 'fixed'")
         if self.crops.global_crops_number != 2 or self.crops.local_crops_number != 0:
             raise ValueError(f"CrIBo uses exactly two global crops and no local crops; found "
                              f"crops.global_crops_number={self.crops.global_crops_number}, "
@@ -121,10 +120,8 @@ def patch_coords(top: int, left: int, height: int, width: int, grid: int, flippe
 
 class CrIBoDataset(MultiCropDataset):
     """Images -> {"crops": [view1, view2], "coords": [(N, 2), (N, 2)]}, deterministic per
-    (seed, epoch, index). Crops come from the shared MultiCropAugmentation; the crop box
-    and flip are read off a copy of the sample's RNG just before the crop consumes it
-    (``random_resized_crop_params`` then the flip draw, the order of ``_crop``); a test
-    checks the coordinates against the pixels of a coordinate-coded image."""
+    (seed, epoch, index). Crops come from the shared MultiCropAugmentation, with the box and
+    flip of each; a test checks the coordinates against the pixels of a coordinate-coded image."""
 
     def __init__(self, paths, cfg: CrIBoCropConfig, patch_size: int, seed: int, loader=None):
         super().__init__(paths, MultiCropAugmentation(cfg), seed, loader=loader)
@@ -138,16 +135,8 @@ class CrIBoDataset(MultiCropDataset):
         rng = sample_rng(self.seed, self.epoch, index)
         img = self.loader(self.paths[index])
         x = TF.to_pil_image(img) if isinstance(img, torch.Tensor) else img
-        c = self.cfg
-        crops, coords = [], []
-        for i in range(2):
-            peek = copy.deepcopy(rng)
-            top, left, h, w = random_resized_crop_params(peek, x.height, x.width, c.global_crops_scale)
-            flipped = bool(peek.random() < c.flip_p)
-            blur_p = c.blur_p_global1 if i == 0 else c.blur_p_global2
-            sol_p = c.solarize_p_global1 if i == 0 else c.solarize_p_global2
-            crops.append(self.augmentation._crop(x, rng, c.global_crops_size, c.global_crops_scale, blur_p, sol_p))
-            coords.append(patch_coords(top, left, h, w, self.grid, flipped))
+        crops, boxes = self.augmentation.crops_and_boxes(x, rng)
+        coords = [patch_coords(b.top, b.left, b.height, b.width, self.grid, b.flipped) for b in boxes]
         return {"crops": crops, "coords": coords}
 
 
@@ -440,7 +429,7 @@ def _refresh_bank_unit_after_load(module: "CrIBo", incompatible_keys) -> None:
 class CrIBo(Method):
     Config = CrIBoConfig
 
-    def __init__(self, cfg: CrIBoConfig, backbone_cfg: BackboneConfig, schedule: Any = None):
+    def __init__(self, cfg: CrIBoConfig, backbone_cfg: BackboneConfig):
         super().__init__(cfg, backbone_cfg)
         student_bb = backbone_cfg.build(student=True)
         teacher_bb = backbone_cfg.build(student=False)
@@ -481,9 +470,6 @@ class CrIBo(Method):
         self.register_buffer("bank_ptr", torch.zeros((), dtype=torch.long))
         # seed of the clustering's random initial centroids (drawn per step from (seed, step, rank))
         self.register_buffer("cluster_seed", torch.randint(0, 2 ** 62, (), dtype=torch.long))
-        self.schedule = schedule
-        self.profile = False
-        self.timings: dict[str, float] = {}
         self.stats: dict[str, float] = {}
 
     # ---- data ---------------------------------------------------------------
@@ -494,20 +480,6 @@ class CrIBo(Method):
         return collate_crops(samples)
 
     # ---- pieces -------------------------------------------------------------
-    @contextmanager
-    def _timed(self, name: str):
-        if not self.profile:
-            yield
-            return
-        dev = self.bank.device
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        t0 = time.perf_counter()
-        yield
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
-
     def cluster_generator(self, step: StepInfo) -> torch.Generator:
         """CPU generator of this step's initial centroids: a function of (cluster_seed, step, rank),
         so a resumed run draws what an uninterrupted one would."""
@@ -568,24 +540,21 @@ class CrIBo(Method):
             t_tokens = self.teacher.backbone(images)
             teacher_out = self.teacher.head(t_tokens[:, 0])
             t_patch = t_tokens[:, n_prefix:].float()
-            with self._timed("clustering"):
-                clusters = cluster_tokens(t_patch[:b], t_patch[b:], coords[0].to(t_patch.device),
-                                          coords[1].to(t_patch.device), cfg.n_clusters, cfg.lambda_pos,
-                                          cfg.cluster_iters, cfg.sinkhorn_lambda, cfg.sinkhorn_iters,
-                                          self.cluster_generator(step),
-                                          update_marginals=cfg.update_marginals, cost_minmax=cfg.cost_minmax)
-                t_obj_v1, t_obj_v2 = object_representations(t_patch[:b], t_patch[b:], clusters)
+            clusters = cluster_tokens(t_patch[:b], t_patch[b:], coords[0].to(t_patch.device),
+                                      coords[1].to(t_patch.device), cfg.n_clusters, cfg.lambda_pos,
+                                      cfg.cluster_iters, cfg.sinkhorn_lambda, cfg.sinkhorn_iters,
+                                      self.cluster_generator(step),
+                                      update_marginals=cfg.update_marginals, cost_minmax=cfg.cost_minmax)
+            t_obj_v1, t_obj_v2 = object_representations(t_patch[:b], t_patch[b:], clusters)
         s_tokens = self.student.backbone(images)
         student_out = self.student.head(s_tokens[:, 0])
         s_patch = s_tokens[:, n_prefix:]
         s_obj_v1, s_obj_v2 = object_representations(s_patch[:b], s_patch[b:], clusters)
-        with self._timed("nn_bank"):
-            found = self.retrieve_and_update_bank(t_obj_v1, t_obj_v2, clusters.objects_per_image)
-        with self._timed("obj_proj"):
-            with torch.no_grad():
-                teacher_obj = self.project_objects(self.teacher.head, torch.cat([t_obj_v1, t_obj_v2]))
-                teacher_nn = self.project_objects(self.teacher.head, torch.cat([found.nn_v1, found.nn_v2]))
-            student_obj = self.project_objects(self.student.head, torch.cat([s_obj_v1, s_obj_v2]))
+        found = self.retrieve_and_update_bank(t_obj_v1, t_obj_v2, clusters.objects_per_image)
+        with torch.no_grad():
+            teacher_obj = self.project_objects(self.teacher.head, torch.cat([t_obj_v1, t_obj_v2]))
+            teacher_nn = self.project_objects(self.teacher.head, torch.cat([found.nn_v1, found.nn_v2]))
+        student_obj = self.project_objects(self.student.head, torch.cat([s_obj_v1, s_obj_v2]))
 
         temp, temp_obj = self.teacher_temp(step), self.teacher_temp_obj(step)
         loss_global = multicrop_cross_entropy(student_out.float(), self.centering.softmax(teacher_out.float(), temp),
@@ -608,34 +577,3 @@ class CrIBo(Method):
         loss = loss_global + loss_cv + loss_ci
         return {"loss": loss, "loss_global": loss_global.detach(), "loss_obj_cv": loss_cv.detach(),
                 "loss_obj_ci": loss_ci.detach()}
-
-
-def profile_step(method: CrIBo, batch: dict, step: StepInfo, backward: bool = True) -> dict[str, float]:
-    """Time one training step (forward + backward) and the CrIBo-specific parts in it.
-
-    Returns seconds for ``total``, ``clustering`` (teacher clustering and object pooling),
-    ``nn_bank`` (retrieval, cycle check, bank update), ``obj_proj`` (forward object
-    projections: teacher objects, retrieved neighbours, student objects) and the ``share_*``
-    of each in the total (paper Table 9 reports 7.6 %, 4.4 % and 1.0 % on ViT-B/16, K = 12).
-    The bank is updated by the step, as in training."""
-    was = method.profile
-    method.profile, method.timings = True, {}
-    dev = method.bank.device
-    try:
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        t0 = time.perf_counter()
-        losses = method.training_step(batch, step)
-        if backward:
-            losses["loss"].backward()
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        total = time.perf_counter() - t0
-    finally:
-        method.profile = was
-    out = {"total": total, **method.timings}
-    for key in ("clustering", "nn_bank", "obj_proj"):
-        out.setdefault(key, 0.0)
-        out[f"share_{key}"] = out[key] / total
-    out["share_cribo"] = sum(out[f"share_{k}"] for k in ("clustering", "nn_bank", "obj_proj"))
-    return out

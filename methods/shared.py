@@ -325,6 +325,17 @@ def random_resized_crop_params(rng: np.random.Generator, height: int, width: int
                    lambda n: int(rng.integers(0, n)))
 
 
+@dataclass(frozen=True)
+class CropBox:
+    """Where a crop came from: its box in the original image (pixels) and whether it was flipped."""
+
+    top: int
+    left: int
+    height: int
+    width: int
+    flipped: bool
+
+
 class MultiCropAugmentation:
     """Image -> [global crops..., local crops...] as normalised float tensors.
 
@@ -339,6 +350,10 @@ class MultiCropAugmentation:
         self.cfg = cfg
 
     def __call__(self, img, rng: np.random.Generator) -> list[torch.Tensor]:
+        return self.crops_and_boxes(img, rng)[0]
+
+    def crops_and_boxes(self, img, rng: np.random.Generator) -> tuple[list[torch.Tensor], list[CropBox]]:
+        """The crops and, for each, where it came from (CrIBo places its patches with them)."""
         c = self.cfg
         img = _as_pil(img)
         first = 0 if c.global_recipe_order == "fixed" else int(rng.integers(0, 2))
@@ -351,17 +366,17 @@ class MultiCropAugmentation:
         for _ in range(c.local_crops_number):
             crops.append(self._crop(img, rng, c.local_crops_size, c.local_crops_scale,
                                     c.blur_p_local, c.solarize_p_local))
-        return crops
+        return [x for x, _ in crops], [box for _, box in crops]
 
     def _crop(self, img, rng: np.random.Generator, size: int, scale, blur_p: float,
-              solarize_p: float) -> torch.Tensor:
+              solarize_p: float) -> tuple[torch.Tensor, CropBox]:
         from PIL import ImageFilter, ImageOps
 
         c = self.cfg
-        img = _as_pil(img)
         top, left, h, w = random_resized_crop_params(rng, img.height, img.width, scale)
         x = TF.resized_crop(img, top, left, h, w, [size, size], interpolation=InterpolationMode.BICUBIC)
-        if rng.random() < c.flip_p:
+        flipped = bool(rng.random() < c.flip_p)
+        if flipped:
             x = TF.horizontal_flip(x)
         if rng.random() < c.color_jitter_p:
             x = self._color_jitter(x, rng)
@@ -371,7 +386,8 @@ class MultiCropAugmentation:
             x = x.filter(ImageFilter.GaussianBlur(radius=_uniform(rng, *c.blur_sigma)))
         if solarize_p > 0 and rng.random() < solarize_p:
             x = ImageOps.solarize(x, 128)
-        return TF.normalize(TF.to_dtype(TF.pil_to_tensor(x), torch.float32, scale=True), list(c.mean), list(c.std))
+        x = TF.normalize(TF.to_dtype(TF.pil_to_tensor(x), torch.float32, scale=True), list(c.mean), list(c.std))
+        return x, CropBox(top, left, h, w, flipped)
 
     def _color_jitter(self, x, rng: np.random.Generator):
         c = self.cfg

@@ -14,7 +14,7 @@ from torch import nn
 import methods.cribo as C
 from methods.base import BackboneConfig, StepInfo
 from methods.cribo import (CrIBo, CrIBoConfig, CrIBoCropConfig, CrIBoDataset, bank_row_valid, cluster_tokens,
-                           enqueue, object_cross_image_loss, patch_coords, positional_cost, profile_step,
+                           enqueue, object_cross_image_loss, patch_coords, positional_cost,
                            retrieve_nearest, _pairwise_distances)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cribo_parity.json"
@@ -569,15 +569,6 @@ def test_state_dict_resume_is_exact():
     assert hist == hist_ref[3:]
     assert int(resumed.bank_ptr) == int(ref.bank_ptr)
     assert torch.equal(resumed.bank, ref.bank)
-
-
-def test_profile_step_reports_the_cribo_specific_shares():
-    m = tiny_method()
-    prof = profile_step(m, tiny_batch(), _step(0))
-    for key in ("clustering", "nn_bank", "obj_proj"):
-        assert 0 < prof[key] < prof["total"]
-        assert 0 < prof[f"share_{key}"] < 1
-    assert m.profile is False and prof["share_cribo"] < 1
 
 
 def test_last_layers_are_frozen_together_and_ema_covers_the_object_head():
