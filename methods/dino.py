@@ -2,8 +2,9 @@
 
 What is new in DINO and lives here: the loss (cross-entropy between the centred,
 sharpened teacher distribution on each global crop and the student distribution on
-every other crop) and the way student and teacher see the crops. The head, centring,
-multi-crop, schedules and EMA are shared (methods/shared.py, methods/base.py).
+every other crop) and the way student and teacher see the crops. Its pieces that iBOT,
+CrIBo and SynCLR reuse -- the head, centring, the multi-crop cross-entropy, the teacher
+temperature, multi-crop -- are in methods/shared.py; schedules and EMA in methods/base.py.
 Reference: facebookresearch/dino main_dino.py (DINOLoss, train_one_epoch).
 """
 from __future__ import annotations

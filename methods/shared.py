@@ -1,5 +1,9 @@
 """Pieces shared by the self-distillation methods (DINO, iBOT, CrIBo, SynCLR).
 
+Only what at least two methods use lives here (each piece names its users); what one method
+alone needs lives in its own module, and the method modules import from each other only
+through this one (tests/test_method_imports.py).
+
 Everything here reproduces the official implementations (facebookresearch/dino,
 bytedance/ibot, google-research/syn-rep-learn); each quirk kept on purpose says so
 where it lives. Randomness never comes from a global RNG: augmentations and masks
@@ -109,7 +113,8 @@ class DINOHead(nn.Module):
 
 # ============================================================================ centring / SK
 class Centering(nn.Module):
-    """EMA centre of the teacher outputs (DINO ``center``; iBOT ``center`` / ``center2``).
+    """EMA centre of the teacher outputs (DINO ``center``; iBOT ``center`` / ``center2``;
+    CrIBo's [CLS] centre -- its object centre averages over objects, methods/cribo.py).
 
     ``tokens=True`` is the patch-token variant: shape (1, 1, D), each image's tokens are
     averaged first, then images are averaged (iBOT ``update_center``, second half).
@@ -167,7 +172,8 @@ def sinkhorn_knopp(teacher_logits: torch.Tensor, temp: float, n_iters: int = 3,
 def multicrop_cross_entropy(student_logits: torch.Tensor, teacher_probs: torch.Tensor,
                             n_crops: int, n_global: int, student_temp: float) -> torch.Tensor:
     """DINO's cross-view loss: mean over every (teacher global i, student crop v != i) pair of
-    the batch-mean cross-entropy H(teacher_i, softmax(student_v / student_temp)).
+    the batch-mean cross-entropy H(teacher_i, softmax(student_v / student_temp)). Also iBOT's
+    [CLS] loss and CrIBo's global loss.
 
     ``student_logits``: (n_crops * B, K), crops in order (globals first);
     ``teacher_probs``: (n_global * B, K) already centred and sharpened.
@@ -235,7 +241,8 @@ def teacher_temp_schedule(warmup_temp: float, temp: float, warmup_epochs: float,
 
 
 class TeacherTemperature:
-    """Per-step teacher temperature, built once the engine's step counts are known."""
+    """Per-step teacher temperature, built once the engine's step counts are known (DINO,
+    iBOT, CrIBo, SynCLR)."""
 
     def __init__(self, warmup_temp: float, temp: float, warmup_epochs: float, **kwargs):
         self.args = (warmup_temp, temp, warmup_epochs)
