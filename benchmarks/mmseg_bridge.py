@@ -7,9 +7,7 @@ Segmenter configs through mmengine's Runner; so do these, with the configs gener
 from the protocols' dataclass settings (benchmarks/seg_protocol.py) instead of Python config
 files. Sources of every default: benchmarks/seg_protocol.py and docs/PROTOCOLS.md.
 
-Weights:
-
-The key map is CrIBo's ``segmentation/tools/model_converters/dinovit2mmseg.py`` (a DINO /
+Weights: the key map is CrIBo's ``segmentation/tools/model_converters/dinovit2mmseg.py`` (a DINO /
 timm-named ViT into mmseg 1.x names), written here as an explicit table so that every key
 is accounted for: a key the table does not know is an error instead of a silently
 ignored entry, and loading into the mmseg model is strict (CrIBo's and mmseg's
@@ -63,6 +61,8 @@ log = logging.getLogger(__name__)
 INSTALL_COMMAND = "bash scripts/install_mmcv.sh"
 MMSEG_VERSION = "1.2.2"
 
+
+# ============================================================================ weights
 # (timm-name pattern, mmseg-name template); applied to the name after an optional
 # "backbone." prefix is stripped.
 _KEY_MAP: tuple[tuple[str, str], ...] = (
@@ -203,7 +203,7 @@ def load_strict(module: torch.nn.Module, state: dict[str, torch.Tensor], source:
     module.load_state_dict(state, strict=True)
 
 
-# ------------------------------------------------------------------ mmseg side (lazy)
+# ============================================================================ mmseg backbone (lazy)
 _REGISTERED = False
 
 
