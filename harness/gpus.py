@@ -24,7 +24,7 @@ GPUS_PATH = CONFIG_ROOT / "gpus.yaml"
 PEAK_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 WORKLOADS = ("forward", "train")
 DEFAULT_GPU = "H100"
-# what every protocol runs at unless its config says otherwise (configs/protocols/*.yaml
+# what every protocol runs at unless its settings say otherwise (the protocols' default
 # `precision: fp32`; the mmseg protocols' `amp: false`)
 DEFAULT_PRECISION = "fp32"
 
