@@ -16,7 +16,7 @@ import torch
 from harness.config import apply_overrides, load_config
 from harness.engine import build_method, global_batches, load_pretrain_config, param_groups
 from harness.errors import SslBenchError
-from methods.base import StepInfo
+from harness.method import StepInfo
 
 # Shrinks any CPU preset to seconds: one block, small batch.
 TINY = ["backbone.depth=1", "backbone.drop_path_rate=0.0", "train.batch_size=8"]

@@ -3,7 +3,7 @@
 What is new in DINO and lives here: the loss (cross-entropy between the centred,
 sharpened teacher distribution on each global crop and the student distribution on
 every other crop) and the way student and teacher see the crops. The head, centring,
-multi-crop, schedules and EMA are shared (methods/shared.py, methods/base.py).
+multi-crop, schedules and EMA are shared (methods/shared.py, harness/method.py).
 Reference: facebookresearch/dino main_dino.py (DINOLoss, train_one_epoch).
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from harness.method import BackboneConfig, Method, StepInfo
 from harness.registry import register_method
-from methods.base import BackboneConfig, Method, StepInfo
 from methods.shared import (Centering, DINOHead, MultiCropAugmentation, MultiCropConfig, MultiCropDataset,
                             TeacherTemperature, check_crop_sizes, collate_crops, forward_by_resolution,
                             list_pretrain_images, multicrop_cross_entropy)

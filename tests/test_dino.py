@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from harness.config import from_dict, load_config
+from harness.method import BackboneConfig, StepInfo
 from harness.registry import METHODS
-from methods.base import BackboneConfig, StepInfo
 from methods.dino import DINO, DINOConfig, DINOLoss
 from methods.shared import MultiCropConfig, teacher_temp_schedule
 from test_methods_shared import RTOL, load_fixture, make_image_folder

@@ -10,9 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
+from harness.schedules import cosine_schedule
 from methods.shared import (BlockMaskGenerator, Centering, DINOHead, MultiCropAugmentation, MultiCropConfig,
-                            MultiCropDataset, WeightNormLinear, collate_crops, cosine_schedule,
-                            list_pretrain_images, random_resized_crop_params, teacher_temp_schedule)
+                            MultiCropDataset, WeightNormLinear, collate_crops, list_pretrain_images,
+                            random_resized_crop_params, teacher_temp_schedule)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RTOL = 1e-5

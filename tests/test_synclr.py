@@ -11,8 +11,8 @@ import torch
 from PIL import Image
 
 from harness.config import from_dict, load_config
+from harness.method import BackboneConfig, StepInfo
 from harness.registry import METHODS
-from methods.base import BackboneConfig, StepInfo
 from methods.shared import MultiCropConfig, sinkhorn_knopp
 import methods.synclr as S
 from methods.synclr import (MLPHead, SynCLR, SynCLRConfig, caption_batches, local_own_keys, masked_patch_loss,
