@@ -36,7 +36,6 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from benchmarks.base import Protocol, ProtocolResult
 from benchmarks.dense_nn_aug import AugmentedView, HbirdAugment, PreparedTensor, torch_nearest_resize
 from benchmarks.dense_nn_core import (CoreSettings, ImageLabels, build_bank, check_mask, evaluate,
                                       image_labels, iter_arrays, memory_per_image, seeded_rand)
@@ -48,6 +47,7 @@ from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, PatchMultipleRe
 from harness.device import module_device
 from harness.errors import ConfigError, DataError
 from harness.io_utils import atomic_write
+from harness.protocol import Protocol, ProtocolResult
 from harness.registry import DATASETS, register_protocol
 
 DEFAULT_SEEDS = [42, 400, 783, 1293, 4019]
@@ -277,6 +277,7 @@ class DenseNN(Protocol):
     PRESETS = PRESETS
     DEFAULT_PRESET = "cribo"
     HEADLINE_METRIC = "mIoU"
+    CONFORMANCE_RUN = ("cribo", {"dataset": "voc", "fractions": ["1/1"], "seeds": [42], "progress": False}, ".")
     NOT_IN_FINGERPRINT = ("batch_size", "num_workers", "search_chunk", "search_device", "threads", "memory_budget_gb",
                           "artifacts_dir", "write_subsets", "progress")
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from benchmarks.base import Protocol
 from benchmarks.seg_common import PRETRAIN_MEAN_255, PRETRAIN_STD_255, SegConfig, SegProtocolBase
+from harness.protocol import Protocol
 from harness.registry import register_protocol
 
 # From the paper's text (the official code runs one lr per launch, default 0.01).

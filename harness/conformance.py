@@ -100,12 +100,14 @@ def check_method(config: str | Path, data_root: Path, overrides: list[str] | Non
 
 
 def check_export(method, exported: dict, data_root: Path) -> dict:
-    """Every protocol accepts the exported backbone (run on the tiny SynthScenes)."""
+    """Every registered protocol (plugins too) accepts the exported backbone, each through the
+    check it declares (``Protocol.conformance_check``), on the tiny SynthScenes; a protocol
+    that declares none is reported as skipped."""
     import tempfile
 
     from harness.checkpoints import save_checkpoint
-    from harness.evaluate import build_protocol
     from harness.models import ModelHandle
+    from harness.registry import PROTOCOLS
 
     arch_kwargs = method.teacher.backbone.arch_kwargs
     out: dict = {}
@@ -113,18 +115,7 @@ def check_export(method, exported: dict, data_root: Path) -> dict:
         path = save_checkpoint(Path(tmp) / "export", exported, {
             "method": method.registry_name, "arch": method.teacher.backbone.arch, "arch_kwargs": arch_kwargs})
         model = ModelHandle.from_checkpoint(path)
-        cache = {"cache": False, "progress": False}
-        runs = [("knn", "synth", {"dataset": "imagefolder", "ks": [5], **cache}, data_root / "imagenet"),
-                ("linear", "synth", {"dataset": "imagefolder", "cached_features": True, "epochs": 1,
-                                     "progress": False}, data_root / "imagenet"),
-                ("dense_nn", "cribo", {"dataset": "voc", "fractions": ["1/1"], "seeds": [42],
-                                       "progress": False}, data_root)]
-        for name, preset, values, root in runs:
-            res = build_protocol(name, preset, values).run(model, root)
-            out[name] = res[0].metrics
-        # the mmseg protocols take the backbone through the bridge's strict key map
-        from benchmarks.mmseg_bridge import convert_state_dict
-
-        converted = convert_state_dict(exported)
-        out["mmseg_bridge"] = {"keys": len(converted)}
+        for name in PROTOCOLS.names():
+            metrics = PROTOCOLS.get(name).conformance_check(model, exported, Path(data_root))
+            out[name] = metrics if metrics is not None else {"skipped": "declares no conformance check"}
     return out

@@ -279,7 +279,7 @@ def _text_table(table: pd.DataFrame) -> str:
 
 
 def format_console(df: pd.DataFrame) -> str:
-    """Headline metric per protocol (knn/linear: top1; dense_nn, seg_*: mIoU), plus the
+    """Headline metric per protocol (its ``HEADLINE_METRIC``), plus the
     fingerprint messages. One block per protocol so the lines stay readable."""
     if df.empty:
         return "no result records found"
@@ -451,27 +451,28 @@ def plot_protocol_bars(df: pd.DataFrame, protocol: str, path: Path) -> Path | No
     return path
 
 
-def plot_fraction_curves(df: pd.DataFrame, out_dir: Path, protocol: str = "dense_nn") -> list[Path]:
-    """mIoU vs training fraction (log x), one line per model; one figure per
-    (dataset, split, other variant values, metric, fingerprint)."""
+def plot_fraction_curves(df: pd.DataFrame, out_dir: Path, protocol: str | None = None) -> list[Path]:
+    """Headline metric vs training fraction (log x), one line per model; one figure per
+    (protocol, dataset, split, other variant values, metric, fingerprint) whose columns have a
+    ``fraction`` variant (dense NN's subsets); ``protocol``: only that protocol's."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     groups: dict[tuple, list[tuple[float, tuple]]] = defaultdict(list)
     for c in column_keys(df):
-        if c[0] != protocol:
+        if protocol is not None and c[0] != protocol:
             continue
-        if c[4].lower() != (declared_headline(protocol) or c[4]).lower():
+        if c[4].lower() != (declared_headline(c[0]) or c[4]).lower():
             continue
         var = parse_variant(c[3])
         frac = fraction_value(var.pop("fraction", None))
         if frac is None:
             continue
-        groups[(c[1], c[2], variant_label(var), c[4], c[5])].append((frac, c))
+        groups[(c[0], c[1], c[2], variant_label(var), c[4], c[5])].append((frac, c))
     paths = []
-    multi_fp = len({g[:4] for g in groups}) < len(groups)
-    for (dataset, split, rest, metric, fp), pts in sorted(groups.items()):
+    multi_fp = len({g[:5] for g in groups}) < len(groups)
+    for (protocol, dataset, split, rest, metric, fp), pts in sorted(groups.items()):
         pts.sort()
         fig, ax = plt.subplots(figsize=(6, 4.2))
         for m in df.index:
