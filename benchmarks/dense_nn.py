@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import math
-import resource
 import sys
 import time
 import zlib
@@ -47,6 +46,7 @@ from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, PatchMultipleRe
 from harness.device import module_device
 from harness.errors import ConfigError, DataError
 from harness.io_utils import atomic_write
+from harness.memory import peak_rss_mb
 from harness.protocol import Protocol, ProtocolResult
 from harness.registry import DATASETS, register_protocol
 
@@ -277,6 +277,7 @@ class DenseNN(Protocol):
     PRESETS = PRESETS
     DEFAULT_PRESET = "cribo"
     HEADLINE_METRIC = "mIoU"
+    VARIANT_LABELS = {"fraction": "{}"}
     CONFORMANCE_RUN = ("cribo", {"dataset": "voc", "fractions": ["1/1"], "seeds": [42], "progress": False}, ".")
     NOT_IN_FINGERPRINT = ("batch_size", "num_workers", "search_chunk", "search_device", "threads", "memory_budget_gb",
                           "artifacts_dir", "write_subsets", "progress")
@@ -372,7 +373,7 @@ class DenseNN(Protocol):
         results = self._results(runs, train_split, val_split, s, num_classes,
                                 self.artifact_dir(model, data_root, cfg.artifacts_dir))
         timings["total_s"] = time.perf_counter() - t_start
-        timings["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        timings["peak_rss_mb"] = peak_rss_mb()
         self.last_timings = timings
         print(format_table(results, title=f"dense_nn [{cfg.preset or 'custom'}] {cfg.dataset} "
                                           f"{val_split} - {model.name}"))

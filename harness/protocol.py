@@ -38,6 +38,9 @@ class Protocol:
     # The metric the papers' tables report for this protocol (higher is better): leaderboards,
     # reports, curves and `ssl-bench compare` show it first. None: the first metric by name.
     HEADLINE_METRIC: ClassVar[str | None] = None
+    # How leaderboard headers name a result's variant: variant key -> format of its value, e.g.
+    # {"k": "k={}", "feature": "{}"} gives "top1 k=20 cls". Keys not listed read "key=value".
+    VARIANT_LABELS: ClassVar[dict[str, str]] = {}
     # The run the conformance suite (harness/conformance.py) makes to show that a method's
     # exported backbone works here, on the tiny SynthScenes root: (preset, config values, folder
     # under that root). None, with ``conformance_check`` not overridden: the protocol declares no

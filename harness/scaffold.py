@@ -46,3 +46,21 @@ def new_method(name: str, root: Path | None = None, force: bool = False) -> list
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return list(files)
+
+
+def add_cli(subparsers) -> None:
+    """Adds `new-method NAME` to an argparse subparsers object."""
+    p = subparsers.add_parser("new-method", help="scaffold a method module, its CPU config and a conformance test")
+    p.add_argument("name")
+    p.add_argument("--root", default=None, help="project root to write into (default: this checkout)")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=cmd_new_method)
+
+
+def cmd_new_method(args) -> int:
+    for path in new_method(args.name, Path(args.root) if args.root else None, args.force):
+        print(f"wrote {path}")
+    print(f"next: register it by adding methods.{args.name} to methods/__init__.py (or expose it "
+          f"through the 'ssl_bench.methods' entry-point group in a plugin package), "
+          f"then run: python -m pytest tests/test_method_{args.name}.py")
+    return 0

@@ -21,13 +21,10 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
 from harness import distributed as D
-from harness.data.transforms import rrc_box
+from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, rrc_box
 from harness.errors import ConfigError, DataError
 from harness.method import StepInfo
 from harness.schedules import StepSchedule
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 # ============================================================================ heads
