@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -327,12 +327,11 @@ def random_init_references(df: pd.DataFrame) -> dict[str, str]:
 
 def _best_rows(df: pd.DataFrame, col: tuple, rows: list[str]) -> set[str]:
     """Rows holding the column's highest mean (every metric here is higher-is-better); none
-    when fewer than two rows have a number."""
+    when fewer than two rows have a number or all of them are equal."""
     means = {m: df.at[m, col + ("mean",)] for m in rows if df.at[m, col + ("n",)] > 0}
-    if len(means) < 2:
-        return set()
-    top = max(means.values())
-    return {m for m, v in means.items() if math.isclose(v, top, rel_tol=0, abs_tol=1e-9)}
+    top = max(means.values(), default=math.nan)
+    best = {m for m, v in means.items() if math.isclose(v, top, rel_tol=0, abs_tol=1e-9)}
+    return best if len(means) >= 2 and len(best) < len(means) else set()
 
 
 def _table_cells(df: pd.DataFrame, table: ProtocolTable, best_mark, digits: int = 2) -> tuple[list[str], list[list[str]]]:
