@@ -51,7 +51,7 @@ def _loss(method, batch, step: int, seed: int | None = 0, info: Callable[[int], 
 
 
 def loss_falls_on_fixed_batch(method, batch, steps: int = 6, *, optimizer: torch.optim.Optimizer | None = None,
-                              step_info: Callable[[int], StepInfo] | None = None,
+                              step_info_of: Callable[[int], StepInfo] | None = None,
                               seed_steps: bool = True) -> list[dict[str, float]]:
     """Trains ``method`` on one batch for ``steps`` steps and returns each step's losses (floats).
     Raises ConformanceError when a loss is not finite, ``loss`` is missing, it reaches no trainable
@@ -61,7 +61,7 @@ def loss_falls_on_fixed_batch(method, batch, steps: int = 6, *, optimizer: torch
     step numbers; torch seeded with the step number before each step (``seed_steps``), so drop-path
     and masking draw the same for the same step."""
     opt = optimizer or torch.optim.AdamW(param_groups(method, 0.0), lr=1e-3)
-    info = step_info or _step_info
+    info = step_info_of or _step_info
     history = []
     for step in range(steps):
         losses = _loss(method, batch, step, seed=step if seed_steps else None, info=info)

@@ -139,8 +139,8 @@ def test_ibot_loss_decreases_on_a_fixed_batch(use_bn):
     opt = torch.optim.AdamW([p for _, p in m.trainable_parameters()], lr=1e-3)
     batch = random_batch()
     # finite losses every step, and falling (ConformanceError otherwise)
-    losses = [h["loss"] for h in loss_falls_on_fixed_batch(m, batch, 6, optimizer=opt, step_info=step_info,
-                                                           seed_steps=False)]
+    history = loss_falls_on_fixed_batch(m, batch, 6, optimizer=opt, step_info_of=step_info, seed_steps=False)
+    losses = [h["loss"] for h in history]
     assert losses[-1] < losses[0]
 
 

@@ -198,7 +198,7 @@ def test_synclr_trains_and_ema_skips_student_only_parts(tmp_path):
     batch = batch_from(m, root)
     opt = torch.optim.AdamW([p for _, p in m.trainable_parameters()], lr=1e-3)
     # finite losses every step, and falling (ConformanceError otherwise)
-    history = loss_falls_on_fixed_batch(m, batch, 6, optimizer=opt, step_info=step_info, seed_steps=False)
+    history = loss_falls_on_fixed_batch(m, batch, 6, optimizer=opt, step_info_of=step_info, seed_steps=False)
     assert all({"loss", "contrast", "contrast_global", "contrast_local", "ibot"} <= set(h) for h in history)
     losses = [h["loss"] for h in history]
     assert losses[-1] < losses[0]
