@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import math
-import resource
 import sys
 import time
 import zlib
@@ -36,7 +35,6 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from benchmarks.base import Protocol, ProtocolResult
 from benchmarks.dense_nn_aug import AugmentedView, HbirdAugment, PreparedTensor, torch_nearest_resize
 from benchmarks.dense_nn_core import (CoreSettings, ImageLabels, build_bank, check_mask, evaluate,
                                       image_labels, iter_arrays, memory_per_image, seeded_rand)
@@ -48,7 +46,9 @@ from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, PatchMultipleRe
 from harness.device import module_device
 from harness.errors import ConfigError, DataError
 from harness.io_utils import atomic_write
+from harness.memory import peak_rss_mb
 from harness.presets import load_presets
+from harness.protocol import Protocol, ProtocolResult
 from harness.registry import DATASETS, register_protocol
 
 DEFAULT_SEEDS = [42, 400, 783, 1293, 4019]
@@ -260,6 +260,8 @@ class DenseNN(Protocol):
     PRESETS = PRESETS
     DEFAULT_PRESET = "cribo"
     HEADLINE_METRIC = "mIoU"
+    VARIANT_LABELS = {"fraction": "{}"}
+    CONFORMANCE_RUN = ("cribo", {"dataset": "voc", "fractions": ["1/1"], "seeds": [42], "progress": False}, ".")
     NOT_IN_FINGERPRINT = ("batch_size", "num_workers", "search_chunk", "search_device", "threads", "memory_budget_gb",
                           "artifacts_dir", "write_subsets", "progress")
 
@@ -354,7 +356,7 @@ class DenseNN(Protocol):
         results = self._results(runs, train_split, val_split, s, num_classes,
                                 self.artifact_dir(model, data_root, cfg.artifacts_dir))
         timings["total_s"] = time.perf_counter() - t_start
-        timings["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        timings["peak_rss_mb"] = peak_rss_mb()
         self.last_timings = timings
         print(format_table(results, title=f"dense_nn [{cfg.preset or 'custom'}] {cfg.dataset} "
                                           f"{val_split} - {model.name}"))

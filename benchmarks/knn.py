@@ -28,7 +28,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchmarks.base import Protocol, ProtocolResult
 from benchmarks.classification_common import (FeatureKind, accuracy_metrics, feature_for, load_splits,
                                               topk_hits)
 from harness.data.transforms import ResizeCenterCrop
@@ -37,6 +36,7 @@ from harness.errors import ConfigError, DataError
 from harness.features import extract_features
 from harness.models import ModelHandle
 from harness.presets import load_presets
+from harness.protocol import Protocol, ProtocolResult
 from harness.registry import register_protocol
 
 log = logging.getLogger(__name__)
@@ -252,6 +252,8 @@ class KNNProtocol(Protocol):
 
     Config = KNNConfig
     HEADLINE_METRIC = "top1"
+    VARIANT_LABELS = {"k": "k={}", "feature": "{}"}
+    CONFORMANCE_RUN = ("synth", {"dataset": "imagefolder", "ks": [5], "cache": False, "progress": False}, "imagenet")
     # ks: each k is its own result (variant), so the sweep list does not change any number.
     NOT_IN_FINGERPRINT = ("ks", "backend", "search_device", "train_chunk", "test_chunk", "batch_size", "num_workers",
                           "cache", "progress")

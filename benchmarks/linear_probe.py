@@ -34,7 +34,6 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from benchmarks.base import Protocol, ProtocolResult
 from benchmarks.classification_common import Layout, assemble, load_splits
 from benchmarks.linear_data import (_STREAM_INIT, AugmentedImages, RandomResizedCropFlip, augmented_loader,
                                     epoch_batches, seeded_generator, steps_per_epoch)
@@ -45,6 +44,7 @@ from harness.errors import ConfigError
 from harness.features import batch_features, extract_features
 from harness.models import ModelHandle
 from harness.presets import load_presets
+from harness.protocol import Protocol, ProtocolResult
 from harness.registry import register_protocol
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,9 @@ class LinearConfig:
 class LinearProbe(Protocol):
     Config = LinearConfig
     HEADLINE_METRIC = "top1"
+    VARIANT_LABELS = {"recipe": "{}", "cached_features": "cached features"}
+    CONFORMANCE_RUN = ("synth", {"dataset": "imagefolder", "cached_features": True, "epochs": 1, "progress": False},
+                       "imagenet")
     # recipe: a label (the settings are hashed); seed: recorded as the result's seed.
     NOT_IN_FINGERPRINT = ("recipe", "seed", "num_workers", "feature_batch_size", "cache", "progress")
     PRESETS = load_presets("linear")  # configs/protocols/linear_*.yaml

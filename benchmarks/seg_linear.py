@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from benchmarks.base import Protocol
 from benchmarks.seg_protocol import SegConfig, SegProtocolBase
 from harness.presets import load_presets
+from harness.protocol import Protocol
 from harness.registry import register_protocol
 
 # CrIBo's linear-segmentation learning-rate sweep, from the paper's text (the official code

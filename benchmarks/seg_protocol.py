@@ -172,7 +172,7 @@ def to_results(runs: list[dict], cfg: SegConfig, split: str = "val") -> list:
     validations of that lr's training (params ``validations``: [iteration, mIoU] pairs);
     the number is the last validation's (``reported_iter`` = iters), CrIBo's final one.
     """
-    from benchmarks.base import ProtocolResult
+    from harness.protocol import ProtocolResult
 
     def params(r: dict) -> dict:
         return {"lr": r["lr"], "eta_min": r["lr"] * cfg.eta_min_ratio, "iters": r["iters"],
@@ -207,6 +207,14 @@ class SegProtocolBase:
     FROZEN: bool = True
     HEADLINE_METRIC = "mIoU"
     NOT_IN_FINGERPRINT = EXECUTION_ONLY
+
+    @classmethod
+    def conformance_check(cls, model, exported: dict, data_root: Path) -> dict:
+        """mmseg trains too long for the conformance suite: the exported backbone must pass
+        the bridge's strict key map into mmseg's VisionTransformer."""
+        from benchmarks.mmseg_bridge import convert_state_dict
+
+        return {"mmseg_keys": len(convert_state_dict(exported))}
 
     def head_spec(self) -> dict:
         """What the fingerprint records about the head and the backbone's training mode."""

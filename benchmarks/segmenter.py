@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from benchmarks.base import Protocol
 from benchmarks.seg_protocol import SegConfig, SegProtocolBase
 from harness.presets import load_presets
+from harness.protocol import Protocol
 from harness.registry import register_protocol
 
 # From the paper's text (the official code runs one lr per launch, default 0.01).

@@ -265,23 +265,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_data_synth)
 
-    for extra in _EXTRA_COMMANDS:
-        extra(sub)
+    # Modules with their own subcommands add them (imported here, when the parser is built).
+    from harness import compare, paper, report, scaffold, zoo
+
+    for module in (scaffold, zoo, paper, report, compare):
+        module.add_cli(sub)
     return p
 
 
-_EXTRA_COMMANDS: list = []
-
-
-def extra_command(fn):
-    """Register a function that adds a subcommand (used by modules with their own commands)."""
-    _EXTRA_COMMANDS.append(fn)
-    return fn
-
-
 def main(argv: list[str] | None = None) -> int:
-    import harness.cli_extra  # noqa: F401  (zoo, reproduce, new-method subcommands)
-
     parser = build_parser()
     args = parser.parse_args(argv)
     _threads(args.threads)

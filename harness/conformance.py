@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from harness.config import apply_overrides, load_config
 from harness.engine import build_method, global_batches, load_pretrain_config, param_groups
 from harness.errors import SslBenchError
-from methods.base import StepInfo
+from harness.method import StepInfo
 
 # Shrinks any CPU preset to seconds: one block, small batch.
 TINY = ["backbone.depth=1", "backbone.drop_path_rate=0.0", "train.batch_size=8"]
@@ -39,13 +40,44 @@ def _fixed_batch(method, data_root: Path, batch_size: int):
     return method.collate([dataset[i] for i in indices])
 
 
-def _loss(method, batch, step: int, seed: int = 0) -> dict:
-    torch.manual_seed(seed)  # drop-path, masking: the same draws for the same seed
-    losses = method.training_step(batch, _step_info(step))
+def _loss(method, batch, step: int, seed: int | None = 0, info: Callable[[int], StepInfo] | None = None) -> dict:
+    if seed is not None:
+        torch.manual_seed(seed)  # drop-path, masking: the same draws for the same seed
+    losses = method.training_step(batch, (info or _step_info)(step))
     for k, v in losses.items():
         if not torch.isfinite(v).all():
             raise ConformanceError(f"loss {k!r} is not finite: {v}")
     return losses
+
+
+def loss_falls_on_fixed_batch(method, batch, steps: int = 6, *, optimizer: torch.optim.Optimizer | None = None,
+                              step_info_of: Callable[[int], StepInfo] | None = None,
+                              seed_steps: bool = True) -> list[dict[str, float]]:
+    """Trains ``method`` on one batch for ``steps`` steps and returns each step's losses (floats).
+    Raises ConformanceError when a loss is not finite, ``loss`` is missing, it reaches no trainable
+    parameter, or it is not lower at the last step than at the first.
+
+    Defaults: AdamW (lr 1e-3, no weight decay) over the method's parameter groups; the conformance
+    step numbers; torch seeded with the step number before each step (``seed_steps``), so drop-path
+    and masking draw the same for the same step."""
+    opt = optimizer or torch.optim.AdamW(param_groups(method, 0.0), lr=1e-3)
+    info = step_info_of or _step_info
+    history = []
+    for step in range(steps):
+        losses = _loss(method, batch, step, seed=step if seed_steps else None, info=info)
+        if "loss" not in losses:
+            raise ConformanceError(f"training_step must return a 'loss' key, found {sorted(losses)}")
+        opt.zero_grad(set_to_none=True)
+        losses["loss"].backward()
+        if not any(p.grad is not None for _, p in method.trainable_parameters()):
+            raise ConformanceError("the loss reaches no trainable parameter")
+        opt.step()
+        method.on_step_end(info(step))
+        history.append({k: float(v.detach()) for k, v in losses.items()})
+    if not history[-1]["loss"] < history[0]["loss"]:
+        raise ConformanceError(f"loss did not decrease on a fixed batch over {steps} steps: "
+                               f"{[h['loss'] for h in history]}")
+    return history
 
 
 def check_method(config: str | Path, data_root: Path, overrides: list[str] | None = None,
@@ -61,22 +93,7 @@ def check_method(config: str | Path, data_root: Path, overrides: list[str] | Non
     report: dict = {"method": cfg.method.get("name")}
 
     # 1. losses: a dict with "loss"; finite; decreasing on a fixed batch
-    opt = torch.optim.AdamW(param_groups(method, 0.0), lr=1e-3)
-    history = []
-    for step in range(steps):
-        losses = _loss(method, batch, step, seed=step)
-        if "loss" not in losses:
-            raise ConformanceError(f"training_step must return a 'loss' key, found {sorted(losses)}")
-        opt.zero_grad(set_to_none=True)
-        losses["loss"].backward()
-        if not any(p.grad is not None for _, p in method.trainable_parameters()):
-            raise ConformanceError("the loss reaches no trainable parameter")
-        opt.step()
-        method.on_step_end(_step_info(step))
-        history.append(float(losses["loss"].detach()))
-    report["losses"] = history
-    if not history[-1] < history[0]:
-        raise ConformanceError(f"loss did not decrease on a fixed batch over {steps} steps: {history}")
+    report["losses"] = [h["loss"] for h in loss_falls_on_fixed_batch(method, batch, steps)]
 
     # 2. exact checkpoint round trip (state dict -> fresh instance -> same loss)
     state = {k: v.clone() for k, v in method.state_dict().items()}
@@ -100,12 +117,14 @@ def check_method(config: str | Path, data_root: Path, overrides: list[str] | Non
 
 
 def check_export(method, exported: dict, data_root: Path) -> dict:
-    """Every protocol accepts the exported backbone (run on the tiny SynthScenes)."""
+    """Every registered protocol (plugins too) accepts the exported backbone, each through the
+    check it declares (``Protocol.conformance_check``), on the tiny SynthScenes; a protocol
+    that declares none is reported as skipped."""
     import tempfile
 
     from harness.checkpoints import save_checkpoint
-    from harness.evaluate import build_protocol
     from harness.models import ModelHandle
+    from harness.registry import PROTOCOLS
 
     arch_kwargs = method.teacher.backbone.arch_kwargs
     out: dict = {}
@@ -113,18 +132,7 @@ def check_export(method, exported: dict, data_root: Path) -> dict:
         path = save_checkpoint(Path(tmp) / "export", exported, {
             "method": method.registry_name, "arch": method.teacher.backbone.arch, "arch_kwargs": arch_kwargs})
         model = ModelHandle.from_checkpoint(path)
-        cache = {"cache": False, "progress": False}
-        runs = [("knn", "synth", {"dataset": "imagefolder", "ks": [5], **cache}, data_root / "imagenet"),
-                ("linear", "synth", {"dataset": "imagefolder", "cached_features": True, "epochs": 1,
-                                     "progress": False}, data_root / "imagenet"),
-                ("dense_nn", "cribo", {"dataset": "voc", "fractions": ["1/1"], "seeds": [42],
-                                       "progress": False}, data_root)]
-        for name, preset, values, root in runs:
-            res = build_protocol(name, preset, values).run(model, root)
-            out[name] = res[0].metrics
-        # the mmseg protocols take the backbone through the bridge's strict key map
-        from benchmarks.mmseg_bridge import convert_state_dict
-
-        converted = convert_state_dict(exported)
-        out["mmseg_bridge"] = {"keys": len(converted)}
+        for name in PROTOCOLS.names():
+            metrics = PROTOCOLS.get(name).conformance_check(model, exported, Path(data_root))
+            out[name] = metrics if metrics is not None else {"skipped": "declares no conformance check"}
     return out

@@ -34,10 +34,10 @@ from harness.checkpoints import save_checkpoint
 from harness.config import fingerprint, from_dict, to_dict
 from harness.errors import ConfigError
 from harness.io_utils import atomic_write
+from harness.method import BackboneConfig, Method, StepInfo
 from harness.registry import METHODS
+from harness.schedules import cosine_schedule
 from harness.train_loggers import DEFAULT_LOGGERS, TrainLoggers, check_names
-from methods.base import BackboneConfig, Method, StepInfo
-from methods.shared import cosine_schedule  # one definition for engine and methods
 
 
 @dataclass

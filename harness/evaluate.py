@@ -1,7 +1,6 @@
 """Run one protocol on one model and turn its results into records."""
 from __future__ import annotations
 
-import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -13,12 +12,9 @@ from harness import results
 from harness.config import fingerprint, to_dict
 from harness.data.io import data_identity
 from harness.device import device_record
+from harness.memory import peak_rss_mb
 from harness.models import ModelHandle
 from harness.registry import PROTOCOLS
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def build_protocol(name: str, preset: str | None = None, values: dict[str, Any] | None = None,

@@ -14,16 +14,18 @@ import html
 import math
 import re
 from collections import defaultdict
+from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
-from harness.errors import ConfigError, SslBenchError
+from harness.errors import ConfigError
 from harness.io_utils import atomic_write, atomic_write_text
+from harness.protocol_info import declared_headline, headline_metric, variant_text
+from harness.text_table import text_table
 from harness.results import (fraction_value, iter_records, load_results, parse_variant,  # noqa: F401
                              variant_label)
 
@@ -39,29 +41,6 @@ class IncomparableResultsError(ConfigError):
 
 
 # ----------------------------------------------------------------------------- helpers
-@lru_cache(maxsize=None)
-def declared_headline(protocol: str) -> str | None:
-    """The metric a registered protocol declares as its headline (``HEADLINE_METRIC``, e.g.
-    top1 or mIoU); None for a protocol not registered here (records of an absent plugin)."""
-    from harness.registry import PROTOCOLS
-
-    try:
-        return getattr(PROTOCOLS.get(protocol), "HEADLINE_METRIC", None)
-    except SslBenchError:
-        return None
-
-
-def headline_metric(protocol: str, metrics: Iterable[str]) -> str | None:
-    """The protocol's headline metric among ``metrics`` (case-insensitive), else the first."""
-    metrics = list(metrics)
-    want = declared_headline(protocol)
-    if want:
-        for m in metrics:
-            if m.lower() == want.lower():
-                return m
-    return sorted(metrics)[0] if metrics else None
-
-
 def _column_sort_key(col: tuple) -> tuple:
     """Table order: protocol, dataset, split, then variant values numerically (fraction
     1/128 < 1/8 < 1), metric, fingerprint."""
@@ -206,6 +185,13 @@ def build_leaderboard(records: list[dict] | pd.DataFrame | None = None,
     return wide
 
 
+def pivot(df: pd.DataFrame) -> pd.DataFrame:
+    """The leaderboard table of a harness.results.load_results() frame: index = model, columns
+    (protocol, dataset, split, variant, metric, fingerprint, stat) with stat mean / std / n
+    over seeds."""
+    return build_leaderboard(df)
+
+
 def compare(records: list[dict], strict: bool = True) -> pd.DataFrame:
     """The leaderboard of ``records``; with ``strict`` a fingerprint conflict is an error
     (IncomparableResultsError) instead of separate columns."""
@@ -270,36 +256,134 @@ def formatted(df: pd.DataFrame, headline_only: bool = False, digits: int = 2) ->
     return out
 
 
-def _text_table(table: pd.DataFrame) -> str:
-    header = [table.index.name or ""] + [str(c) for c in table.columns]
-    rows = [[str(i)] + [str(v) for v in row] for i, row in zip(table.index, table.values)]
-    widths = [max(len(r[j]) for r in [header] + rows) for j in range(len(header))]
-    line = lambda r: "  ".join(v.ljust(w) if j == 0 else v.rjust(w) for j, (v, w) in enumerate(zip(r, widths)))
-    return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
+# ----------------------------------------------------------------------------- per-protocol tables
+# The method a record of a random init carries (harness.models.ModelHandle.random_init): the
+# reference row that every other row's delta is taken against.
+RANDOM_INIT_METHOD = "random_init"
+
+
+@dataclass
+class ProtocolTable:
+    """The columns of one (protocol, dataset, split): headline metric first, then the others."""
+
+    protocol: str
+    dataset: str
+    split: str
+    headline: str | None  # the headline metric's name
+    columns: list[tuple]  # column keys (protocol, dataset, split, variant, metric, fingerprint)
+    headers: dict[tuple, str]  # column key -> readable header ("top1 k=20 cls")
+
+    @property
+    def title(self) -> str:
+        return f"{self.dataset}/{self.split}" if self.split else self.dataset
+
+    def is_headline(self, col: tuple) -> bool:
+        return col[4] == self.headline
+
+
+def protocol_tables(df: pd.DataFrame, headline_only: bool = False) -> list[ProtocolTable]:
+    """The leaderboard split into one table per (protocol, dataset, split), in table order.
+    Headers read metric then variant as the protocol declares it (``VARIANT_LABELS``), with the
+    short fingerprint where one (protocol, dataset, split, variant, metric) has several.
+    ``headline_only``: the headline metric's columns alone, and of a sweep that also reports its
+    best (``lr=<value>`` and ``lr=best``) the best alone (the console's view)."""
+    conflicted = _conflicted(df)
+    groups: dict[tuple, list[tuple]] = defaultdict(list)
+    for c in column_keys(df):
+        groups[c[:3]].append(c)
+    tables = []
+    for (protocol, dataset, split), keys in groups.items():
+        headline = headline_metric(protocol, dict.fromkeys(c[4] for c in keys))
+        metric_order = {m: i for i, m in enumerate(dict.fromkeys(c[4] for c in keys))}
+        keys = sorted(keys, key=lambda c: (c[4] != headline, metric_order[c[4]]))  # stable: variants keep order
+        if headline_only:
+            keys = [c for c in keys if c[4] == headline]
+            best = {(c[4], c[5]) for c in keys if parse_variant(c[3]).get("lr") == "best"}
+            keys = [c for c in keys if (c[4], c[5]) not in best or parse_variant(c[3]).get("lr") in (None, "best")]
+        headers = {}
+        for c in keys:
+            text = " ".join(t for t in (c[4], variant_text(protocol, parse_variant(c[3]))) if t)
+            headers[c] = f"{text} @{c[5][:SHORT_FP]}" if c[:5] in conflicted else text
+        tables.append(ProtocolTable(protocol, dataset, split, headline, keys, headers))
+    return tables
+
+
+def random_init_references(df: pd.DataFrame) -> dict[str, str]:
+    """Row -> the random-init row its deltas are taken against. A random-init row is one whose
+    records say the weights are a random init (model method ``random_init``); a row takes the
+    one of its architecture, else the only one there is. Random-init rows have no reference."""
+    models = df.attrs.get("models", {})
+    refs = [m for m in df.index if (models.get(m) or {}).get("method") == RANDOM_INIT_METHOD]
+    out = {}
+    for m in df.index:
+        if m in refs or not refs:
+            continue
+        same_arch = [r for r in refs if (models.get(r) or {}).get("arch") == (models.get(m) or {}).get("arch")]
+        ref = same_arch[0] if len(same_arch) == 1 else refs[0] if len(refs) == 1 else None
+        if ref is not None:
+            out[m] = ref
+    return out
+
+
+def _best_rows(df: pd.DataFrame, col: tuple, rows: list[str]) -> set[str]:
+    """Rows holding the column's highest mean (every metric here is higher-is-better); none
+    when fewer than two rows have a number or all of them are equal."""
+    means = {m: df.at[m, col + ("mean",)] for m in rows if df.at[m, col + ("n",)] > 0}
+    top = max(means.values(), default=math.nan)
+    best = {m for m, v in means.items() if math.isclose(v, top, rel_tol=0, abs_tol=1e-9)}
+    return best if len(means) >= 2 and len(best) < len(means) else set()
+
+
+def _table_cells(df: pd.DataFrame, table: ProtocolTable, best_mark, digits: int = 2) -> tuple[list[str], list[list[str]]]:
+    """(rows, cells) of one protocol table: ``mean ± std (n=k)`` (``mean (n=1)`` for one seed),
+    ``best_mark(text)`` on the best mean of each column, and on headline columns the delta to
+    the row's random-init reference (``Δ +1.23``)."""
+    rows = [m for m in df.index if any(df.at[m, c + ("n",)] > 0 for c in table.columns)]
+    refs = random_init_references(df)
+    best = {c: _best_rows(df, c, rows) for c in table.columns}
+    cells = []
+    for m in rows:
+        line = []
+        for c in table.columns:
+            mean, std, n = df.at[m, c + ("mean",)], df.at[m, c + ("std",)], df.at[m, c + ("n",)]
+            if not n > 0:
+                line.append("")
+                continue
+            value = f"{mean:.{digits}f}"
+            text = (best_mark(value) if m in best[c] else value) + (
+                f" ± {std:.{digits}f} (n={int(n)})" if n > 1 else " (n=1)")
+            ref = refs.get(m)
+            if table.is_headline(c) and ref is not None and df.at[ref, c + ("n",)] > 0:
+                text += f" Δ {mean - df.at[ref, c + ('mean',)]:+.{digits}f}"
+            line.append(text)
+        cells.append(line)
+    return rows, cells
+
+
+def _legend(df: pd.DataFrame, best: str) -> str:
+    refs = sorted(set(random_init_references(df).values()))
+    text = f"{best}: the best mean of the column (higher is better)"
+    if refs:
+        text += f"; Δ: difference to the random-init row ({', '.join(refs)}) on the headline metric"
+    return text
 
 
 def format_console(df: pd.DataFrame) -> str:
-    """Headline metric per protocol (knn/linear: top1; dense_nn, seg_*: mIoU), plus the
-    fingerprint messages. One block per protocol so the lines stay readable."""
+    """One block per (protocol, dataset, split): the headline metric's columns (the protocol's
+    ``HEADLINE_METRIC``), the best marked ``*``, each row's delta to random init; then the
+    fingerprint messages."""
     if df.empty:
         return "no result records found"
-    labels = display_labels(df)
-    table = formatted(df, headline_only=True)
-    shown = [c for c in column_keys(df) if labels[c] in table.columns]
-    # Sweeps that also report their best (segmentation: lr=<value> and lr=best): the
-    # console shows the best only; the files keep every learning rate.
-    best = {(c[0], c[1], c[2], c[4], c[5]) for c in shown if parse_variant(c[3]).get("lr") == "best"}
-    shown = [c for c in shown if (c[0], c[1], c[2], c[4], c[5]) not in best
-             or parse_variant(c[3]).get("lr") in (None, "best")]
     blocks = []
-    for protocol in dict.fromkeys(c[0] for c in shown):
-        keys = [c for c in shown if c[0] == protocol]
-        sub = table[[labels[c] for c in keys]]
-        sub = sub[(sub != "").any(axis=1)]
-        short = [labels[c].split(" | ", 1)[1] for c in keys]  # drop the protocol, it is the title
-        sub.columns = short
-        fps = ", ".join(dict.fromkeys(f"@{c[5][:SHORT_FP]}" for c in keys))
-        blocks.append(f"== {protocol} ==  (fingerprints {fps})\n{_text_table(sub)}")
+    for table in protocol_tables(df, headline_only=True):
+        rows, cells = _table_cells(df, table, best_mark=lambda v: v + "*")
+        if not rows:
+            continue
+        fps = ", ".join(dict.fromkeys(f"@{c[5][:SHORT_FP]}" for c in table.columns))
+        body = text_table(["model"] + [table.headers[c] for c in table.columns],
+                          [[m] + line for m, line in zip(rows, cells)], right=range(1, len(table.columns) + 1))
+        blocks.append(f"== {table.protocol} ==  {table.title}  (fingerprints {fps})\n{body}")
+    blocks.append(_legend(df, "*"))
     messages = df.attrs.get("messages") or []
     if messages:
         blocks.append("NOT COMPARABLE:\n" + "\n".join(f"- {m}" for m in messages))
@@ -338,19 +422,26 @@ def _md_escape(s: str) -> str:
 
 
 def to_markdown(df: pd.DataFrame) -> str:
-    keys = column_keys(df)
+    """One table per (protocol, dataset, split): headline metric first, then the other metrics;
+    the best mean of each column in bold; on headline columns each row's delta to random init."""
     labels = display_labels(df)
-    table = formatted(df)
-    header = ["model"] + [_md_escape(labels[c]) for c in keys]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-             "| *fingerprint* | " + " | ".join(f"`{c[5][:SHORT_FP]}`" for c in keys) + " |"]
-    for model, row in table.iterrows():
-        lines.append("| " + " | ".join([_md_escape(model)] + [_md_escape(v) for v in row]) + " |")
-    out = ["# Leaderboard", "", "Cells: mean ± std over seeds (n shown when > 1).", ""] + lines
+    out = ["# Leaderboard", "",
+           "One table per protocol and data set, its headline metric first. Cells: mean ± std over "
+           "seeds (n = number of seeds). " + _legend(df, "**Bold**") + ".", ""]
+    for table in protocol_tables(df):
+        rows, cells = _table_cells(df, table, best_mark=lambda v: f"**{v}**")
+        fps = ", ".join(dict.fromkeys(f"`{c[5][:SHORT_FP]}`" for c in table.columns))
+        out += [f"## {_md_escape(table.protocol)} · {_md_escape(table.title)}", "",
+                f"Headline: {table.headline}. Fingerprint {fps}.", "",
+                "| model | " + " | ".join(_md_escape(table.headers[c]) for c in table.columns) + " |",
+                "|---|" + "---:|" * len(table.columns)]
+        out += ["| " + " | ".join(_md_escape(v) for v in [m] + line) + " |" for m, line in zip(rows, cells)]
+        out.append("")
     messages = df.attrs.get("messages") or []
     if messages:
-        out += ["", "## Not comparable", ""] + [f"- {m}" for m in messages]
-    out += ["", "## Fingerprints", "", "| column | fingerprint |", "|---|---|"]
+        out += ["## Not comparable", ""] + [f"- {m}" for m in messages] + [""]
+    keys = column_keys(df)
+    out += ["## Fingerprints", "", "| column | fingerprint |", "|---|---|"]
     out += [f"| {_md_escape(labels[c])} | `{c[5]}` |" for c in keys]
     return "\n".join(out) + "\n"
 
@@ -451,27 +542,28 @@ def plot_protocol_bars(df: pd.DataFrame, protocol: str, path: Path) -> Path | No
     return path
 
 
-def plot_fraction_curves(df: pd.DataFrame, out_dir: Path, protocol: str = "dense_nn") -> list[Path]:
-    """mIoU vs training fraction (log x), one line per model; one figure per
-    (dataset, split, other variant values, metric, fingerprint)."""
+def plot_fraction_curves(df: pd.DataFrame, out_dir: Path, protocol: str | None = None) -> list[Path]:
+    """Headline metric vs training fraction (log x), one line per model; one figure per
+    (protocol, dataset, split, other variant values, metric, fingerprint) whose columns have a
+    ``fraction`` variant (dense NN's subsets); ``protocol``: only that protocol's."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     groups: dict[tuple, list[tuple[float, tuple]]] = defaultdict(list)
     for c in column_keys(df):
-        if c[0] != protocol:
+        if protocol is not None and c[0] != protocol:
             continue
-        if c[4].lower() != (declared_headline(protocol) or c[4]).lower():
+        if c[4].lower() != (declared_headline(c[0]) or c[4]).lower():
             continue
         var = parse_variant(c[3])
         frac = fraction_value(var.pop("fraction", None))
         if frac is None:
             continue
-        groups[(c[1], c[2], variant_label(var), c[4], c[5])].append((frac, c))
+        groups[(c[0], c[1], c[2], variant_label(var), c[4], c[5])].append((frac, c))
     paths = []
-    multi_fp = len({g[:4] for g in groups}) < len(groups)
-    for (dataset, split, rest, metric, fp), pts in sorted(groups.items()):
+    multi_fp = len({g[:5] for g in groups}) < len(groups)
+    for (protocol, dataset, split, rest, metric, fp), pts in sorted(groups.items()):
         pts.sort()
         fig, ax = plt.subplots(figsize=(6, 4.2))
         for m in df.index:

@@ -37,7 +37,8 @@ from harness.device import DEVICE_HELP
 from harness.errors import CheckpointError, ConfigError, SslBenchError
 from harness.gpus import DEFAULT_GPU, DEFAULT_PRECISION, GpuChoice
 from harness.leaderboard import fraction_value, parse_variant
-from harness.paths import REPO_ROOT, checkpoint_cache_dir
+from harness.paths import REPO_ROOT, default_zoo_dir
+from harness.text_table import text_table
 from harness.zoo import ZooLookup, find_checkpoint, zoo_model
 
 PAPER_DIR = REPO_ROOT / "results" / "paper"
@@ -416,10 +417,6 @@ def plan(table: str | Path | Table, data_root: str | Path | dict | None = None,
     return tab, jobs
 
 
-def default_zoo_dir() -> Path:
-    return checkpoint_cache_dir() / "zoo"
-
-
 # ----------------------------------------------------------------------------- formatting
 def _fmt_flops(f: float | None) -> str:
     if f is None or (isinstance(f, float) and math.isnan(f)):
@@ -428,13 +425,6 @@ def _fmt_flops(f: float | None) -> str:
         if f >= scale:
             return f"{f / scale:.2f} {unit}"
     return f"{f:.3g} FLOP"
-
-
-def _text_table(header: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
-    widths = [max(len(x) for x in [h] + [r[j] for r in rows]) for j, h in enumerate(header)]
-    fmt = lambda r: "  ".join(v.rjust(w) if j in right else v.ljust(w)  # noqa: E731
-                              for j, (v, w) in enumerate(zip(r, widths))).rstrip()
-    return "\n".join([fmt(header), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows])
 
 
 def _row_label(r) -> str:
@@ -486,7 +476,7 @@ def format_plan(tab: Table, jobs: list[Job], data_root=None, zoo_dir=None, gpu: 
         body.append(row + [j.status])
         total += j.cost.flops or 0.0
     right = {0, 7, 9, 10, 11} | ({12, 13} if gpu is not None else set())
-    out.append(_text_table(header, body, right=right) if body else "(nothing to run)")
+    out.append(text_table(header, body, right=right) if body else "(nothing to run)")
     out.append("")
     out.append(f"total estimated backbone FLOPs: {_fmt_flops(total)} over {len(jobs)} runs "
                f"(forward = 2 x multiply-adds; {', '.join(sorted({p for p in spec.protocols}))})")
@@ -684,7 +674,7 @@ def format_comparison(cells: pd.DataFrame, title: str = "", show_unreproducible:
     out = [title] if title else []
     if tolerances:
         out += ["tolerances (a measured std never widens them; std > tolerance is inconclusive):"] + tolerances
-    out.append(_text_table(header, body, right={7, 8, 9}) if body else "(no reproducible cells)")
+    out.append(text_table(header, body, right={7, 8, 9}) if body else "(no reproducible cells)")
     counts = cells["verdict"].map(lambda v: v.split(" (")[0]).value_counts()
     out.append("")
     out.append("cells: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
@@ -856,4 +846,4 @@ def cmd_paper(args) -> int:
 __all__ = ["list_tables", "load_table", "read_paper_csv", "paper_numbers", "vit_flops", "estimate_cost", "plan",
            "format_plan", "compare_cells", "format_comparison", "verdict", "exit_status", "cell_variant",
            "tolerance_lines", "job_values", "reproduce", "ReproduceResult",
-           "add_cli", "cmd_reproduce", "cmd_paper", "default_zoo_dir"]
+           "add_cli", "cmd_reproduce", "cmd_paper"]

@@ -22,3 +22,8 @@ def feature_cache_dir() -> Path:
 
 def checkpoint_cache_dir() -> Path:
     return home() / "checkpoints"
+
+
+def default_zoo_dir() -> Path:
+    """Published checkpoints imported into the harness format (`ssl-bench zoo import`)."""
+    return checkpoint_cache_dir() / "zoo"

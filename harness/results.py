@@ -288,7 +288,7 @@ def load_results(source: str | Path | Iterable[dict] | None = None, *,
     metric, value, device, wall_s, created, git_commit, ...), then every field of the record
     verbatim under its path, ``rec.model.name``, ``rec.protocol.params.k``, ``rec.cost.wall_s``,
     ... (<NA> where a record lacks the field). ``to_records(df)`` rebuilds the records;
-    ``pivot(df)`` is the leaderboard table of the rows.
+    ``harness.leaderboard.pivot(df)`` is the leaderboard table of the rows.
     """
     import pandas as pd
 
@@ -310,7 +310,7 @@ def load_results(source: str | Path | Iterable[dict] | None = None, *,
         raw = _raw_fields(rec)
         numbers = [(m, float(v)) for m, v in (rec.get("metrics") or {}).items() if _is_number(v)]
         if headline and numbers:
-            from harness.leaderboard import headline_metric
+            from harness.protocol_info import headline_metric
 
             best = headline_metric(typed["protocol"], [m for m, _ in numbers])
             numbers = [(m, v) for m, v in numbers if m == best]
@@ -374,11 +374,3 @@ def to_records(df: "pd.DataFrame") -> list[dict]:
         out.append(rec)
     return out
 
-
-def pivot(df: "pd.DataFrame") -> "pd.DataFrame":
-    """The leaderboard table of a load_results() frame: index = model, columns
-    (protocol, dataset, split, variant, metric, fingerprint, stat) with stat mean / std / n
-    over seeds (harness.leaderboard.build_leaderboard)."""
-    from harness.leaderboard import build_leaderboard
-
-    return build_leaderboard(df)

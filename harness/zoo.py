@@ -20,6 +20,7 @@ from harness.config import CONFIG_ROOT, from_dict
 from harness.errors import CheckpointError, ConfigError
 from harness.importers import LAYOUTS, import_checkpoint
 from harness.io_utils import sha256_file
+from harness.paths import default_zoo_dir
 
 ZOO_FILE = CONFIG_ROOT / "zoo.yaml"
 
@@ -243,8 +244,6 @@ def cmd_zoo_list(args) -> int:
 
 
 def cmd_zoo_import(args) -> int:
-    from harness.paper import default_zoo_dir
-
     path = zoo_import(args.name, args.file, args.out or default_zoo_dir(), trust=args.trust_checkpoint,
                       img_size=args.img_size)
     print(f"imported: {path}")

@@ -7,7 +7,7 @@ for teacher and student from the teacher's assignment; memory banks of teacher
 object representations with nearest-neighbour retrieval and a cycle-consistency
 check; and the three losses (global cross-view DINO on [CLS], object cross-view,
 object cross-image). The head MLP, centring, crops, schedules and EMA are shared
-(methods/shared.py, methods/base.py).
+(methods/shared.py, harness/method.py).
 
 Reference: tileb1/CrIBo main_cribo.py (Clustering, get_nn_centroids, CrIBoLoss,
 train_one_epoch) and cribo_utils/data_transforms.py. The official behaviour is the
@@ -28,8 +28,8 @@ from torch import nn
 
 from harness import distributed as D
 from harness.errors import ConfigError
+from harness.method import BackboneConfig, Method, StepInfo
 from harness.registry import register_method
-from methods.base import BackboneConfig, Method, StepInfo
 from methods.shared import (Centering, DINOHead, MultiCropAugmentation, MultiCropConfig, MultiCropDataset,
                             TeacherTemperature, WeightNormLinear, check_crop_sizes, collate_crops,
                             list_pretrain_images, multicrop_cross_entropy, sample_rng)

@@ -4,7 +4,8 @@ What is new in DINO and lives here: the loss (cross-entropy between the centred,
 sharpened teacher distribution on each global crop and the student distribution on
 every other crop) and the way student and teacher see the crops. Its pieces that iBOT,
 CrIBo and SynCLR reuse -- the head, centring, the multi-crop cross-entropy, the teacher
-temperature, multi-crop -- are in methods/shared.py; schedules and EMA in methods/base.py.
+temperature, multi-crop -- are in methods/shared.py; schedules and EMA in harness/method.py
+and harness/schedules.py.
 Reference: facebookresearch/dino main_dino.py (DINOLoss, train_one_epoch).
 """
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from harness.method import BackboneConfig, Method, StepInfo
 from harness.registry import register_method
-from methods.base import BackboneConfig, Method, StepInfo
 from methods.shared import (Centering, DINOHead, MultiCropAugmentation, MultiCropConfig, MultiCropDataset,
                             TeacherTemperature, check_crop_sizes, collate_crops, forward_by_resolution,
                             list_pretrain_images, multicrop_cross_entropy)

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.errors import ConfigError
+from harness.method import BackboneConfig, Method, StepInfo
 from harness.registry import register_method
-from methods.base import BackboneConfig, Method, StepInfo
 from methods.shared import (BlockMaskGenerator, Centering, DINOHead, MultiCropAugmentation, MultiCropConfig,
                             MultiCropDataset, TeacherTemperature, WeightNormLinear, check_crop_sizes, collate_crops,
                             forward_by_resolution, list_pretrain_images, multicrop_cross_entropy)

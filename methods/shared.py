@@ -25,12 +25,10 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
 from harness import distributed as D
-from harness.data.transforms import rrc_box
+from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, rrc_box
 from harness.errors import ConfigError, DataError
-from methods.base import StepInfo
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+from harness.method import StepInfo
+from harness.schedules import StepSchedule
 
 
 # ============================================================================ heads
@@ -193,21 +191,6 @@ def multicrop_cross_entropy(student_logits: torch.Tensor, teacher_probs: torch.T
 
 
 # ============================================================================ schedules
-def cosine_schedule(base: float, final: float, total_steps: int, warmup_steps: int = 0,
-                    start_warmup: float = 0.0) -> np.ndarray:
-    """DINO ``cosine_scheduler`` with steps instead of epochs x iterations per epoch:
-    linear warm-up from ``start_warmup`` to ``base`` over ``warmup_steps`` (np.linspace,
-    endpoint included), then half a cosine from ``base`` to ``final``."""
-    if total_steps <= 0 or not 0 <= warmup_steps <= total_steps:
-        raise ValueError(f"need 0 <= warmup_steps ({warmup_steps}) <= total_steps ({total_steps}), total > 0")
-    warmup = np.linspace(start_warmup, base, warmup_steps) if warmup_steps > 0 else np.array([])
-    iters = np.arange(total_steps - warmup_steps)
-    cosine = final + 0.5 * (base - final) * (1 + np.cos(np.pi * iters / max(len(iters), 1)))
-    schedule = np.concatenate((warmup, cosine))
-    assert len(schedule) == total_steps
-    return schedule
-
-
 def teacher_temp_schedule(warmup_temp: float, temp: float, warmup_epochs: float, epochs: int,
                           steps_per_epoch: int, start_epoch: int = 0,
                           per_step: bool = False) -> np.ndarray:
@@ -240,7 +223,7 @@ def teacher_temp_schedule(warmup_temp: float, temp: float, warmup_epochs: float,
     return np.repeat(per_epoch, steps_per_epoch)
 
 
-class TeacherTemperature:
+class TeacherTemperature(StepSchedule):
     """Per-step teacher temperature, built once the engine's step counts are known (DINO,
     iBOT, CrIBo, SynCLR)."""
 

@@ -22,8 +22,8 @@ from torch import nn
 
 from harness import distributed as D
 from harness.errors import ConfigError, DataError
+from harness.method import BackboneConfig, Method, StepInfo
 from harness.registry import register_method
-from methods.base import BackboneConfig, Method, StepInfo
 from methods.shared import (BlockMaskGenerator, DINOHead, MultiCropAugmentation, MultiCropConfig, MultiCropDataset,
                             TeacherTemperature, check_crop_sizes, sample_rng, sinkhorn_knopp)
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from harness.conformance import check_method
-from harness.registry import METHODS
+from harness.registry import METHODS, PROTOCOLS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -20,4 +20,6 @@ def _cpu_config(name: str) -> Path:
 def test_method_conforms(name, synth_tiny, isolated_home):
     report = check_method(_cpu_config(name), synth_tiny)
     assert report["losses"][-1] < report["losses"][0]
-    assert set(report["protocols"]) == {"knn", "linear", "dense_nn", "mmseg_bridge"}
+    assert set(report["protocols"]) == set(PROTOCOLS.names())  # every registered protocol, plugins too
+    checked = {name for name, out in report["protocols"].items() if "skipped" not in out}
+    assert {"knn", "linear", "dense_nn", "seg_linear", "segmenter"} <= checked

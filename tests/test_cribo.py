@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import methods.cribo as C
-from methods.base import BackboneConfig, StepInfo
+from harness.method import BackboneConfig, StepInfo
 from methods.cribo import (CrIBo, CrIBoConfig, CrIBoCropConfig, CrIBoDataset, bank_row_valid, cluster_tokens,
                            enqueue, object_cross_image_loss, patch_coords, positional_cost,
                            retrieve_nearest, _pairwise_distances)

@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from harness.config import from_dict, load_config
+from harness.method import BackboneConfig, StepInfo
 from harness.registry import METHODS
-from methods.base import BackboneConfig, StepInfo
 from methods.dino import DINO, DINOConfig, DINOLoss
 from methods.shared import MultiCropConfig, teacher_temp_schedule
-from test_methods_shared import RTOL, load_fixture, make_image_folder
+from image_folders import make_noise_folder
+from test_methods_shared import RTOL, load_fixture
 
 TINY_BACKBONE = BackboneConfig(arch="vit_cpu_tiny", drop_path_rate=0.0, embed_dim=32, depth=1)
 TINY_CROPS = MultiCropConfig(global_crops_size=32, local_crops_size=16, local_crops_number=2,
@@ -121,7 +122,7 @@ def test_dino_export_and_trainable_parameters():
 
 
 def test_dino_deterministic_and_end_to_end(tmp_path):
-    root = make_image_folder(tmp_path / "imgs", n=4, size=40)
+    root = make_noise_folder(tmp_path / "imgs", n=4, size=40)
     losses = []
     for _ in range(2):
         torch.manual_seed(0)

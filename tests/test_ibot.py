@@ -6,11 +6,13 @@ import pytest
 import torch
 
 from harness.config import from_dict, load_config
+from harness.conformance import loss_falls_on_fixed_batch
+from harness.method import BackboneConfig, StepInfo
 from harness.registry import METHODS
-from methods.base import BackboneConfig, StepInfo
 from methods.ibot import iBOT, iBOTConfig, iBOTHead, iBOTLoss
 from methods.shared import MultiCropConfig, teacher_temp_schedule
-from test_methods_shared import RTOL, load_fixture, make_image_folder
+from image_folders import make_noise_folder
+from test_methods_shared import RTOL, load_fixture
 
 TINY_BACKBONE = BackboneConfig(arch="vit_cpu_tiny", drop_path_rate=0.0, embed_dim=32, depth=1)
 TINY_CROPS = MultiCropConfig(global_crops_size=32, local_crops_size=16, local_crops_number=2,
@@ -113,7 +115,7 @@ def test_ibot_registered_and_configs_validate():
 
 
 def test_ibot_dataset_masks_globals_only(tmp_path):
-    root = make_image_folder(tmp_path / "imgs", n=4, size=40)
+    root = make_noise_folder(tmp_path / "imgs", n=4, size=40)
     m = tiny_ibot(pred_ratio=0.3, pred_ratio_var=0.0)
     ds = m.build_dataset(root, seed=1)
     sample = ds[0]
@@ -136,15 +138,9 @@ def test_ibot_loss_decreases_on_a_fixed_batch(use_bn):
     m.train()
     opt = torch.optim.AdamW([p for _, p in m.trainable_parameters()], lr=1e-3)
     batch = random_batch()
-    losses = []
-    for it in range(6):
-        out = m.training_step(batch, step_info(it))
-        assert all(torch.isfinite(v) for v in out.values())
-        opt.zero_grad()
-        out["loss"].backward()
-        opt.step()
-        m.on_step_end(step_info(it))
-        losses.append(out["loss"].item())
+    # finite losses every step, and falling (ConformanceError otherwise)
+    history = loss_falls_on_fixed_batch(m, batch, 6, optimizer=opt, step_info_of=step_info, seed_steps=False)
+    losses = [h["loss"] for h in history]
     assert losses[-1] < losses[0]
 
 

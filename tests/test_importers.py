@@ -22,7 +22,6 @@ from harness.importers import detect_arch, import_checkpoint, read_official
 from harness.io_utils import sha256_file
 
 TOL = 1e-5
-PARITY_ERRORS: dict[str, float] = {}  # layout -> max abs error, printed at the end (pytest -s)
 
 
 # ----------------------------------------------------------------------------- official names
@@ -163,7 +162,6 @@ def test_layout_parity(tmp_path, case, needs_trust):
     assert report.arch == "vit_cpu_tiny" and report.loaded == len(teacher)
     assert report.unpickled is needs_trust
     err = _max_err(backbone, teacher, 64, heads=2)
-    PARITY_ERRORS[case] = err
     assert err < TOL, f"{case}: max abs error {err}"
     # the re-saved harness checkpoint gives the same model, weights-only
     again, meta = load_backbone(tmp_path / "imported")
@@ -193,8 +191,7 @@ def test_real_size_vit_s16(tmp_path):
     backbone, report = import_checkpoint(tmp_path / "dino_deitsmall16_pretrain.pth", arch="vit_small_patch16_224")
     assert report.arch == "vit_small_patch16_224" and report.layout == "dino_pretrain"
     err = _max_err(backbone, t, 224, heads=6, batch=1)
-    PARITY_ERRORS["dino_pretrain ViT-S/16 @224"] = err
-    assert err < TOL
+    assert err < TOL, f"dino_pretrain ViT-S/16 @224: max abs error {err}"
 
 
 def test_pos_embed_interpolation(tmp_path):
@@ -206,11 +203,9 @@ def test_pos_embed_interpolation(tmp_path):
     resized, report = import_checkpoint(path, img_size=96)
     assert resized.pos_embed.shape[1] == 1 + 12 * 12 and "8x8 -> 12x12" in report.pos_embed
     err = _max_err(resized, t, 96, heads=2)
-    PARITY_ERRORS["dino_pretrain imported @96 (pos_embed 8x8 -> 12x12)"] = err
-    assert err < TOL
+    assert err < TOL, f"dino_pretrain imported @96 (pos_embed 8x8 -> 12x12): max abs error {err}"
     err_runtime = _max_err(native, t, 96, heads=2)
-    PARITY_ERRORS["dino_pretrain @64 run @96 (run-time interpolation)"] = err_runtime
-    assert err_runtime < TOL
+    assert err_runtime < TOL, f"dino_pretrain @64 run @96 (run-time interpolation): max abs error {err_runtime}"
     x = torch.randn(1, 3, 96, 96)
     with torch.no_grad():
         assert torch.allclose(resized.forward_tokens(x), native.forward_tokens(x), atol=1e-6)
@@ -282,8 +277,3 @@ def test_trust_flag(tmp_path):
     assert meta["source_sha256"] == sha256_file(path) and meta["source_file"].endswith("vits16-coco.pth")
     assert set(state) == set(backbone.backbone_state_dict())
 
-
-def test_print_parity_errors():
-    # Runs last in this module (pytest keeps file order); `pytest -s` shows the numbers.
-    for name, err in sorted(PARITY_ERRORS.items()):
-        print(f"parity max abs error {name:48s} {err:.2e}")

@@ -13,6 +13,7 @@ from PIL import Image
 
 from benchmarks.knn import KNNProtocol, _Rows, class_scores, cosine_topk, weighted_knn
 from harness.models import ModelHandle
+from image_folders import make_image_folder
 
 FIXTURE = Path(__file__).parent / "fixtures" / "knn_dino_golden.json"
 GOLDEN = json.loads(FIXTURE.read_text())
@@ -187,24 +188,6 @@ def test_train_set_is_read_in_bounded_chunks():
 
 
 # ----------------------------------------------------------------------------- protocol
-def make_image_folder(root: Path, splits=(("train", 6), ("val", 3)), classes=("a_stripes", "b_checks", "c_flat"),
-                      size=32, seed=0) -> Path:
-    """A tiny ImageFolder whose classes differ by pattern (random colours)."""
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:size, 0:size]
-    patterns = [(yy // 4) % 2, ((yy // 4) + (xx // 4)) % 2, np.zeros((size, size), int)]
-    for split, per_class in splits:
-        for c, name in enumerate(classes):
-            d = root / split / name
-            d.mkdir(parents=True, exist_ok=True)
-            for i in range(per_class):
-                a, b = rng.integers(0, 256, 3), rng.integers(0, 256, 3)
-                img = np.where(patterns[c % len(patterns)][..., None] == 1, a, b)
-                img = np.clip(img + rng.normal(0, 8, img.shape), 0, 255).astype(np.uint8)
-                Image.fromarray(img).save(d / f"{name}_{split}_{i}.png")
-    return root
-
-
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
     monkeypatch.setenv("SSL_BENCH_HOME", str(tmp_path / "home"))

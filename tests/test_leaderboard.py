@@ -8,8 +8,8 @@ import pytest
 from PIL import Image
 
 from harness.errors import SslBenchError
-from harness.leaderboard import (IncomparableResultsError, build_leaderboard, compare,
-                                 format_console, write_leaderboard)
+from harness.leaderboard import (IncomparableResultsError, build_leaderboard, compare, format_console,
+                                 random_init_references, to_markdown, write_leaderboard)
 from harness.results import make_record, write_record
 
 FP_KNN, FP_DNN, FP_OTHER = "a" * 16, "b" * 16, "c" * 16
@@ -110,3 +110,63 @@ def test_outputs_exist_and_parse(tmp_path):
 def test_empty():
     df = build_leaderboard([])
     assert df.empty and format_console(df) == "no result records found"
+
+
+def _with_random_init():
+    """The test records plus a random-init row (its records say so: model method random_init)."""
+    recs = _records() + [_rec("random_init-x", "knn", "synth_in", {"top1": 33.0, "top5": 40.0}, variant={"k": 20})]
+    for frac in ("1/8", "1/2", "1"):
+        for seed in (0, 1, 2):
+            recs.append(_rec("random_init-x", "dense_nn", "synth_voc", {"mIoU": 10.0 + seed, "pixel_acc": 80.0},
+                             seed=seed, variant={"fraction": frac}, fp=FP_DNN))
+    return recs
+
+
+def test_markdown_has_one_table_per_protocol_headline_first_best_bold_delta_to_random_init():
+    md = to_markdown(build_leaderboard(_with_random_init()))
+    sections = md.split("\n## ")
+    assert [s.splitlines()[0] for s in sections[1:3]] == ["dense_nn · synth_voc/val", "knn · synth_in/val"]
+    dense = sections[1].splitlines()
+    header = next(line for line in dense if line.startswith("| model |"))
+    # readable headers, the headline metric (mIoU) before the secondary one
+    assert header == ("| model | mIoU 1/8 | mIoU 1/2 | mIoU 1 | pixel_acc 1/8 | pixel_acc 1/2 | pixel_acc 1 |")
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in dense if line.startswith("| ") and
+            not line.startswith("| model")}
+    assert rows["ibot-b"][0] == "**31.00** ± 1.00 (n=3) Δ +20.00"  # best in bold, delta to random init
+    assert rows["dino-a"][0] == "26.00 ± 1.00 (n=3) Δ +15.00"
+    assert rows["random_init-x"][0] == "11.00 ± 1.00 (n=3)"  # the reference has no delta
+    assert "Δ" not in rows["dino-a"][3] and "**" not in rows["dino-a"][3]  # secondary, all equal: no mark
+    knn = sections[2]
+    assert "| model | top1 k=20 | top5 k=20 |" in knn
+    assert "| ibot-b | **60.00** (n=1) Δ +27.00 | **80.00** (n=1) |" in knn
+
+
+def test_console_marks_best_and_shows_delta_per_protocol_table():
+    text = format_console(build_leaderboard(_with_random_init()))
+    assert "== dense_nn ==  synth_voc/val" in text and "== knn ==  synth_in/val" in text
+    assert "31.00* ± 1.00 (n=3) Δ +20.00" in text and "60.00* (n=1) Δ +27.00" in text
+    assert "random_init-x" in text and "difference to the random-init row (random_init-x)" in text
+    assert "pixel_acc" not in text and "top5" not in text
+
+
+def test_random_init_is_found_from_the_records_not_the_name():
+    recs = _records()
+    for r in recs:
+        if r["model"]["name"] == "dino-a":
+            r["model"]["method"] = "random_init"  # the record field decides, whatever the name
+    refs = random_init_references(build_leaderboard(recs))
+    assert refs == {"ibot-b": "dino-a"}
+
+
+def test_leaderboard_csv_is_unchanged(tmp_path):
+    recs = _records() + [_rec("mae-c", "knn", "synth_in", {"top1": 10.0}, variant={"k": 20}, fp=FP_OTHER)]
+    paths = write_leaderboard(recs, tmp_path)
+    assert paths["csv"].read_text() == (
+        "model,dense_nn | synth_voc/val | fraction=1/8 | mIoU,dense_nn | synth_voc/val | fraction=1/8 | pixel_acc,"
+        "dense_nn | synth_voc/val | fraction=1/2 | mIoU,dense_nn | synth_voc/val | fraction=1/2 | pixel_acc,"
+        "dense_nn | synth_voc/val | fraction=1 | mIoU,dense_nn | synth_voc/val | fraction=1 | pixel_acc,"
+        "knn | synth_in/val | k=20 | top1 @aaaaaaaa,knn | synth_in/val | k=20 | top1 @cccccccc,"
+        "knn | synth_in/val | k=20 | top5\n"
+        "dino-a,26.0,80.0,31.0,80.0,35.0,80.0,50.0,,70.0\n"
+        "ibot-b,31.0,80.0,36.0,80.0,40.0,80.0,60.0,,80.0\n"
+        "mae-c,,,,,,,,10.0,\n")

@@ -4,7 +4,6 @@ bit-identical, seeded augmentation, feature layouts, presets and fingerprints.""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,30 +18,13 @@ from benchmarks.linear_heads import GridSGD, LinearHeads, cosine_factor, evaluat
 from benchmarks.linear_probe import IBOT_BASE_LRS, LinearProbe, arch_feature_defaults
 from harness.backbone import ARCHS
 from harness.models import ModelHandle
-
-
-def make_image_folder(root: Path, per_class=(("train", 8), ("val", 4)), size=32, seed=0) -> Path:
-    """Three classes that differ by pattern (stripes / checks / flat), random colours."""
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:size, 0:size]
-    patterns = {"a_stripes": (yy // 4) % 2, "b_checks": ((yy // 4) + (xx // 4)) % 2,
-                "c_flat": np.zeros((size, size), int)}
-    for split, n in per_class:
-        for name, pat in patterns.items():
-            d = root / split / name
-            d.mkdir(parents=True, exist_ok=True)
-            for i in range(n):
-                a, b = rng.integers(0, 256, 3), rng.integers(0, 256, 3)
-                img = np.where(pat[..., None] == 1, a, b)
-                img = np.clip(img + rng.normal(0, 8, img.shape), 0, 255).astype(np.uint8)
-                Image.fromarray(img).save(d / f"{i}.png")
-    return root
+from image_folders import make_image_folder
 
 
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
     monkeypatch.setenv("SSL_BENCH_HOME", str(tmp_path / "home"))
-    return make_image_folder(tmp_path / "data")
+    return make_image_folder(tmp_path / "data", splits=(("train", 8), ("val", 4)))
 
 
 def tiny_probe(**over) -> LinearProbe:

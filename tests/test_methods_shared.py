@@ -10,9 +10,11 @@ import pytest
 import torch
 from PIL import Image
 
+from harness.schedules import cosine_schedule
+from image_folders import make_noise_folder
 from methods.shared import (BlockMaskGenerator, Centering, DINOHead, MultiCropAugmentation, MultiCropConfig,
-                            MultiCropDataset, WeightNormLinear, collate_crops, cosine_schedule,
-                            list_pretrain_images, random_resized_crop_params, teacher_temp_schedule)
+                            MultiCropDataset, WeightNormLinear, collate_crops, list_pretrain_images,
+                            random_resized_crop_params, teacher_temp_schedule)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RTOL = 1e-5
@@ -20,16 +22,6 @@ RTOL = 1e-5
 
 def load_fixture(name: str) -> dict:
     return json.loads((FIXTURES / name).read_text())
-
-
-def make_image_folder(root: Path, n: int = 6, size: int = 80) -> Path:
-    """A tiny ImageFolder (two classes) of random RGB PNGs."""
-    rng = np.random.default_rng(0)
-    for i in range(n):
-        d = root / f"class{i % 2}"
-        d.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(rng.integers(0, 256, (size, size + 8, 3), dtype=np.uint8)).save(d / f"img{i}.png")
-    return root
 
 
 class PythonRandomAsGenerator:
@@ -186,7 +178,7 @@ CPU_CROPS = MultiCropConfig(global_crops_size=64, local_crops_size=32, local_cro
 
 
 def test_multicrop_shapes_and_determinism(tmp_path):
-    root = make_image_folder(tmp_path / "imgs")
+    root = make_noise_folder(tmp_path / "imgs")
     paths = list_pretrain_images(root)
     assert len(paths) == 6
     ds = MultiCropDataset(paths, MultiCropAugmentation(CPU_CROPS), seed=3)

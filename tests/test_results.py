@@ -3,7 +3,7 @@ import json
 from harness import results
 from harness.evaluate import evaluate
 from harness.models import ModelHandle
-from benchmarks.base import Protocol, ProtocolResult
+from harness.protocol import Protocol, ProtocolResult
 from dataclasses import dataclass
 
 

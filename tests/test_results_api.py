@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.leaderboard import build_leaderboard
-from harness.results import (RAW_PREFIX, TYPED_COLUMNS, load_results, pivot, to_records, write_record)
+from harness.leaderboard import build_leaderboard, pivot
+from harness.results import RAW_PREFIX, TYPED_COLUMNS, load_results, to_records, write_record
 from report_records import FP_DNN, all_records, suite_records
 
 REPO = Path(__file__).resolve().parent.parent

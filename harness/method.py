@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from harness.backbone import ViTBackbone, create_backbone
+from harness.schedules import StepSchedule
 
 
 @dataclass
@@ -93,11 +94,9 @@ class Method(nn.Module):
 
     def logged_schedules(self, step: StepInfo) -> dict[str, float]:
         """Scheduled values of this step that the training logs show beside lr, wd and momentum.
-        Default: every teacher-temperature schedule the method holds, under its attribute name
-        (``teacher_temp``, iBOT's ``teacher_patch_temp``, CrIBo's ``teacher_temp_obj``)."""
-        from methods.shared import TeacherTemperature  # shared imports this module
-
-        return {name: value(step) for name, value in vars(self).items() if isinstance(value, TeacherTemperature)}
+        Default: every ``StepSchedule`` the method holds, under its attribute name (the teacher
+        temperatures: ``teacher_temp``, iBOT's ``teacher_patch_temp``, CrIBo's ``teacher_temp_obj``)."""
+        return {name: value(step) for name, value in vars(self).items() if isinstance(value, StepSchedule)}
 
     def trainable_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
         return ((n, p) for n, p in self.student.named_parameters() if p.requires_grad)

@@ -38,6 +38,14 @@ class Protocol:
     # The metric the papers' tables report for this protocol (higher is better): leaderboards,
     # reports, curves and `ssl-bench compare` show it first. None: the first metric by name.
     HEADLINE_METRIC: ClassVar[str | None] = None
+    # How leaderboard headers name a result's variant: variant key -> format of its value, e.g.
+    # {"k": "k={}", "feature": "{}"} gives "top1 k=20 cls". Keys not listed read "key=value".
+    VARIANT_LABELS: ClassVar[dict[str, str]] = {}
+    # The run the conformance suite (harness/conformance.py) makes to show that a method's
+    # exported backbone works here, on the tiny SynthScenes root: (preset, config values, folder
+    # under that root). None, with ``conformance_check`` not overridden: the protocol declares no
+    # check, and the conformance report says it was skipped.
+    CONFORMANCE_RUN: ClassVar[tuple[str | None, dict[str, Any], str] | None] = None
     registry_name: ClassVar[str] = "?"
 
     def __init__(self, cfg=None, source: str = "<defaults>"):
@@ -59,6 +67,15 @@ class Protocol:
                                   f"known presets: {', '.join(sorted(cls.PRESETS)) or '(none)'}")
             base = dict(cls.PRESETS[preset])
         return cls({**base, **(values or {})}, source)
+
+    @classmethod
+    def conformance_check(cls, model: ModelHandle, exported: dict, data_root: Path) -> dict | None:
+        """What this protocol measures on ``model`` (a method's ``exported`` backbone, loaded)
+        in its ``CONFORMANCE_RUN``; None when it declares no check."""
+        if cls.CONFORMANCE_RUN is None:
+            return None
+        preset, values, folder = cls.CONFORMANCE_RUN
+        return cls.from_preset(preset, values).run(model, Path(data_root) / folder)[0].metrics
 
     def settings(self) -> dict[str, Any]:
         d = to_dict(self.cfg)

@@ -1,0 +1,49 @@
+"""What registered protocols declare about their numbers, for the tables that show them
+(leaderboards, reports, `ssl-bench compare`, load_results(headline=True))."""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Iterable
+
+from harness.errors import SslBenchError
+
+
+def _declared(protocol: str, attribute: str, default):
+    from harness.registry import PROTOCOLS
+
+    try:
+        return getattr(PROTOCOLS.get(protocol), attribute, default)
+    except SslBenchError:  # not registered here (records of an absent plugin)
+        return default
+
+
+@lru_cache(maxsize=None)
+def declared_headline(protocol: str) -> str | None:
+    """The metric a registered protocol declares as its headline (``HEADLINE_METRIC``, e.g.
+    top1 or mIoU); None for a protocol not registered here (records of an absent plugin)."""
+    return _declared(protocol, "HEADLINE_METRIC", None)
+
+
+@lru_cache(maxsize=None)
+def variant_formats(protocol: str) -> dict[str, str]:
+    """How the protocol names its variants in headers (``VARIANT_LABELS``); {} when unknown."""
+    return dict(_declared(protocol, "VARIANT_LABELS", {}) or {})
+
+
+def variant_text(protocol: str, variant: dict) -> str:
+    """A variant as a header reads it: the protocol's declared keys first, in its order, each
+    by its format (knn {"k": 20, "feature": "cls"} -> "k=20 cls"), then the others as key=value."""
+    formats = variant_formats(protocol)
+    keys = [k for k in formats if k in variant] + sorted(k for k in variant if k not in formats)
+    return " ".join(formats[k].format(variant[k]) if k in formats else f"{k}={variant[k]}" for k in keys)
+
+
+def headline_metric(protocol: str, metrics: Iterable[str]) -> str | None:
+    """The protocol's headline metric among ``metrics`` (case-insensitive), else the first."""
+    metrics = list(metrics)
+    want = declared_headline(protocol)
+    if want:
+        for m in metrics:
+            if m.lower() == want.lower():
+                return m
+    return sorted(metrics)[0] if metrics else None
