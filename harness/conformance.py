@@ -26,7 +26,8 @@ class ConformanceError(SslBenchError):
     pass
 
 
-def _step_info(step: int) -> StepInfo:
+def step_info(step: int) -> StepInfo:
+    """A fixed StepInfo for driving a method outside the engine (conformance checks, step benchmarks)."""
     return StepInfo(step=step, epoch=1, steps_per_epoch=10, total_steps=100, lr=1e-3,
                     weight_decay=0.04, momentum=0.9)
 
@@ -41,7 +42,7 @@ def _fixed_batch(method, data_root: Path, batch_size: int):
 
 def _loss(method, batch, step: int, seed: int = 0) -> dict:
     torch.manual_seed(seed)  # drop-path, masking: the same draws for the same seed
-    losses = method.training_step(batch, _step_info(step))
+    losses = method.training_step(batch, step_info(step))
     for k, v in losses.items():
         if not torch.isfinite(v).all():
             raise ConformanceError(f"loss {k!r} is not finite: {v}")
@@ -72,7 +73,7 @@ def check_method(config: str | Path, data_root: Path, overrides: list[str] | Non
         if not any(p.grad is not None for _, p in method.trainable_parameters()):
             raise ConformanceError("the loss reaches no trainable parameter")
         opt.step()
-        method.on_step_end(_step_info(step))
+        method.on_step_end(step_info(step))
         history.append(float(losses["loss"].detach()))
     report["losses"] = history
     if not history[-1] < history[0]:

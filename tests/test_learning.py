@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.perf.learning_curve import evaluate_point, step0_model
+from experiments.learning_curve import evaluate_point, step0_model
 from harness.data.synthetic import default_root, generate
 from harness.models import ModelHandle
 from harness.suite import ModelEntry, pretrain_config, pretrained_checkpoint

@@ -1,6 +1,6 @@
 """One pretraining step per registered method: training_step + backward on one batch.
 
-    python benchmarks/perf/pretrain_step_bench.py [--batch 64] [--steps 3] [--methods dino,ibot]
+    python -m experiments.pretrain_step_bench [--batch 64] [--steps 3] [--methods dino,ibot]
 
 Each method is built from configs/methods/<name>_cpu.yaml (harness.engine.load_pretrain_config
 + build_method) on SynthScenes-small; one batch is collated from its own dataset and
@@ -15,19 +15,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def bench_method(name: str, data_root: Path, batch: int | None, steps: int) -> dict:
-    from harness.conformance import _step_info
+    from harness.conformance import step_info
     from harness.config import load_config
     from harness.engine import build_method, global_batches, load_pretrain_config
 
@@ -51,7 +48,7 @@ def bench_method(name: str, data_root: Path, batch: int | None, steps: int) -> d
     idx = global_batches(method, dataset, 0, bs, 0)[0]
     data = method.collate([dataset[i] for i in idx])
     t_data = time.perf_counter() - t
-    from benchmarks.perf.extraction_bench import RssSampler
+    from experiments.extraction_bench import RssSampler
 
     fwd, bwd = [], []
     with RssSampler() as rss:
@@ -59,7 +56,7 @@ def bench_method(name: str, data_root: Path, batch: int | None, steps: int) -> d
             torch.manual_seed(s)
             method.zero_grad(set_to_none=True)
             t = time.perf_counter()
-            loss = method.training_step(data, _step_info(s))["loss"]
+            loss = method.training_step(data, step_info(s))["loss"]
             t1 = time.perf_counter()
             loss.backward()
             t2 = time.perf_counter()
