@@ -15,7 +15,7 @@ Sections:
 4. bf16 fidelity (bf16_fidelity.py): k-NN top-1 and dense-NN mIoU, fp32 vs bf16 (not with --quick).
 5. Protocols: dense_nn_bench.py and knn_bench.py, with small
    sizes, each in its own process (their peak-RSS figures are per process).
-6. Pretraining: one training_step + backward per registered method (pretrain_step_bench.py).
+6. Pretraining: each method's full training step against a plain-ViT anchor (pretrain_step_bench.py).
 
 On a machine shared with other jobs, compare ratios within one run (each table gives the
 load average it ran under), not absolute numbers across runs.
@@ -183,7 +183,8 @@ def main(argv=None) -> dict:
         out(f"\n## Pretraining\n\nOne training_step + backward per method (configs/methods/<name>_cpu.yaml, "
             f"SynthScenes-small), load {os.getloadavg()[0]:.1f}:\n")
         out(pb.HEADER)
-        report["pretrain"] = pb.run(batch=16 if q else None, steps=1 if q else 2, log=out)
+        report["pretrain"] = pb.run(steps=2 if q else 8, warmup=1 if q else 3,
+                                    overrides={"batch_size": 16} if q else None, log=out)
 
     report["load_end"] = [round(x, 2) for x in os.getloadavg()]
     report["seconds"] = time.perf_counter() - t0
