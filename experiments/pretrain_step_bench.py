@@ -239,10 +239,14 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--steps", type=int, default=8, help="timed steps per method")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps before them")
     ap.add_argument("--batch", type=int, default=None, help="override train.batch_size")
+    ap.add_argument("--num-workers", type=int, default=None,
+                    help="override train.num_workers (0: augmentation in the step, so the profile shows its cost)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     overrides = {"batch_size": args.batch} if args.batch else {}
+    if args.num_workers is not None:
+        overrides["num_workers"] = args.num_workers
     print(f"load average {os.getloadavg()}, torch {torch.__version__}, {args.threads} threads")
     print(HEADER, flush=True)
     return run(args.methods.split(",") if args.methods else None, args.steps, args.warmup, overrides=overrides,
