@@ -249,8 +249,10 @@ def main(argv=None) -> list[dict]:
         overrides["num_workers"] = args.num_workers
     print(f"load average {os.getloadavg()}, torch {torch.__version__}, {args.threads} threads")
     print(HEADER, flush=True)
-    return run(args.methods.split(",") if args.methods else None, args.steps, args.warmup, overrides=overrides,
+    rows = run(args.methods.split(",") if args.methods else None, args.steps, args.warmup, overrides=overrides,
                log=lambda line: print(line, flush=True))
+    print(f"load average at the end {os.getloadavg()}")
+    return rows
 
 
 if __name__ == "__main__":
