@@ -180,8 +180,9 @@ def main(argv=None) -> dict:
     if "pretrain" not in skip:
         from experiments import pretrain_step_bench as pb
 
-        out(f"\n## Pretraining\n\nOne training_step + backward per method (configs/methods/<name>_cpu.yaml, "
-            f"SynthScenes-small), load {os.getloadavg()[0]:.1f}:\n")
+        out(f"\n## Pretraining\n\nEach method's full training step against a plain-ViT anchor "
+            f"(pretrain_step_bench.py; configs/methods/<name>_cpu.yaml, SynthScenes-small), "
+            f"load {os.getloadavg()[0]:.1f}:\n")
         out(pb.HEADER)
         report["pretrain"] = pb.run(steps=2 if q else 8, warmup=1 if q else 3,
                                     overrides={"batch_size": 16} if q else None, log=out)
