@@ -62,6 +62,7 @@ class StepProfiler:
         self.rows: list[dict[str, float]] = []
         self._cur: dict[str, float] = defaultdict(float)
         self._undo: list = []
+        self._start = 0.0
 
     def _add(self, phase: str, seconds: float) -> None:
         self._cur[phase] += seconds
@@ -94,27 +95,36 @@ class StepProfiler:
                 for key, part in side.items():
                     if key != "backbone":
                         self._hook(part, "heads")
-        tr.model = self._timed(tr.model, "forward")
-        tr.scaler.step = self._timed(tr.scaler.step, "optimizer")
-        tr.method.on_step_end = self._timed(tr.method.on_step_end, "end_of_step")
-        self._clip = engine.clip_per_parameter
-        engine.clip_per_parameter = self._timed(self._clip, "clip")
-        optimise = tr._optimise
+        # A step runs from the method's forward to its end-of-step update; the time between
+        # one step's end and the next forward is the data wait (and the loop's own work).
+        forward, end_of_step = tr.model, tr.method.on_step_end
 
-        def timed_optimise(*a, **kw):
+        def step_start(*a, **kw):
             t0 = time.perf_counter()
             if self.step_ends:
                 self._add("data", t0 - self.step_ends[-1])
-            out = optimise(*a, **kw)
+            self._start = t0
+            try:
+                return forward(*a, **kw)
+            finally:
+                self._add("forward", time.perf_counter() - t0)
+
+        def step_end(*a, **kw):
+            t = time.perf_counter()
+            out = end_of_step(*a, **kw)
             t1 = time.perf_counter()
-            self._add("optimise", t1 - t0)
+            self._add("end_of_step", t1 - t)
+            self._add("optimise", t1 - self._start)
             if self.step_ends:
                 self._cur["step"] = t1 - self.step_ends[-1]
                 self.rows.append(dict(self._cur))
             self.step_ends.append(t1)
             self._cur = defaultdict(float)
             return out
-        tr._optimise = timed_optimise
+        tr.model, tr.method.on_step_end = step_start, step_end
+        tr.scaler.step = self._timed(tr.scaler.step, "optimizer")
+        self._clip = engine.clip_per_parameter
+        engine.clip_per_parameter = self._timed(self._clip, "clip")
         return self
 
     def __exit__(self, *exc) -> None:
