@@ -241,7 +241,7 @@ def _map(fn, n: int, num_workers: int, desc: str, progress: bool) -> list:
     return [x for x in tqdm(loader, total=n, desc=desc, disable=not progress, leave=False)]
 
 
-def _grid_features(fs, i: int) -> np.ndarray:
+def grid_features(fs, i: int) -> np.ndarray:
     """(h*w, n_blocks*d) float32 features of image i of a FeatureSet (blocks concatenated)."""
     block = fs.patches(i)  # (n, h, w, d)
     n, h, w, d = block.shape
@@ -335,7 +335,7 @@ class DenseNN(Protocol):
 
         def val_items():
             for i in range(len(val_ds)):
-                yield _grid_features(val_fs, i), tuple(int(v) for v in val_fs.grids[i]), val_masks[i]
+                yield grid_features(val_fs, i), tuple(int(v) for v in val_fs.grids[i]), val_masks[i]
 
         runs: list[tuple[Subset, np.ndarray, int]] = []
         for bank_fn, group in self._bank_groups(model, train_ds, transform, subsets, s, timings, threads):
@@ -396,7 +396,7 @@ class DenseNN(Protocol):
                 stems = sorted(sub.stems)
                 n_keep = memory_per_image(cfg.memory_size, len(idx), 1) if cfg.memory_size else None
                 rand_for = lambda j: seeded_rand([sub.seed or 0, 0, _stem_hash(stems[j])])  # noqa: E731
-                return build_bank(lambda j: _grid_features(fs, idx[j]), [labels[i] for i in idx], s,
+                return build_bank(lambda j: grid_features(fs, idx[j]), [labels[i] for i in idx], s,
                                   rand_for=rand_for, n_keep=n_keep, threads=threads, max_bytes=self._max_bytes())
             yield bank_fn, subsets
             return
@@ -425,7 +425,7 @@ class DenseNN(Protocol):
                 n_keep = (memory_per_image(cfg.memory_size, len(stems), cfg.aug_epochs)
                           if cfg.memory_size else None)
                 rand_for = lambda j: seeded_rand([seed, items[j][0], _stem_hash(items[j][2])])  # noqa: E731
-                return build_bank(lambda j: _grid_features(per_epoch[items[j][0]][0], items[j][1]),
+                return build_bank(lambda j: grid_features(per_epoch[items[j][0]][0], items[j][1]),
                                   [per_epoch[e][1][i] for e, i, _ in items], s,
                                   rand_for=rand_for, n_keep=n_keep, threads=threads, max_bytes=self._max_bytes())
             yield bank_fn, group

@@ -11,7 +11,7 @@ interface: ``add`` L2-normalised bank rows in chunks, ``search`` queries in chun
   when one is there (faiss-cpu has no GPU path);
 - ``ivfpq``: ``IndexIVFPQ`` (inner product) trained on a seeded sample of the bank; approximate,
   for banks that do not fit; its mIoU deviation from exact search is measured by
-  ``benchmarks/perf/dense_nn_bench.py``.
+  ``experiments/dense_nn_bench.py``.
 """
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ Backend = Literal["auto", "faiss", "torch"]
 
 
 # ----------------------------------------------------------------------------- search
-class _Rows:
+class Rows:
     """Row access to a 2-D array-like (ndarray, memmap, tensor) or a row function, so the
     train set is read and normalised one chunk at a time."""
 
@@ -133,8 +133,8 @@ def cosine_topk(train, test, k: int, *, backend: Backend = "auto", train_chunk: 
     if backend == "faiss" and dev.type != "cpu":
         raise ConfigError(f"k-NN backend 'faiss' searches on the CPU (faiss-cpu), not on {dev}; "
                           "use backend 'torch' or 'auto'")
-    train = train if isinstance(train, _Rows) else _Rows(train)
-    test = test if isinstance(test, _Rows) else _Rows(test)
+    train = train if isinstance(train, Rows) else Rows(train)
+    test = test if isinstance(test, Rows) else Rows(test)
     test_x = _normalise(test.get(0, len(test)).to(dev), "val")
     n_train, n_test = len(train), test_x.shape[0]
     if not 1 <= k <= n_train:
@@ -176,7 +176,7 @@ def weighted_knn(train, train_labels, test, test_labels, *, ks: Sequence[int] = 
     """DINO's weighted k-NN for every k in ``ks`` from one search: {k: {"top1", "top5", "k_used"}}.
 
     ``train`` / ``test``: (N, d) features (not yet normalised; ndarray, memmap, tensor or
-    a `_Rows`); labels: integer class indices."""
+    a `Rows`); labels: integer class indices."""
     train_labels = torch.as_tensor(np.asarray(train_labels), dtype=torch.int64)
     test_labels = torch.as_tensor(np.asarray(test_labels), dtype=torch.int64)
     n_train, n_test = len(train_labels), len(test_labels)
@@ -287,7 +287,7 @@ class KNNProtocol(Protocol):
         def train_rows(a: int, b: int) -> torch.Tensor:
             return feature_for(c.feature, f_train.cls[a:b], f_train.patch_mean[a:b], c.n_last_blocks)
 
-        train = _Rows(None, n=len(f_train), fn=train_rows)
+        train = Rows(None, n=len(f_train), fn=train_rows)
         val = feature_for(c.feature, f_val.cls, f_val.patch_mean, c.n_last_blocks)
         search_dev = self.search_device(model)
         t1 = time.perf_counter()

@@ -27,7 +27,8 @@ class ConformanceError(SslBenchError):
     pass
 
 
-def _step_info(step: int) -> StepInfo:
+def step_info(step: int) -> StepInfo:
+    """A fixed StepInfo for driving a method outside the engine (conformance checks, step benchmarks)."""
     return StepInfo(step=step, epoch=1, steps_per_epoch=10, total_steps=100, lr=1e-3,
                     weight_decay=0.04, momentum=0.9)
 
@@ -43,7 +44,7 @@ def _fixed_batch(method, data_root: Path, batch_size: int):
 def _loss(method, batch, step: int, seed: int | None = 0, info: Callable[[int], StepInfo] | None = None) -> dict:
     if seed is not None:
         torch.manual_seed(seed)  # drop-path, masking: the same draws for the same seed
-    losses = method.training_step(batch, (info or _step_info)(step))
+    losses = method.training_step(batch, (info or step_info)(step))
     for k, v in losses.items():
         if not torch.isfinite(v).all():
             raise ConformanceError(f"loss {k!r} is not finite: {v}")
@@ -61,7 +62,7 @@ def loss_falls_on_fixed_batch(method, batch, steps: int = 6, *, optimizer: torch
     step numbers; torch seeded with the step number before each step (``seed_steps``), so drop-path
     and masking draw the same for the same step."""
     opt = optimizer or torch.optim.AdamW(param_groups(method, 0.0), lr=1e-3)
-    info = step_info_of or _step_info
+    info = step_info_of or step_info
     history = []
     for step in range(steps):
         losses = _loss(method, batch, step, seed=step if seed_steps else None, info=info)

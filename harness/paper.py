@@ -35,6 +35,7 @@ from harness.backbone import ARCHS
 from harness.config import CONFIG_ROOT, from_dict
 from harness.device import DEVICE_HELP
 from harness.errors import CheckpointError, ConfigError, SslBenchError
+from harness.flops import arch_flops
 from harness.gpus import DEFAULT_GPU, DEFAULT_PRECISION, GpuChoice
 from harness.leaderboard import fraction_value, parse_variant
 from harness.paths import REPO_ROOT, default_zoo_dir
@@ -194,18 +195,6 @@ def load_table(table: str | Path) -> Table:
 
 
 # ----------------------------------------------------------------------------- cost
-def vit_flops(arch_kwargs: dict, h: int, w: int) -> float:
-    """Forward FLOPs (2 x multiply-adds) of a ViT on one h x w image: patch embedding,
-    per block qkv + projection + MLP (linear in tokens) and attention (quadratic)."""
-    p, d, depth = arch_kwargs["patch_size"], arch_kwargs["embed_dim"], arch_kwargs["depth"]
-    mlp = arch_kwargs.get("mlp_ratio", 4.0)
-    n_patch = (h // p) * (w // p)
-    n = n_patch + 1 + arch_kwargs.get("reg_tokens", 0)
-    macs = n_patch * 3 * p * p * d
-    macs += depth * (n * d * d * (4 + 2 * mlp) + 2 * n * n * d)
-    return 2.0 * macs
-
-
 def _input_hw(inp: Any, ds: DatasetSpec, patch: int, values: dict | None = None) -> tuple[int, int] | None:
     if inp == "input_size":
         size = (values or {}).get("input_size")
@@ -244,7 +233,7 @@ def estimate_cost(ps: ProtocolSpec, ds: DatasetSpec, dataset_key: str, arch_kwar
     vhw = _input_hw(ps.val_input if ps.val_input is not None else ps.input, ds, patch, values)
     if thw is None or vhw is None:
         return Cost(thw, vhw, None, None, None)
-    f_train, f_val = vit_flops(arch_kwargs, *thw), vit_flops(arch_kwargs, *vhw)
+    f_train, f_val = arch_flops(arch_kwargs, *thw), arch_flops(arch_kwargs, *vhw)
     train_images = ps.train_crops.get(dataset_key)
     if train_images is None and ds.n_train is not None:
         train_images = ps.passes.train * ds.n_train
@@ -843,7 +832,7 @@ def cmd_paper(args) -> int:
     return 0
 
 
-__all__ = ["list_tables", "load_table", "read_paper_csv", "paper_numbers", "vit_flops", "estimate_cost", "plan",
+__all__ = ["list_tables", "load_table", "read_paper_csv", "paper_numbers", "estimate_cost", "plan",
            "format_plan", "compare_cells", "format_comparison", "verdict", "exit_status", "cell_variant",
            "tolerance_lines", "job_values", "reproduce", "ReproduceResult",
            "add_cli", "cmd_reproduce", "cmd_paper"]

@@ -1,8 +1,8 @@
-"""benchmarks/perf/factor_knn.py: object classes split into their texture and shape factors."""
+"""experiments/factor_knn.py: object classes split into their texture and shape factors."""
 import numpy as np
 import pytest
 
-from benchmarks.perf.factor_knn import factor_knn, factor_labels
+from experiments.factor_knn import factor_knn, factor_labels
 from harness.errors import DataError
 from harness.models import ModelHandle
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from benchmarks.knn import KNNProtocol, _Rows, class_scores, cosine_topk, weighted_knn
+from benchmarks.knn import KNNProtocol, Rows, class_scores, cosine_topk, weighted_knn
 from harness.models import ModelHandle
 from image_folders import make_image_folder
 
@@ -181,7 +181,7 @@ def test_train_set_is_read_in_bounded_chunks():
         return torch.from_numpy(data[a:b])
 
     test = rng.standard_normal((30, 8)).astype(np.float32)
-    sims, idx = cosine_topk(_Rows(None, n=1000, fn=rows), test, 20, backend="torch", train_chunk=128)
+    sims, idx = cosine_topk(Rows(None, n=1000, fn=rows), test, 20, backend="torch", train_chunk=128)
     assert max(asked) <= 128 and sum(asked) == 1000  # each train row read once
     full_s, full_i = cosine_topk(data, test, 20, backend="torch", train_chunk=10_000)
     assert torch.equal(idx, full_i)

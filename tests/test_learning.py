@@ -1,7 +1,7 @@
 """Pretraining visibly learns. Each CPU preset below, trained for its full schedule on
 SynthScenes small, beats the same backbone at random init (the engine's step-0 weights,
 same seed) on the metrics it is known to move at that budget (docs/BENCHMARKS.md,
-"Learning" and "SynCLR's CPU preset since session 6"):
+"Learning" and "Every method vs random init, same budget"):
 - DINO (408 steps, about 6 minutes on 2 cores; the shared ``dino_cpu_checkpoint`` fixture):
   k-NN (CLS and mean-pooled patch tokens) and dense-NN retrieval;
 - SynCLR (396 steps, about 7 minutes): dense-NN retrieval by more than 1 mIoU (measured
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.perf.learning_curve import evaluate_point, step0_model
+from experiments.learning_curve import evaluate_point, step0_model
 from harness.data.synthetic import default_root, generate
 from harness.models import ModelHandle
 from harness.suite import ModelEntry, pretrain_config, pretrained_checkpoint

@@ -13,10 +13,10 @@ import torch
 
 from harness.backbone import ARCHS
 from harness.checkpoints import save_checkpoint
+from harness.flops import arch_flops as vit_flops
 from harness.leaderboard import build_leaderboard
 from harness.models import ModelHandle
-from harness.paper import (CSV_COLUMNS, PAPER_DIR, list_tables, load_table, paper_numbers, read_paper_csv,
-                           reproduce, vit_flops)
+from harness.paper import CSV_COLUMNS, PAPER_DIR, list_tables, load_table, paper_numbers, read_paper_csv, reproduce
 from harness.protocol import Protocol, ProtocolResult
 from harness.registry import DATASETS, register_protocol
 from harness.results import iter_records

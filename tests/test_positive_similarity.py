@@ -1,8 +1,8 @@
-"""benchmarks/perf/positive_similarity.py: do a backbone's features separate a method's positives?"""
+"""experiments/positive_similarity.py: do a backbone's features separate a method's positives?"""
 import pytest
 import torch
 
-from benchmarks.perf.positive_similarity import caption_crops, model_stats, positive_stats
+from experiments.positive_similarity import caption_crops, model_stats, positive_stats
 from harness.config import load_config
 from harness.errors import DataError
 from harness.models import ModelHandle

@@ -12,7 +12,7 @@ batch-centred [CLS] and mean-patch features:
 * ``instance_top1`` / ``caption_top1``: how often that positive is the nearest of the
   ``--groups`` candidates (chance 1 / groups).
 
-    python benchmarks/perf/positive_similarity.py [CKPT ...] [--preset methods/synclr_cpu.yaml]
+    python -m experiments.positive_similarity [CKPT ...] [--preset methods/synclr_cpu.yaml]
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Backbone forward / feature extraction speed against the measured matmul roofline.
 
-    python benchmarks/perf/extraction_bench.py                       # ViT-S/B x 224/448, fp32 + bf16
-    python benchmarks/perf/extraction_bench.py --archs S --sizes 224 --precisions fp32 \
+    python -m experiments.extraction_bench                       # ViT-S/B x 224/448, fp32 + bf16
+    python -m experiments.extraction_bench --archs S --sizes 224 --precisions fp32 \
         --budget 60
 
 Cases, per (arch, size, precision):
@@ -32,7 +32,6 @@ import io
 import json
 import math
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -42,12 +41,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.perf.flops import VitShape, shape_flops  # noqa: E402
-from benchmarks.perf.roofline import matmul_peak  # noqa: E402
+from harness.flops import VitShape, shape_flops
+from experiments.roofline import matmul_peak
 
 ARCHS = {"S": "vit_small_patch16_224", "B": "vit_base_patch16_224"}
 MODES = ("timm", "plain", "threads")

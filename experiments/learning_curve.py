@@ -2,7 +2,7 @@
 a cached-feature linear probe and dense-NN mIoU versus minutes of CPU pretraining,
 against the same backbone at random init (step 0 of the same seed).
 
-    python benchmarks/perf/learning_curve.py --method methods/dino_cpu.yaml --steps 0 100 200 300 408
+    python -m experiments.learning_curve --method methods/dino_cpu.yaml --steps 0 100 200 300 408
 
 Pretraining continues the same run between points (the engine resumes from its last
 checkpoint when only max_steps grows), so the curve is one trajectory. Prints a table

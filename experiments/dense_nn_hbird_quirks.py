@@ -7,7 +7,7 @@ SynthScenes split and prints the mIoU of each (1/1, seed 42), so the effect of e
 departure (``norm_std``, ``hungarian`` / ``count_absent_classes`` / ``count_ignored_class``)
 is measured on identical inputs:
 
-    python benchmarks/perf/dense_nn_hbird_quirks.py [--synth tiny] [--dataset voc] [--checkpoint CKPT]
+    python -m experiments.dense_nn_hbird_quirks [--synth tiny] [--dataset voc] [--checkpoint CKPT]
 
 Without ``--checkpoint`` the model is ``vit_cpu_tiny`` at random init (seed 0). The metric's
 own effect on fixed features and masks is pinned by ``tests/test_dense_nn_golden.py``.

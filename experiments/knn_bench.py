@@ -1,8 +1,8 @@
 """k-NN search + vote time, faiss vs torch backend (numbers: docs/PROTOCOLS.md (classification section)).
 
-    python benchmarks/perf/knn_bench.py                      # 100k x 384 train, 10k val, 1000 classes
-    python benchmarks/perf/knn_bench.py --train 20000 --test 2000
-    python benchmarks/perf/knn_bench.py --imagenet-scale     # 1.28M x 1536 train (generated chunk by
+    python -m experiments.knn_bench                      # 100k x 384 train, 10k val, 1000 classes
+    python -m experiments.knn_bench --train 20000 --test 2000
+    python -m experiments.knn_bench --imagenet-scale     # 1.28M x 1536 train (generated chunk by
                                                              # chunk, never stored), 1000 val: peak memory
 
 Features are random (class means + noise); only the time and the memory mean anything.
@@ -12,15 +12,11 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from benchmarks.knn import _Rows, weighted_knn  # noqa: E402
+from benchmarks.knn import Rows, weighted_knn
 
 
 def peak_rss_mb() -> float:
@@ -70,7 +66,7 @@ def main() -> None:
             g = torch.Generator().manual_seed(10_000 + a)
             return means[train_labels[a:b]] + 3.0 * torch.randn(b - a, args.dim, generator=g)
 
-        train = _Rows(None, n=args.train, fn=rows)
+        train = Rows(None, n=args.train, fn=rows)
         train_labels = train_labels.numpy()
         print(f"a stored train set would take {args.train * args.dim * 4 / 2**30:.1f} GiB")
     else:

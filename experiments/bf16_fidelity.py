@@ -1,6 +1,6 @@
 """bf16 fidelity report: k-NN top-1 and dense-NN mIoU on SynthScenes-small, fp32 vs bf16.
 
-    python benchmarks/perf/bf16_fidelity.py [--checkpoint CKPT] [--random-init] [--keep-cache]
+    python -m experiments.bf16_fidelity [--checkpoint CKPT] [--random-init] [--keep-cache]
         [--device cpu|cuda|cuda:N] [--half bf16|fp16]
 
 On a GPU (--device cuda) the same report holds for the GPU's bf16 or fp16 (--half) against its
@@ -20,17 +20,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 TOLERANCE = 0.1  # points
 

@@ -7,6 +7,9 @@ convention as timm's / fvcore's "GMACs x 2" for ViTs, so GFLOP/s numbers are com
 
     vit_flops(embed_dim=384, depth=12, num_heads=6, patch_size=16, height=224, width=224)
     -> {'total': 9.2e9, 'patch_embed': ..., 'qkv': ..., 'attn': ..., 'proj': ..., 'mlp': ...}
+
+One counter for the paper-reproduction cost estimates (harness.paper) and the speed
+experiments (experiments/).
 """
 from __future__ import annotations
 
@@ -44,6 +47,23 @@ class VitShape:
                    mlp_hidden=int(d * kw.get("mlp_ratio", 4.0)), prefix_tokens=1 + kw.get("reg_tokens", 0))
 
 
+def _component_flops(embed_dim: int, depth: int, patch_size: int, patches: int, prefix_tokens: int,
+                     mlp_hidden: float, in_chans: int) -> dict[str, float]:
+    """Matmul FLOPs of one image of `patches` patch tokens, per component and 'total'."""
+    d = embed_dim
+    t = patches + prefix_tokens
+    macs = {
+        "patch_embed": patches * (in_chans * patch_size * patch_size) * d,
+        "qkv": depth * t * d * 3 * d,
+        "attn": depth * 2 * t * t * d,  # Q K^T and A V, all heads together
+        "proj": depth * t * d * d,
+        "mlp": depth * 2 * t * d * mlp_hidden,
+    }
+    out = {k: 2.0 * v for k, v in macs.items()}
+    out["total"] = sum(out.values())
+    return out
+
+
 def vit_flops(embed_dim: int, depth: int, num_heads: int, patch_size: int, height: int, width: int,
               mlp_hidden: int | None = None, prefix_tokens: int = 1, in_chans: int = 3) -> dict[str, float]:
     """Matmul FLOPs of one image, per component and 'total'. num_heads does not change the
@@ -52,20 +72,24 @@ def vit_flops(embed_dim: int, depth: int, num_heads: int, patch_size: int, heigh
         raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
     if height % patch_size or width % patch_size:
         raise ValueError(f"{height}x{width} is not a multiple of the patch size {patch_size}")
-    d = embed_dim
-    hid = mlp_hidden if mlp_hidden is not None else 4 * d
+    hid = mlp_hidden if mlp_hidden is not None else 4 * embed_dim
     n = (height // patch_size) * (width // patch_size)
-    t = n + prefix_tokens
-    macs = {
-        "patch_embed": n * (in_chans * patch_size * patch_size) * d,
-        "qkv": depth * t * d * 3 * d,
-        "attn": depth * 2 * t * t * d,  # Q K^T and A V, all heads together
-        "proj": depth * t * d * d,
-        "mlp": depth * 2 * t * d * hid,
-    }
-    out = {k: 2.0 * v for k, v in macs.items()}
-    out["total"] = sum(out.values())
-    return out
+    return _component_flops(embed_dim, depth, patch_size, n, prefix_tokens, hid, in_chans)
+
+
+def arch_flops(arch_kwargs: dict, h: int, w: int) -> float:
+    """Forward FLOPs of a harness architecture (harness.backbone.ARCHS entry) on one h x w
+    image; a side that is not a multiple of the patch size is cropped to one, as the patch
+    embedding does."""
+    p, d = arch_kwargs["patch_size"], arch_kwargs["embed_dim"]
+    return _component_flops(d, arch_kwargs["depth"], p, (h // p) * (w // p), 1 + arch_kwargs.get("reg_tokens", 0),
+                            d * arch_kwargs.get("mlp_ratio", 4.0), 3)["total"]
+
+
+def token_flops(shape: "VitShape", patches: int) -> float:
+    """Total matmul FLOPs of one image of `patches` patch tokens (any aspect ratio)."""
+    return _component_flops(shape.embed_dim, shape.depth, shape.patch_size, patches, shape.prefix_tokens,
+                            shape.mlp_hidden, shape.in_chans)["total"]
 
 
 def shape_flops(shape: VitShape, height: int, width: int) -> float:

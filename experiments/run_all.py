@@ -1,8 +1,8 @@
 """Every performance benchmark in one command; prints Markdown tables (docs/BENCHMARKS.md).
 
-    python benchmarks/perf/run_all.py            # ~10 min on 2 free cores (longer on a loaded box)
-    python benchmarks/perf/run_all.py --quick    # ~2-3 min: ViT-S/16 224 only, small protocol benches
-    python benchmarks/perf/run_all.py --markdown /tmp/bench.md --json /tmp/bench.json
+    python -m experiments.run_all            # ~10 min on 2 free cores (longer on a loaded box)
+    python -m experiments.run_all --quick    # ~2-3 min: ViT-S/16 224 only, small protocol benches
+    python -m experiments.run_all --markdown /tmp/bench.md --json /tmp/bench.json
 
 Sections:
 1. Machine: CPU model, cores, torch version / CPU capability, load average (start and end).
@@ -13,9 +13,9 @@ Sections:
    roofline fractions against peaks measured around each case in this process, peak RSS,
    stage split.
 4. bf16 fidelity (bf16_fidelity.py): k-NN top-1 and dense-NN mIoU, fp32 vs bf16 (not with --quick).
-5. Protocols: benchmarks/perf/dense_nn_bench.py and knn_bench.py, if present, with small
+5. Protocols: dense_nn_bench.py and knn_bench.py, with small
    sizes, each in its own process (their peak-RSS figures are per process).
-6. Pretraining: one training_step + backward per registered method (pretrain_step_bench.py).
+6. Pretraining: each method's full training step against a plain-ViT anchor (pretrain_step_bench.py).
 
 On a machine shared with other jobs, compare ratios within one run (each table gives the
 load average it ran under), not absolute numbers across runs.
@@ -33,11 +33,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-PERF = ROOT / "benchmarks" / "perf"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def machine() -> dict:
@@ -68,27 +64,20 @@ def _sub(args: list[str], timeout: int) -> tuple[str, float]:
 
 
 def protocol_benches(quick: bool, threads: int, lines: list[str]) -> dict:
-    """dense_nn_bench.py and knn_bench.py (other owners' scripts), if present, small sizes."""
+    """dense_nn_bench.py and knn_bench.py, small sizes, each in its own process."""
     res: dict = {}
-    dense = PERF / "dense_nn_bench.py"
-    if dense.is_file():
-        synth = "tiny" if quick else "small"
-        jpath = Path(os.environ.get("TMPDIR", "/tmp")) / f"dense_nn_bench_{os.getpid()}.json"
-        text, secs = _sub([str(dense), "--synth", synth, "--threads", str(threads), "--json", str(jpath)], 900)
-        lines.append(f"dense_nn_bench.py --synth {synth} ({secs:.0f} s):\n\n```\n{text}\n```")
-        if jpath.is_file():
-            res["dense_nn"] = json.loads(jpath.read_text())
-            jpath.unlink()
-    else:
-        lines.append("dense_nn_bench.py: not present")
-    knn = PERF / "knn_bench.py"
-    if knn.is_file():
-        sizes = ["--train", "20000", "--test", "2000"] if quick else ["--train", "100000", "--test", "10000"]
-        text, secs = _sub([str(knn), *sizes, "--threads", str(threads)], 900)
-        lines.append(f"\nknn_bench.py {' '.join(sizes)} ({secs:.0f} s):\n\n```\n{text}\n```")
-        res["knn"] = text
-    else:
-        lines.append("knn_bench.py: not present")
+    synth = "tiny" if quick else "small"
+    jpath = Path(os.environ.get("TMPDIR", "/tmp")) / f"dense_nn_bench_{os.getpid()}.json"
+    text, secs = _sub(["-m", "experiments.dense_nn_bench", "--synth", synth, "--threads", str(threads),
+                       "--json", str(jpath)], 900)
+    lines.append(f"dense_nn_bench.py --synth {synth} ({secs:.0f} s):\n\n```\n{text}\n```")
+    if jpath.is_file():
+        res["dense_nn"] = json.loads(jpath.read_text())
+        jpath.unlink()
+    sizes = ["--train", "20000", "--test", "2000"] if quick else ["--train", "100000", "--test", "10000"]
+    text, secs = _sub(["-m", "experiments.knn_bench", *sizes, "--threads", str(threads)], 900)
+    lines.append(f"\nknn_bench.py {' '.join(sizes)} ({secs:.0f} s):\n\n```\n{text}\n```")
+    res["knn"] = text
     return res
 
 
@@ -107,7 +96,7 @@ def main(argv=None) -> dict:
     skip = set(filter(None, args.skip.split(",")))
     q = args.quick
     md: list[str] = []
-    report: dict = {"quick": q, "command": "python benchmarks/perf/run_all.py " + " ".join(argv or sys.argv[1:])}
+    report: dict = {"quick": q, "command": "python -m experiments.run_all " + " ".join(argv or sys.argv[1:])}
 
     def out(line: str = "") -> None:
         print(line, flush=True)
@@ -127,8 +116,8 @@ def main(argv=None) -> dict:
     out(f"- command: `{report['command'].strip()}`")
 
     if "roofline" not in skip:
-        from benchmarks.perf.flops import VitShape
-        from benchmarks.perf.roofline import gemm_shape_peaks, matmul_peak
+        from harness.flops import VitShape
+        from experiments.roofline import gemm_shape_peaks, matmul_peak
 
         out("\n## Roofline\n")
         peaks = {dt: matmul_peak(dt, threads=args.threads, secs=0.5, repeats=2 if q else 3) for dt in ("fp32", "bf16")}
@@ -154,7 +143,7 @@ def main(argv=None) -> dict:
                               "vit_s_224_shapes": shapes}
 
     if "extraction" not in skip:
-        from benchmarks.perf import extraction_bench as eb
+        from experiments import extraction_bench as eb
 
         out("\n## Extraction\n")
         out("Roofline columns: achieved GFLOP/s over the fp32 (bf16) square-GEMM peak measured just before and "
@@ -177,9 +166,9 @@ def main(argv=None) -> dict:
         out("\n## bf16 fidelity\n")
         if q:
             out("skipped with --quick (4 protocol runs, ~3 min): run without --quick or "
-                "`python benchmarks/perf/bf16_fidelity.py`")
+                "`python -m experiments.bf16_fidelity`")
         else:
-            from benchmarks.perf import bf16_fidelity
+            from experiments import bf16_fidelity
 
             report["fidelity"] = bf16_fidelity.run(log=out)
 
@@ -189,12 +178,14 @@ def main(argv=None) -> dict:
             out(line)
 
     if "pretrain" not in skip:
-        from benchmarks.perf import pretrain_step_bench as pb
+        from experiments import pretrain_step_bench as pb
 
-        out(f"\n## Pretraining\n\nOne training_step + backward per method (configs/methods/<name>_cpu.yaml, "
-            f"SynthScenes-small), load {os.getloadavg()[0]:.1f}:\n")
+        out(f"\n## Pretraining\n\nEach method's full training step against a plain-ViT anchor "
+            f"(pretrain_step_bench.py; configs/methods/<name>_cpu.yaml, SynthScenes-small), "
+            f"load {os.getloadavg()[0]:.1f}:\n")
         out(pb.HEADER)
-        report["pretrain"] = pb.run(batch=16 if q else None, steps=1 if q else 2, log=out)
+        report["pretrain"] = pb.run(steps=2 if q else 8, warmup=1 if q else 3,
+                                    overrides={"batch_size": 16} if q else None, log=out)
 
     report["load_end"] = [round(x, 2) for x in os.getloadavg()]
     report["seconds"] = time.perf_counter() - t0

@@ -1,6 +1,6 @@
 """Every method's CPU preset against the same backbone at random init, same budget.
 
-    python benchmarks/perf/methods_vs_random.py [--methods dino ibot cribo synclr] [--out CSV]
+    python -m experiments.methods_vs_random [--methods dino ibot cribo synclr] [--out CSV]
 
 For each method: build the engine from ``configs/methods/<name>_cpu.yaml`` (full schedule;
 ``--set`` overrides apply to all), evaluate its step-0 teacher backbone (the random init
@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from benchmarks.perf.learning_curve import evaluate_point, step0_model
+from experiments.learning_curve import evaluate_point, step0_model
 from harness.config import apply_overrides, load_config
 from harness.data.synthetic import default_root, generate
 from harness.engine import Trainer, load_pretrain_config

@@ -1,6 +1,6 @@
 """Matmul peaks of this machine, measured in-process (the roofline the forward is held to).
 
-    python benchmarks/perf/roofline.py [--threads 2] [--secs 0.5]
+    python -m experiments.roofline [--threads 2] [--secs 0.5]
 
 Two ways to use T cores, both measured, the better one is the peak:
 - "omp":     one GEMM at a time on torch's intra-op team of T threads (MKL / oneDNN);
@@ -19,19 +19,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.perf.flops import VitShape, gemm_shapes  # noqa: E402
+from harness.flops import VitShape, gemm_shapes
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

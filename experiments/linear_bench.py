@@ -2,8 +2,8 @@
 JPEG decode + RandomResizedCrop + flip, the frozen backbone's forward (no grad), and an SGD
 step of every head of the grid (numbers: docs/PROTOCOLS.md (classification section)).
 
-    python benchmarks/perf/linear_bench.py                  # both settings below, 2 threads
-    python benchmarks/perf/linear_bench.py --only tiny
+    python -m experiments.linear_bench                  # both settings below, 2 threads
+    python -m experiments.linear_bench --only tiny
 
 Settings: vit_small_patch16_224 at 224 px (ImageNet-sized 500x375 JPEGs, 1000 classes, last
 4 CLS = 1536-d) and vit_cpu_tiny at 64 px (SynthScenes-sized JPEGs, 12 classes); each with
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,15 +21,13 @@ import numpy as np
 import torch
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from benchmarks.classification_common import assemble  # noqa: E402
-from benchmarks.linear_data import AugmentedImages, RandomResizedCropFlip, augmented_loader  # noqa: E402
-from benchmarks.linear_heads import GridSGD, LinearHeads  # noqa: E402
-from benchmarks.linear_probe import IBOT_BASE_LRS, arch_feature_defaults  # noqa: E402
-from harness.data.classification import ImageFolderDataset  # noqa: E402
-from harness.features import batch_features  # noqa: E402
-from harness.models import ModelHandle  # noqa: E402
+from benchmarks.classification_common import assemble
+from benchmarks.linear_data import AugmentedImages, RandomResizedCropFlip, augmented_loader
+from benchmarks.linear_heads import GridSGD, LinearHeads
+from benchmarks.linear_probe import IBOT_BASE_LRS, arch_feature_defaults
+from harness.data.classification import ImageFolderDataset
+from harness.features import batch_features
+from harness.models import ModelHandle
 
 SETTINGS = {
     "small": dict(arch="vit_small_patch16_224", crop=224, image=(500, 375), classes=1000, batch=64, batches=3),

@@ -1,6 +1,6 @@
 """Speed / memory benchmark of the dense NN protocol on a fixed SynthScenes workload.
 
-    python benchmarks/perf/dense_nn_bench.py [--synth small] [--checkpoint CKPT] [--threads 2]
+    python -m experiments.dense_nn_bench [--synth small] [--checkpoint CKPT] [--threads 2]
 
 Prints: extraction images/s and the achieved GFLOP/s against the machine's measured fp32
 matmul peak (torch.mm 2048^3), bank build, search and metric times, peak RSS, and the
@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,25 +18,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.dense_nn import DenseNN, _grid_features, core_settings, metrics_from_confusion  # noqa: E402
-from benchmarks.dense_nn_core import aggregate, build_bank, predict_image  # noqa: E402
-from benchmarks.dense_nn_metric import ConfusionMatrix, compute_miou  # noqa: E402
-
-
-def vit_flops_per_image(backbone, tokens: int) -> float:
-    """Multiply-adds x 2 of a ViT forward: patch embedding + blocks (qkv, attention, proj, MLP)."""
-    d = backbone.embed_dim
-    depth = len(backbone.blocks)
-    mlp_hidden = backbone.blocks[0].mlp.fc1.out_features
-    p = backbone.patch_size
-    n = tokens + backbone.num_prefix_tokens
-    embed = tokens * (3 * p * p) * d
-    per_block = n * d * 3 * d + 2 * n * n * d + n * d * d + 2 * n * d * mlp_hidden
-    return 2.0 * (embed + depth * per_block)
+from benchmarks.dense_nn import DenseNN, grid_features, core_settings, metrics_from_confusion
+from benchmarks.dense_nn_core import aggregate, build_bank, predict_image
+from benchmarks.dense_nn_metric import ConfusionMatrix, compute_miou
+from harness.flops import VitShape, token_flops
 
 
 def matmul_peak_gflops(threads: int, size: int = 2048, reps: int = 5) -> float:
@@ -67,7 +51,7 @@ def evaluate_timed(bank, proto, val_fs, val_masks, s):
     while i < n:
         items, rows = [], 0
         while i < n and rows < s.search_chunk:
-            f = _grid_features(val_fs, i)
+            f = grid_features(val_fs, i)
             items.append((f, tuple(int(v) for v in val_fs.grids[i]), val_masks[i]))
             rows += len(f)
             i += 1
@@ -133,7 +117,8 @@ def main(argv=None):
         t_extract = time.perf_counter() - t
         n_img = len(train_ds) + len(val_ds)
         tokens = np.concatenate([train_fs.grids, val_fs.grids]).prod(1)
-        flops = sum(vit_flops_per_image(model.backbone, int(tk)) for tk in tokens)
+        shape = VitShape.of(model.backbone)
+        flops = sum(token_flops(shape, int(tk)) for tk in tokens)
         t = time.perf_counter()
         labels = proto._train_labels(train_ds, lambda i: proto._resize_mask(transform, np.asarray(train_ds.load_mask(i))),
                                      train_fs.grids, s)
@@ -151,7 +136,7 @@ def main(argv=None):
             sk = core_settings(DenseNN.from_preset(args.preset, dict(values, **extra)).cfg,
                                train_ds.num_classes, train_ds.ignore_index, patch)
             t = time.perf_counter()
-            bank = build_bank(lambda i: _grid_features(train_fs, i), labels, sk, threads=args.threads)
+            bank = build_bank(lambda i: grid_features(train_fs, i), labels, sk, threads=args.threads)
             t_bank = time.perf_counter() - t
             conf, t_search, t_metric = evaluate_timed(bank, proto, val_fs, val_masks, sk)
             rows[kind] = {"mIoU": metrics_from_confusion(conf.matrix, cfg)["mIoU"], "bank_patches": len(bank),

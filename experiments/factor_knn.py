@@ -7,7 +7,7 @@ shape alone (4 classes, chance 25.0). A flat 12-class number then says which fac
 missing. Random init is always included; ``--reference supervised simclr`` adds the
 yardsticks of ``reference_learners.py`` (trained here, a few minutes on 2 cores).
 
-    python benchmarks/perf/factor_knn.py CKPT [CKPT ...] [--feature cls avgpool]
+    python -m experiments.factor_knn CKPT [CKPT ...] [--feature cls avgpool]
         [--reference supervised simclr]
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 
 from benchmarks.classification_common import feature_for
 from benchmarks.knn import weighted_knn
-from benchmarks.perf.reference_learners import REFERENCES
+from experiments.reference_learners import REFERENCES
 from harness.backbone import ARCHS
 from harness.data.synthetic import default_root, generate
 from harness.errors import DataError

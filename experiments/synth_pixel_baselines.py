@@ -1,6 +1,6 @@
 """How hard SynthScenes' dense task is without learning: patch-level k-NN on raw pixels.
 
-    python benchmarks/perf/synth_pixel_baselines.py [--root DIR] [--preset small]
+    python -m experiments.synth_pixel_baselines [--root DIR] [--preset small]
 
 Each 8x8 patch of the scene split (VOC layout, 64 px) is a sample, labelled by majority
 vote; features are (1) the raw RGB values, (2) the grey values normalised per patch
