@@ -41,7 +41,7 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
-from harness.errors import ConfigError, DataError, MissingDependencyError
+from harness.errors import ConfigError, DataError, MissingDependencyError, NotApplicable
 
 log = logging.getLogger(__name__)
 
@@ -795,6 +795,9 @@ class SegProtocolBase:
         return "fp16" if self.cfg.amp else "fp32"  # mmengine's AmpOptimWrapper autocasts to fp16
 
     def run(self, model, data_root: Path) -> list:
+        if model.context == "pixels":  # mmseg rebuilds a ViT from weights; pixels have none
+            raise NotApplicable(f"{self.registry_name} finetunes a ViT through mmseg; the raw-pixel "
+                                "baseline has no network to load")
         if model.device.type == "cpu" and torch.cuda.is_available():
             # mmengine's Runner puts the model on the GPU whenever one is visible
             raise ConfigError(f"{self.registry_name} runs through mmengine, which trains on the GPU when "
