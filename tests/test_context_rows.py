@@ -12,6 +12,7 @@ from harness.context.pixels import PixelBackbone, pixel_model
 from harness.context.supervised import SupervisedSpec, checkpoint_dir, train_supervised
 from harness.errors import ConfigError, NotApplicable
 from harness.evaluate import build_protocol, evaluate
+from harness.models import ModelHandle
 from harness.suite import (ModelEntry, ProtocolEntry, SuiteConfig, SuiteData, SynthSpec, evaluate_entry, prepare_model,
                            run_suite)
 
@@ -127,3 +128,27 @@ def test_a_suite_with_every_context_row(synth_tiny, isolated_home):
     again = []
     run_suite(suite, "<test>", progress=False, log=again.append)
     assert any("using cached checkpoint" in line for line in again)
+
+
+@pytest.fixture(scope="module")
+def object_split(tmp_path_factory) -> Path:
+    """An object-centric split large enough for k-NN to tell learning from chance (20 train and
+    10 val images per class), with a token scene split."""
+    from harness.data import synthetic
+
+    preset = synthetic.SynthPreset("ctx_objects", 64, scene_train=12, scene_val=12, object_train=240,
+                                   object_val=120, caption_groups=6)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(synthetic.PRESETS, preset.name, preset)
+        root = synthetic.generate(tmp_path_factory.mktemp("synth") / "objects", preset=preset.name, progress=False)
+    return root / "imagenet"
+
+
+def test_supervised_reference_beats_chance_on_knn(object_split, isolated_home):
+    spec = SupervisedSpec(steps=60, batch_size=32, lr=1e-3, seed=0)
+    model = ModelHandle("supervised", train_supervised(spec, object_split, progress=False),
+                        {"method": "supervised", "context": "supervised"})
+    knn = build_protocol("knn", "synth", {"dataset": "imagefolder", "feature": "cls", "ks": [10], "progress": False})
+    top1 = evaluate(model, knn, object_split)[0][0]["metrics"]["top1"]
+    chance = evaluate(ChanceModel(), knn, object_split)[0][0]["metrics"]["top1"]
+    assert top1 > 2 * chance, (top1, chance)
