@@ -161,3 +161,15 @@ def test_supervised_reference_beats_chance_on_knn(texture_split, isolated_home):
     top1 = evaluate(model, knn, texture_split)[0][0]["metrics"]["top1"]
     chance = evaluate(ChanceModel(), knn, texture_split)[0][0]["metrics"]["top1"]
     assert chance == 25.0 and top1 >= 2 * chance, (top1, chance)
+
+
+def test_the_default_suite_shows_every_context_row(tmp_path):
+    from harness.suite import check_model_entry, load_suite
+
+    suite, _ = load_suite(Path(__file__).resolve().parent.parent / "configs" / "suites" / "default.yaml")
+    data = SuiteData(tmp_path, tmp_path, "x")
+    for entry in suite.models:
+        check_model_entry(entry, data)  # a typo in a context row's settings fails here
+    kinds = {k for e in suite.models for k in ("chance", "pixels", "random_init", "supervised")
+             if getattr(e, k) is not None}
+    assert kinds == {"chance", "pixels", "random_init", "supervised"}
