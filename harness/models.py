@@ -29,7 +29,7 @@ class ModelHandle:
         model: the key then hashes the weights' identity with that setting."""
         if self.meta.get("sha256"):
             key = self.meta["sha256"]
-        elif self.meta.get("identity"):  # a model without weights (the raw-pixel baseline)
+        elif self.meta.get("identity"):  # a model without weights (context rows: pixels, chance)
             key = self.meta["identity"]
         else:
             if "_weights_hash" not in self.meta:

@@ -228,8 +228,7 @@ def prepare_model(entry: ModelEntry, data: SuiteData, progress: bool = True, log
         model = ChanceModel(entry.name)
     elif entry.supervised is not None:
         path = supervised_checkpoint_for(entry, data, progress, log, device)
-        model = ModelHandle.from_checkpoint(path, name=entry.name)
-        model.meta.update(context="supervised", init_seed=supervised_spec(entry).seed)
+        model = ModelHandle.from_checkpoint(path, name=entry.name)  # its metadata names the context row
     elif entry.checkpoint:
         model = ModelHandle.from_checkpoint(entry.checkpoint, name=entry.name)
     else:

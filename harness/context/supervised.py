@@ -132,7 +132,7 @@ def supervised_checkpoint(spec: SupervisedSpec, root: Path, *, device: str = "cp
     seconds = time.perf_counter() - t0
     log(f"[supervised] trained in {seconds:.0f} s")
     return save_checkpoint(out, backbone.backbone_state_dict(), {
-        "method": "supervised", "arch": spec.arch, "arch_kwargs": backbone.arch_kwargs,
+        "method": "supervised", "context": "supervised", "init_seed": spec.seed, "arch": spec.arch, "arch_kwargs": backbone.arch_kwargs,
         "pretrain_data": f"{spec.dataset}:{root}:{spec.split}", "epochs": None, "steps": spec.steps,
         "config": asdict(spec), "train_seconds": round(seconds, 1)})
 
