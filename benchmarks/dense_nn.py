@@ -42,6 +42,7 @@ from benchmarks.dense_nn_index import IndexSpec
 from benchmarks.dense_nn_metric import compute_miou
 from benchmarks.dense_nn_subsets import Subset, check_nested, plan_subsets, write_subset_list
 from harness.config import from_dict
+from harness.context.chance import uniform_segmentation
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, PatchMultipleResize, SquareResize
 from harness.device import module_device
 from harness.errors import ConfigError, DataError
@@ -305,6 +306,28 @@ class DenseNN(Protocol):
                                 precision=cfg.precision)
 
     # ------------------------------------------------------------------ run
+    def chance_results(self, data_root: Path) -> list[ProtocolResult]:
+        """The chance row's records (harness.context.chance): the expected mIoU of a uniform random
+        per-pixel guess, from the validation masks as stored, for every (fraction, seed) of a run."""
+        cfg = self.cfg
+        train_split, val_split = self.splits()
+        ds_cls = DATASETS.get(cfg.dataset)
+        train_ds, val_ds = ds_cls(Path(data_root), train_split), ds_cls(Path(data_root), val_split)
+        num_classes, ignore = int(val_ds.num_classes), int(val_ds.ignore_index)
+        counts = np.zeros(num_classes, np.int64)
+        for i in range(len(val_ds)):
+            mask = np.asarray(val_ds.load_mask(i)).ravel()
+            counts += np.bincount(mask[mask != ignore], minlength=num_classes)[:num_classes]
+        m = uniform_segmentation(counts, num_classes)
+        subsets = plan_subsets(list(train_ds.stems), list(val_ds.stems), cfg.fractions, cfg.seeds,
+                               dataset=cfg.dataset, subset_dir=cfg.subset_dir)
+        params = {"chance": "uniform random per-pixel guess (expected confusion)", "num_classes": num_classes,
+                  "n_val_pixels": int(counts.sum()), "iou": [None if math.isnan(v) else round(float(v), 6)
+                                                            for v in m["iou"]]}
+        return [ProtocolResult(metrics={"mIoU": m["mIoU"], "pixel_accuracy": m["pixel_accuracy"]},
+                               dataset=cfg.dataset, split=val_split, seed=sub.seed, variant={"fraction": sub.label},
+                               params=params) for sub in subsets]
+
     def run(self, model, data_root) -> list[ProtocolResult]:
         cfg = self.cfg
         t_start = time.perf_counter()

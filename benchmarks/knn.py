@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from benchmarks.classification_common import (FeatureKind, accuracy_metrics, feature_for, load_splits,
                                               topk_hits)
+from harness.context.chance import uniform_topk
 from harness.data.transforms import ResizeCenterCrop
 from harness.device import resolve_device
 from harness.errors import ConfigError, DataError
@@ -277,6 +278,16 @@ class KNNProtocol(Protocol):
         f_train = extract_features(model, splits.train, tf, desc="knn train", **kw)
         f_val = extract_features(model, splits.val, tf, desc="knn val", **kw)
         return splits, f_train, f_val
+
+    def chance_results(self, data_root: Path) -> list[ProtocolResult]:
+        """The chance row's records (harness.context.chance): a uniform guess, per k."""
+        c = self.cfg
+        splits = load_splits(c.dataset, data_root, c.train_split, c.val_split)
+        return [ProtocolResult(metrics=uniform_topk(splits.num_classes), dataset=c.dataset, split=c.val_split,
+                               seed=None, variant={"k": k, "feature": c.feature},
+                               params={"chance": "uniform random guess", "num_classes": splits.num_classes,
+                                       "n_val": len(splits.val)})
+                for k in c.ks]
 
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
         c = self.cfg

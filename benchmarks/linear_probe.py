@@ -38,6 +38,7 @@ from benchmarks.classification_common import Layout, assemble, load_splits
 from benchmarks.linear_data import (_STREAM_INIT, AugmentedImages, RandomResizedCropFlip, augmented_loader,
                                     epoch_batches, seeded_generator, steps_per_epoch)
 from benchmarks.linear_heads import GridHistory, GridSGD, LinearHeads, Schedule, select_best, train_grid
+from harness.context.chance import uniform_topk
 from harness.device import module_device, pin_memory
 from harness.data.transforms import ResizeCenterCrop
 from harness.errors import ConfigError
@@ -151,6 +152,21 @@ class LinearProbe(Protocol):
         return [b * self.cfg.batch_size / 256.0 for b in self.cfg.base_lrs]  # linear scaling rule
 
     # ------------------------------------------------------------------ run
+    def chance_results(self, data_root: Path) -> list[ProtocolResult]:
+        """The chance row's record (harness.context.chance): a uniform guess."""
+        c = self.cfg
+        splits = load_splits(c.dataset, data_root, c.train_split, c.val_split)
+        return [ProtocolResult(metrics=uniform_topk(splits.num_classes), dataset=c.dataset, split=c.val_split,
+                               seed=c.seed, variant=self._variant(),
+                               params={"chance": "uniform random guess", "num_classes": splits.num_classes,
+                                       "n_val": len(splits.val)})]
+
+    def _variant(self) -> dict:
+        variant = {"recipe": self.cfg.recipe}
+        if self.cfg.cached_features:
+            variant["cached_features"] = True
+        return variant
+
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
         c = self.cfg
         t_start = time.perf_counter()
@@ -227,9 +243,7 @@ class LinearProbe(Protocol):
         if splits.num_classes >= 5:  # as DINO: top-5 only with at least 5 classes
             metrics["top5"] = hist.top5[e][h]
         per_lr = {f"{b:g}": max(row[j] for row in hist.top1) for j, b in enumerate(c.base_lrs)}
-        variant = {"recipe": c.recipe}
-        if c.cached_features:
-            variant["cached_features"] = True
+        variant = self._variant()
         return ProtocolResult(
             metrics=metrics, dataset=c.dataset, split=c.val_split, seed=c.seed, variant=variant,
             params={"best_base_lr": c.base_lrs[h], "best_lr": lrs[h], "best_epoch": hist.epochs[e],

@@ -33,7 +33,7 @@ import torch
 from benchmarks.mmseg_bridge import (
     MASK_DROP_PATH, MASK_LAYERS, MMSEG_VERSION, mmseg_layout, run_seg_protocol,
 )
-from harness.errors import ConfigError
+from harness.errors import ConfigError, NotApplicable
 
 # ============================================================================ settings
 # CrIBo's eval_launcher.py --mmseg_lr default (its update_cfg writes it over the configs' 1e-3).
@@ -238,6 +238,9 @@ class SegProtocolBase:
         return "fp16" if self.cfg.amp else "fp32"  # mmengine's AmpOptimWrapper autocasts to fp16
 
     def run(self, model, data_root: Path) -> list:
+        if model.context == "pixels":  # mmseg rebuilds a ViT from weights; pixels have none
+            raise NotApplicable(f"{self.registry_name} finetunes a ViT through mmseg; the raw-pixel "
+                                "baseline has no network to load")
         if model.device.type == "cpu" and torch.cuda.is_available():
             # mmengine's Runner puts the model on the GPU whenever one is visible
             raise ConfigError(f"{self.registry_name} runs through mmengine, which trains on the GPU when "

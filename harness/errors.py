@@ -23,3 +23,8 @@ class CheckpointError(SslBenchError):
 
 class MissingDependencyError(SslBenchError):
     """An optional dependency (e.g. mmcv with compiled ops) is not installed."""
+
+
+class NotApplicable(SslBenchError):
+    """A protocol cannot measure this kind of model (e.g. an mmseg protocol asked to finetune
+    the raw-pixel baseline, which has no network). Suites log it and skip the pair."""

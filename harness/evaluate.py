@@ -53,7 +53,7 @@ def evaluate(model: ModelHandle, protocol, data_root: Path, *, preset: str | Non
         if done:
             return done, True
     t0 = time.perf_counter()
-    outputs = protocol.run(model, Path(data_root))
+    outputs = model.measure(protocol, Path(data_root))
     wall = time.perf_counter() - t0
     # the device that did the work (the model's), never merely one that exists
     cost = {"wall_s": round(wall, 3), "peak_rss_mb": round(peak_rss_mb(), 1),

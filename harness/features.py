@@ -428,7 +428,7 @@ def _forward_chunk(backbone, x: torch.Tensor, n_last_blocks, norm, precision, pa
 def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patches, patch_dtype,
                   batch_size, num_workers, progress, desc, precision, engine="threads", threads=None):
     backbone = model.backbone.eval()
-    device = next(backbone.parameters()).device
+    device = devices.module_device(backbone)  # the raw-pixel baseline has no parameters
     n = len(source)
     d = backbone.embed_dim
     cls = np.zeros((n, n_last_blocks, d), np.float32)

@@ -27,7 +27,8 @@ from harness.errors import MissingDependencyError, SslBenchError
 from harness.paths import REPO_ROOT, home, results_dir
 from harness.suite import (EvalOutcome, ModelEntry, ProtocolEntry, SuiteConfig, SuiteData, cached_checkpoint,
                            check_model_entry, evaluate_entry, finish_suite, model_entries, prepare_data,
-                           prepare_model, pretrained_checkpoint, runnable_protocols, suite_protocol)
+                           prepare_model, pretrained_checkpoint, runnable_protocols, suite_protocol,
+                           supervised_checkpoint_for, supervised_spec)
 
 CLUSTERS = ("local", "slurm")
 DEFAULT_TIME_MIN = 24 * 60  # submitit's own defaults (2 min local, 5 min slurm) would kill real runs
@@ -256,6 +257,19 @@ def pretrain_model_job(entry: ModelEntry, data: SuiteData, progress: bool, setti
     return str(pretrained_checkpoint(entry, data.pretrain_root, data.pretrain_name, progress, device=settings.device))
 
 
+def supervised_model_job(entry: ModelEntry, data: SuiteData, progress: bool, settings: JobSettings) -> str:
+    settings.apply()
+    return str(supervised_checkpoint_for(entry, data, progress, device=settings.device))
+
+
+def cached_supervised_checkpoint(entry: ModelEntry, data: SuiteData, device: str) -> Path | None:
+    from harness.context.supervised import checkpoint_dir
+
+    spec = supervised_spec(entry)
+    ckpt = checkpoint_dir(spec, Path(data.fill(spec.data_root)), device) / "backbone.safetensors"
+    return ckpt if ckpt.is_file() else None
+
+
 def evaluate_job(model_entry: ModelEntry, protocol_entry: ProtocolEntry, data: SuiteData, source: str,
                  force: bool, progress: bool, settings: JobSettings) -> EvalOutcome:
     settings.apply()
@@ -299,15 +313,17 @@ def _pretrain_stage(executor, entries, data, options, progress, failures, log) -
     settings = JobSettings(options.device, options.threads)
     specs = []
     for entry in entries:
-        if not entry.pretrain:
+        if not (entry.pretrain or entry.supervised is not None):
             continue
         # resolved here, where a login node may see no GPU: at worst a job finds the cache itself
-        ckpt = cached_checkpoint(entry, data.pretrain_root, data.pretrain_name, options.device)
+        ckpt = (cached_checkpoint(entry, data.pretrain_root, data.pretrain_name, options.device) if entry.pretrain
+                else cached_supervised_checkpoint(entry, data, options.device))
         if ckpt is not None:
             log(f"[{entry.name}] using cached checkpoint {ckpt}")
             continue
-        specs.append(JobSpec(f"model {entry.name}", pretrain_model_job, (entry, data, progress, settings),
-                             model=entry.name))
+        # the supervised reference trains once here, not in each of its evaluation jobs
+        job = pretrain_model_job if entry.pretrain else supervised_model_job
+        specs.append(JobSpec(f"model {entry.name}", job, (entry, data, progress, settings), model=entry.name))
     outcomes = run_jobs(executor, specs, options.parallel_limit(), log,
                         on_done=lambda o: log(f"[{o.spec.model}] pretrained: {o.value}"))
     failures += [o.failure() for o in outcomes if not o.ok]

@@ -29,6 +29,8 @@ class ModelHandle:
         model: the key then hashes the weights' identity with that setting."""
         if self.meta.get("sha256"):
             key = self.meta["sha256"]
+        elif self.meta.get("identity"):  # a model without weights (context rows: pixels, chance)
+            key = self.meta["identity"]
         else:
             if "_weights_hash" not in self.meta:
                 h = hashlib.sha256()
@@ -45,6 +47,16 @@ class ModelHandle:
     @property
     def device(self) -> torch.device:
         return module_device(self.backbone)
+
+    @property
+    def context(self) -> str | None:
+        """Which context row this model is (``random_init``, ``pixels``, ``supervised``,
+        ``chance``; harness.context), or None for a method's or a checkpoint's model."""
+        return self.meta.get("context")
+
+    def measure(self, protocol, data_root: Path) -> list:
+        """The protocol's results on this model (a chance row asks the protocol instead)."""
+        return protocol.run(self, data_root)
 
     def to(self, device: str | torch.device | None) -> "ModelHandle":
         """Move the backbone to a device spec (harness.device: auto | cpu | cuda | cuda:N)."""
@@ -65,6 +77,7 @@ class ModelHandle:
             "checkpoint": m.get("checkpoint"),
             "checkpoint_sha256": m.get("sha256"),
             "init_seed": m.get("init_seed"),
+            "context": m.get("context"),  # None, or the kind of context row (harness.context)
             "weights_key": self.cache_key,  # what records and artifacts are keyed by
             # what the protocols' feature path depends on beyond the weights: register tokens
             # (run through every block, never among the patch features) and how position
@@ -85,5 +98,5 @@ class ModelHandle:
         with torch.random.fork_rng():
             torch.manual_seed(seed)
             backbone = create_backbone(arch, **overrides)
-        meta = {"method": "random_init", "init_seed": seed, "epochs": 0, "steps": 0}
+        meta = {"method": "random_init", "init_seed": seed, "epochs": 0, "steps": 0, "context": "random_init"}
         return cls(name or f"random_init-{arch}", backbone.eval(), meta)

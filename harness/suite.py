@@ -15,7 +15,7 @@ from typing import Any
 from harness.config import apply_overrides, fingerprint, from_dict, load_config, to_dict
 from harness.data.io import data_stamp
 from harness.device import prepare, resolve_device
-from harness.errors import ConfigError, SslBenchError
+from harness.errors import ConfigError, NotApplicable, SslBenchError
 from harness.evaluate import build_protocol, evaluate
 from harness.models import ModelHandle
 from harness.paths import checkpoint_cache_dir, results_dir
@@ -35,6 +35,11 @@ class ModelEntry:
     pretrain: str | None = None  # a method config file (configs/methods/...)
     set: list[str] = field(default_factory=list)  # overrides for the pretraining config
     checkpoint: str | None = None  # an existing harness checkpoint
+    # context rows (harness.context): the raw-pixel baseline {patch_size}, the supervised
+    # reference (a SupervisedSpec: arch, steps, batch_size, lr, seed, ...), chance ({})
+    pixels: dict[str, Any] | None = None
+    supervised: dict[str, Any] | None = None
+    chance: dict[str, Any] | None = None
 
 
 @dataclass
@@ -169,13 +174,39 @@ def prepare_data(suite: SuiteConfig, progress: bool = True, log=print) -> SuiteD
     return SuiteData(synth_root, pre_root, pre_name)
 
 
+MODEL_KINDS = ("random_init", "pretrain", "checkpoint", "pixels", "supervised", "chance")
+
+
 def check_model_entry(entry: ModelEntry, data: SuiteData) -> None:
-    chosen = [k for k in ("random_init", "pretrain", "checkpoint") if getattr(entry, k)]
+    chosen = [k for k in MODEL_KINDS if getattr(entry, k) is not None and getattr(entry, k) != ""]
     if len(chosen) != 1:
-        raise ConfigError(f"model {entry.name!r} needs exactly one of random_init / pretrain / "
-                          f"checkpoint, found {chosen or 'none'}")
+        raise ConfigError(f"model {entry.name!r} needs exactly one of {' / '.join(MODEL_KINDS)}, "
+                          f"found {chosen or 'none'}")
     if entry.pretrain and data.pretrain_root is None:
         raise ConfigError(f"model {entry.name!r} needs pretraining data (suite pretrain_data)")
+    if entry.pixels is not None and set(entry.pixels) - {"patch_size"}:
+        raise ConfigError(f"model {entry.name!r}: pixels takes only patch_size, found {sorted(entry.pixels)}")
+    if entry.chance is not None and entry.chance:
+        raise ConfigError(f"model {entry.name!r}: chance takes no settings (write chance: {{}}), "
+                          f"found {sorted(entry.chance)}")
+    if entry.supervised is not None:
+        supervised_spec(entry)
+
+
+def supervised_spec(entry: ModelEntry):
+    """The validated SupervisedSpec of a `supervised:` entry (unknown keys are an error)."""
+    from harness.context.supervised import SupervisedSpec
+
+    return from_dict(SupervisedSpec, dict(entry.supervised), f"suite model {entry.name!r} supervised")
+
+
+def supervised_checkpoint_for(entry: ModelEntry, data: SuiteData, progress: bool = True, log=print,
+                              device: str = "auto") -> Path:
+    """Train (or reuse the cached) supervised reference of one entry."""
+    from harness.context.supervised import supervised_checkpoint
+
+    spec = supervised_spec(entry)
+    return supervised_checkpoint(spec, Path(data.fill(spec.data_root)), device=device, progress=progress, log=log)
 
 
 def prepare_model(entry: ModelEntry, data: SuiteData, progress: bool = True, log=print,
@@ -187,6 +218,17 @@ def prepare_model(entry: ModelEntry, data: SuiteData, progress: bool = True, log
         spec = dict(entry.random_init)
         arch = spec.pop("arch", "vit_cpu_tiny")
         model = ModelHandle.random_init(arch, seed=int(spec.pop("seed", 0)), name=entry.name, **spec)
+    elif entry.pixels is not None:
+        from harness.context.pixels import pixel_model
+
+        model = pixel_model(int(entry.pixels.get("patch_size", 8)), name=entry.name)
+    elif entry.chance is not None:
+        from harness.context.chance import ChanceModel
+
+        model = ChanceModel(entry.name)
+    elif entry.supervised is not None:
+        path = supervised_checkpoint_for(entry, data, progress, log, device)
+        model = ModelHandle.from_checkpoint(path, name=entry.name)  # its metadata names the context row
     elif entry.checkpoint:
         model = ModelHandle.from_checkpoint(entry.checkpoint, name=entry.name)
     else:
@@ -217,8 +259,11 @@ class EvalOutcome:
     records: list[dict]
     skipped: bool
     seconds: float
+    not_applicable: str | None = None  # why the protocol cannot measure this model (NotApplicable)
 
     def summary(self) -> str:
+        if self.not_applicable:
+            return f"[{self.protocol}/{self.preset or '-'}] {self.model}: skipped ({self.not_applicable})"
         state = "cached" if self.skipped else f"{self.seconds:.0f} s"
         return f"[{self.protocol}/{self.preset or '-'}] {self.model}: {len(self.records)} record(s) ({state})"
 
@@ -228,8 +273,11 @@ def evaluate_entry(model: ModelHandle, entry: ProtocolEntry, data: SuiteData, so
     """Run (or reuse the records of) one protocol entry on one model."""
     protocol = protocol or suite_protocol(entry, source)
     t0 = time.perf_counter()
-    records, skipped = evaluate(model, protocol, Path(data.fill(entry.data_root)), preset=entry.preset,
-                                force=force)
+    try:
+        records, skipped = evaluate(model, protocol, Path(data.fill(entry.data_root)), preset=entry.preset,
+                                    force=force)
+    except NotApplicable as exc:  # e.g. an mmseg protocol and the raw-pixel baseline: no number, no failure
+        return EvalOutcome(entry.name, entry.preset, model.name, [], True, time.perf_counter() - t0, str(exc))
     return EvalOutcome(entry.name, entry.preset, model.name, records, skipped, time.perf_counter() - t0)
 
 
