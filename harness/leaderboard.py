@@ -22,6 +22,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from harness.context import context_kind
 from harness.errors import ConfigError
 from harness.io_utils import atomic_write, atomic_write_text
 from harness.protocol_info import declared_headline, headline_metric, variant_text
@@ -62,7 +63,7 @@ def column_label(col: tuple, with_fp: bool = False) -> str:
     return f"{label} @{fp[:SHORT_FP]}" if with_fp else label
 
 
-FLAT_COLUMNS = ["model", "sha", "method", "arch", "pretrain_data", "epochs", "protocol", "dataset", "split",
+FLAT_COLUMNS = ["model", "sha", "method", "context", "arch", "pretrain_data", "epochs", "protocol", "dataset", "split",
                 "variant", "metric", "fingerprint", "seed", "created", "value", "id", "data"]
 
 
@@ -77,7 +78,8 @@ def _flatten(records: Iterable[dict] | pd.DataFrame) -> pd.DataFrame:
     blank = lambda c: frame[c].astype(object).where(frame[c].notna(), "")  # noqa: E731
     flat = pd.DataFrame({
         "model": frame["model"].astype(object), "sha": weights.str.removeprefix("weights-").astype(object),
-        "method": frame["method"].astype(object), "arch": frame["arch"].astype(object),
+        "method": frame["method"].astype(object), "context": _context_kinds(frame),
+        "arch": frame["arch"].astype(object),
         "pretrain_data": frame["pretrain_data"].astype(object), "epochs": frame["epochs"].astype(object),
         "protocol": frame["protocol"].astype(object), "dataset": blank("dataset"), "split": blank("split"),
         "variant": blank("variant"), "metric": frame["metric"].astype(object),
@@ -86,6 +88,13 @@ def _flatten(records: Iterable[dict] | pd.DataFrame) -> pd.DataFrame:
         "data": _data_labels(frame),
     }, columns=FLAT_COLUMNS)
     return flat.reset_index(drop=True)
+
+
+def _context_kinds(frame: pd.DataFrame) -> pd.Series:
+    """Which context row (harness.context) each number belongs to; None for a method's model."""
+    stated = frame["rec.model.context"] if "rec.model.context" in frame else pd.Series(pd.NA, index=frame.index)
+    return pd.Series([context_kind({"method": m} if pd.isna(c) and c is not None else {"context": c, "method": m})
+                      for c, m in zip(stated, frame["method"])], index=frame.index, dtype=object)
 
 
 def _data_labels(frame: pd.DataFrame) -> pd.Series:
@@ -178,7 +187,7 @@ def build_leaderboard(records: list[dict] | pd.DataFrame | None = None,
     for name, grp in flat.groupby("model"):
         first = grp.iloc[0]
         models[name] = {k: (None if pd.isna(first[k]) else first[k])
-                        for k in ("method", "arch", "pretrain_data", "epochs", "sha")}
+                        for k in ("method", "context", "arch", "pretrain_data", "epochs", "sha")}
     wide.attrs.update(
         messages=[_conflict_message(c) for c in conflicts], conflicts=conflicts, models=models,
         fingerprints={column_label(c): c[5] for c in order})
@@ -257,11 +266,6 @@ def formatted(df: pd.DataFrame, headline_only: bool = False, digits: int = 2) ->
 
 
 # ----------------------------------------------------------------------------- per-protocol tables
-# The method a record of a random init carries (harness.models.ModelHandle.random_init): the
-# reference row that every other row's delta is taken against.
-RANDOM_INIT_METHOD = "random_init"
-
-
 @dataclass
 class ProtocolTable:
     """The columns of one (protocol, dataset, split): headline metric first, then the others."""
@@ -310,13 +314,15 @@ def protocol_tables(df: pd.DataFrame, headline_only: bool = False) -> list[Proto
 
 def random_init_references(df: pd.DataFrame) -> dict[str, str]:
     """Row -> the random-init row its deltas are taken against. A random-init row is one whose
-    records say the weights are a random init (model method ``random_init``); a row takes the
-    one of its architecture, else the only one there is. Random-init rows have no reference."""
+    records say so (context ``random_init``, harness.context); only rows of a method's or an
+    imported checkpoint's model (no context) get one: the one of their architecture, else the
+    only one there is. The other context rows (chance, pixels, supervised) are references too."""
     models = df.attrs.get("models", {})
-    refs = [m for m in df.index if (models.get(m) or {}).get("method") == RANDOM_INIT_METHOD]
+    kinds = {m: (models.get(m) or {}).get("context") for m in df.index}
+    refs = [m for m in df.index if kinds[m] == "random_init"]
     out = {}
     for m in df.index:
-        if m in refs or not refs:
+        if kinds[m] is not None or not refs:
             continue
         same_arch = [r for r in refs if (models.get(r) or {}).get("arch") == (models.get(m) or {}).get("arch")]
         ref = same_arch[0] if len(same_arch) == 1 else refs[0] if len(refs) == 1 else None

@@ -158,6 +158,20 @@ def test_random_init_is_found_from_the_records_not_the_name():
     assert refs == {"ibot-b": "dino-a"}
 
 
+def test_only_method_rows_get_a_delta_context_rows_are_references():
+    recs = _records()
+    for name, context in (("random-r", "random_init"), ("supervised-s", "supervised"), ("chance-c", "chance")):
+        rec = _rec(name, "knn", "synth_in", {"top1": 40.0}, variant={"k": 20})
+        rec["model"]["context"] = context
+        recs.append(rec)
+    for r in recs:
+        if r["model"]["name"] == "dino-a":
+            r["model"]["context"] = None  # a method's model, whatever its method field says
+            r["model"]["method"] = "random_init"
+    refs = random_init_references(build_leaderboard(recs))
+    assert refs == {"dino-a": "random-r", "ibot-b": "random-r"}
+
+
 def test_leaderboard_csv_is_unchanged(tmp_path):
     recs = _records() + [_rec("mae-c", "knn", "synth_in", {"top1": 10.0}, variant={"k": 20}, fp=FP_OTHER)]
     paths = write_leaderboard(recs, tmp_path)
