@@ -18,7 +18,7 @@ from methods.shared import MultiCropConfig, sinkhorn_knopp
 import methods.synclr as S
 from methods.synclr import (MLPHead, SynCLR, SynCLRConfig, caption_batches, local_own_keys, masked_patch_loss,
                             multi_positive_contrastive)
-from test_methods_shared import RTOL, load_fixture
+from test_methods_shared import RTOL, load_fixture, seed_named_tensors
 
 TINY_BACKBONE = BackboneConfig(arch="vit_cpu_tiny", drop_path_rate=0.0, embed_dim=32, depth=1)
 TINY_CROPS = MultiCropConfig(global_crops_number=1, global_crops_size=32, local_crops_size=16, local_crops_number=2,
@@ -111,24 +111,6 @@ def test_masked_patch_loss_with_sinkhorn_targets_matches_official():
     assert loss.item() == pytest.approx(gold["loss"], rel=RTOL)
 
 
-@torch.no_grad()
-def seed_head_tensors(named: dict, seed: int) -> None:
-    """The heads' fixture weights (tests/reference/gen_synclr_golden.py fills the official
-    head the same way): float tensors in name order from randn(seed) * 0.5, BatchNorm running
-    statistics at their initial 0 / 1."""
-    torch.manual_seed(seed)
-    for k in sorted(named):
-        t = named[k]
-        if t.dtype != torch.float32:
-            continue
-        if "running_var" in k:
-            t.fill_(1)
-        elif "running_mean" in k:
-            t.fill_(0)
-        else:
-            t.copy_(torch.randn(t.shape) * 0.5)
-
-
 @pytest.mark.parametrize("case", [0, 1, 2, 3])
 def test_mlp_heads_match_official(case):
     gold = load_fixture("synclr_golden.json")["heads"][case]
@@ -136,7 +118,7 @@ def test_mlp_heads_match_official(case):
     named = dict(head.named_parameters())
     named.update(dict(head.named_buffers()))
     assert sorted(named) == gold["names"]
-    seed_head_tensors(named, 6)
+    seed_named_tensors(named, 6)  # the official heads are filled the same way
     head.train()
     torch.manual_seed(7)
     y = head(torch.randn(5, gold["input_dim"]))
