@@ -60,17 +60,26 @@ def batch_from(m: SynCLR, root, batch_size: int = 8, seed: int = 0) -> dict:
 
 
 # ----------------------------------------------------------------------------- parity
-@pytest.mark.parametrize("case", [0, 1, 2])
-def test_contrastive_loss_matches_official(case):
-    gold = load_fixture("synclr_golden.json")["contrastive"][case]
-    bs, n_img, n_local = gold["bs"], gold["n_img"], gold["n_local"]
-    torch.manual_seed(gold["seed"])
+def contrastive_inputs(seed: int, bs: int, n_img: int, n_local: int):
+    """The contrastive fixture's inputs: after torch.manual_seed(seed), queries of the bs * n_img
+    global crops then their local crops, one key per global crop (dimension 16), and the
+    caption labels of queries and keys (caption i has label 7 i + 3)."""
+    torch.manual_seed(seed)
     n_g = bs * n_img
     q = torch.randn(n_g * (1 + n_local), 16)
     k = torch.randn(n_g, 16)
     ids = torch.arange(bs).long() * 7 + 3
     t_lab = ids.repeat(n_img)
     s_lab = torch.cat([t_lab, ids.repeat(n_img * n_local)])
+    return q, k, s_lab, t_lab
+
+
+@pytest.mark.parametrize("case", [0, 1, 2])
+def test_contrastive_loss_matches_official(case):
+    gold = load_fixture("synclr_golden.json")["contrastive"][case]
+    bs, n_img, n_local = gold["bs"], gold["n_img"], gold["n_local"]
+    n_g = bs * n_img
+    q, k, s_lab, t_lab = contrastive_inputs(gold["seed"], bs, n_img, n_local)
     if gold["avoid_local_global_same"]:
         local_exclude = S.reference_local_exclude(n_g, n_g * n_local)
         if n_local == 1:  # the one layout where the reference's key is the crop's own image's
@@ -265,14 +274,9 @@ def test_avoid_local_global_same_leaves_out_the_reference_key(tmp_path, monkeypa
 def test_avoid_local_global_same_on_the_fixture_inputs_and_the_fix():
     """The contrastive fixture's case-0 inputs (3 captions x 2 images, 2 local crops, tau 0.08):
     the reference rule by hand vs the harness, and what the opt-in fix changes (docs/METHODS.md)."""
-    torch.manual_seed(0)
     bs, n_img, n_local, tau = 3, 2, 2, 0.08
     n_g = bs * n_img
-    q = torch.randn(n_g * (1 + n_local), 16)
-    k = torch.randn(n_g, 16)
-    ids = torch.arange(bs).long() * 7 + 3
-    t_lab = ids.repeat(n_img)
-    s_lab = torch.cat([t_lab, ids.repeat(n_img * n_local)])
+    q, k, s_lab, t_lab = contrastive_inputs(0, bs, n_img, n_local)
     gold = load_fixture("synclr_golden.json")["contrastive"][0]
     assert [gold[key] for key in ("seed", "bs", "n_img", "n_local", "temperature")] == [0, bs, n_img, n_local, tau]
     # the hand-written rule reproduces the official code's output where the fixture has it (flag off)
