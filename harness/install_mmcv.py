@@ -115,6 +115,14 @@ def write_stamp() -> None:
     path.write_text(json.dumps(installed_versions()))
 
 
+def check_and_stamp() -> tuple[bool, str]:
+    """``check_installed``; when it passes, the stamp that lets the next run skip the check."""
+    ok, msg = check_installed()
+    if ok:
+        write_stamp()
+    return ok, msg
+
+
 def python_tag() -> str:
     return f"cp{sys.version_info.major}{sys.version_info.minor}"
 
@@ -215,9 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"already installed and verified ({_stamp_path()}); nothing to do "
                 f"[{time.time() - t0:.1f} s]")
             return 0
-        ok, msg = check_installed()
+        ok, msg = check_and_stamp()
         if ok:
-            write_stamp()
             log(f"already installed ({msg}); nothing to do [{time.time() - t0:.1f} s]")
             return 0
         log(f"not usable yet: {msg}")
@@ -233,9 +240,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         log(f"using prebuilt wheel from {origin}: {wheel}")
         install(wheel)
-        ok, msg = check_installed()
+        ok, msg = check_and_stamp()
         if ok:
-            write_stamp()
             log(f"done: {msg} [{time.time() - t0:.1f} s]")
             return 0
         # a wheel built against another torch fails to load its extension
@@ -248,9 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     wheel = build_wheel(cache, keep=args.keep_build_dir)
     log(f"cached {wheel}")
     install(wheel)
-    ok, msg = check_installed()
-    if ok:
-        write_stamp()
+    ok, msg = check_and_stamp()
     log(("done: " if ok else "FAILED: ") + f"{msg} [{time.time() - t0:.1f} s]")
     return 0 if ok else 1
 

@@ -1,6 +1,6 @@
 """Screenshot of the HTML report, taken by the headless Chromium the browser test uses.
 
-    python scripts/report_screenshot.py [--runs DIR | --report FILE] [--out PNG]
+    python -m scripts.report_screenshot [--runs DIR | --report FILE] [--out PNG]
         [--width 1400] [--height 900] [--full-page] [--open-provenance]
 
 Builds the report of the records in --runs (default results/runs) unless --report names an
@@ -11,14 +11,12 @@ logs a console error or one of its plots does not load, so the picture is of a w
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from harness.report import chromium_executable, write_report
 
-from harness.report import chromium_executable, write_report  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 
 def screenshot(page_path: Path, out: Path, width: int = 1400, height: int = 900, full_page: bool = False,

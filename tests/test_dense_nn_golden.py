@@ -95,13 +95,18 @@ def harness_config(spec: dict, *, hungarian: bool) -> dict:
             "search_chunk": spec["n_val"] * spec["grid"] ** 2, "threads": 1}
 
 
+def _case_rand(spec: dict):
+    """The memory cap's U(0, 1) draws: one stream over the images in order (None: the default)."""
+    if spec.get("rand_seed") is None:
+        return None
+    g = torch.Generator().manual_seed(spec["rand_seed"])
+    return lambda i: (lambda n: torch.rand(n, generator=g))
+
+
 def run_harness(name: str, *, hungarian: bool) -> dict:
     spec = CASES[name]
     case = make_case(spec)
-    rand = None
-    if spec.get("rand_seed") is not None:
-        g = torch.Generator().manual_seed(spec["rand_seed"])
-        rand = lambda i: (lambda n: torch.rand(n, generator=g))  # noqa: E731 - one stream, image order
+    rand = _case_rand(spec)
     num_classes = spec["num_classes"] - (1 if spec["kind"] == "ade" else 0)
     return dense_nn_from_features(case["train_feats"], to_harness_masks(case["train_masks"], spec["kind"]),
                                   case["val_feats"], to_harness_masks(case["val_masks"], spec["kind"]),
@@ -144,10 +149,7 @@ PLAIN = {"hungarian": False, "count_absent_classes": False, "count_ignored_class
 def run_preset(name: str, **over) -> dict:
     spec = CASES[name]
     case = make_case(spec)
-    rand = None
-    if spec.get("rand_seed") is not None:
-        g = torch.Generator().manual_seed(spec["rand_seed"])
-        rand = lambda i: (lambda n: torch.rand(n, generator=g))  # noqa: E731 - one stream, image order
+    rand = _case_rand(spec)
     cfg = dict(PRESETS["hbird"], dataset="ade20k" if spec["kind"] == "ade" else "voc", bank_augment="none",
                k=spec["k"], memory_size=spec["memory_size"], search_chunk=spec["n_val"] * spec["grid"] ** 2,
                threads=1, **over)

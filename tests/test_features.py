@@ -99,7 +99,6 @@ def test_cache_is_not_served_for_files_changed_in_place(tmp_path, model):
 KILLED_EXTRACTION = """
 import os, signal, sys
 from pathlib import Path
-sys.path.insert(0, {tests!r})
 from harness import features
 from harness.data.transforms import ResizeCenterCrop
 from harness.models import ModelHandle
@@ -124,9 +123,10 @@ def test_temp_dirs_of_killed_extractions_are_cleaned(tmp_path, model):
     from pathlib import Path
 
     cache = tmp_path / "cache"
-    script = KILLED_EXTRACTION.format(tests=str(Path(__file__).parent))
-    proc = subprocess.run([sys.executable, "-c", script, str(cache)], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    tests = Path(__file__).parent  # the script imports the harness and tests/image_sources.py
+    import_path = os.pathsep.join(filter(None, [str(tests.parent), str(tests), os.environ.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-c", KILLED_EXTRACTION, str(cache)], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=import_path))
     assert proc.returncode == -9, proc.stderr
     left = [p for p in cache.iterdir() if p.name.startswith(".")]
     assert len(left) == 1 and (left[0] / "patches.bin").is_file()

@@ -12,7 +12,7 @@ from harness.registry import METHODS
 from methods.ibot import iBOT, iBOTConfig, iBOTHead, iBOTLoss
 from methods.shared import MultiCropConfig, teacher_temp_schedule
 from image_folders import make_noise_folder
-from test_methods_shared import RTOL, load_fixture
+from test_methods_shared import RTOL, load_fixture, seed_named_tensors
 
 TINY_BACKBONE = BackboneConfig(arch="vit_cpu_tiny", drop_path_rate=0.0, embed_dim=32, depth=1)
 TINY_CROPS = MultiCropConfig(global_crops_size=32, local_crops_size=16, local_crops_number=2,
@@ -43,20 +43,7 @@ def random_batch(b: int = 8, seed: int = 0) -> dict:
 def _fill(head: torch.nn.Module) -> list[str]:
     named = dict(head.named_parameters())
     named.update(dict(head.named_buffers()))
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for k in sorted(named):
-            t = named[k]
-            if t.dtype != torch.float32:
-                continue
-            if k.endswith("weight_g"):
-                t.copy_(1 + 0.1 * torch.randn(t.shape))
-            elif "running_var" in k:
-                t.fill_(1)
-            elif "running_mean" in k:
-                t.fill_(0)
-            else:
-                t.copy_(torch.randn(t.shape) * 0.5)
+    seed_named_tensors(named, 1)
     return sorted(named)
 
 

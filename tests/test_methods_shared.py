@@ -24,6 +24,27 @@ def load_fixture(name: str) -> dict:
     return json.loads((FIXTURES / name).read_text())
 
 
+@torch.no_grad()
+def seed_named_tensors(named: dict, seed: int) -> None:
+    """The heads' fixture weights, filled in place in name order after torch.manual_seed(seed):
+    weight_g = 1 + 0.1 * randn, BatchNorm running statistics at their initial 1 / 0, every other
+    float tensor randn * 0.5; other dtypes (num_batches_tracked) kept. The head generators of
+    tests/reference/ fill the official heads through the same function."""
+    torch.manual_seed(seed)
+    for k in sorted(named):
+        t = named[k]
+        if t.dtype != torch.float32:
+            continue
+        if k.endswith("weight_g"):
+            t.copy_(1 + 0.1 * torch.randn(t.shape))
+        elif "running_var" in k:
+            t.fill_(1)
+        elif "running_mean" in k:
+            t.fill_(0)
+        else:
+            t.copy_(torch.randn(t.shape) * 0.5)
+
+
 class PythonRandomAsGenerator:
     """Replays Python's ``random`` module through the numpy Generator calls that
     BlockMaskGenerator makes, so its masks can be compared bit for bit with iBOT's
@@ -44,21 +65,9 @@ class PythonRandomAsGenerator:
 # ----------------------------------------------------------------------------- head
 def _fill_head(head: torch.nn.Module) -> None:
     """Same deterministic parameters as the golden generator (sorted state-dict order)."""
-    sd = head.state_dict()
-    torch.manual_seed(1)
-    new = {}
-    for k in sorted(sd):
-        if sd[k].dtype != torch.float32:
-            new[k] = sd[k]
-        elif k.endswith("weight_g"):
-            new[k] = 1 + 0.1 * torch.randn(sd[k].shape)
-        elif "running_var" in k:
-            new[k] = torch.ones(sd[k].shape)
-        elif "running_mean" in k:
-            new[k] = torch.zeros(sd[k].shape)
-        else:
-            new[k] = torch.randn(sd[k].shape) * 0.5
-    head.load_state_dict(new)
+    sd = {k: v.clone() for k, v in head.state_dict().items()}
+    seed_named_tensors(sd, 1)
+    head.load_state_dict(sd)
 
 
 def test_dino_head_matches_official():

@@ -18,7 +18,7 @@ from methods.shared import MultiCropConfig, sinkhorn_knopp
 import methods.synclr as S
 from methods.synclr import (MLPHead, SynCLR, SynCLRConfig, caption_batches, local_own_keys, masked_patch_loss,
                             multi_positive_contrastive)
-from test_methods_shared import RTOL, load_fixture
+from test_methods_shared import RTOL, load_fixture, seed_named_tensors
 
 TINY_BACKBONE = BackboneConfig(arch="vit_cpu_tiny", drop_path_rate=0.0, embed_dim=32, depth=1)
 TINY_CROPS = MultiCropConfig(global_crops_number=1, global_crops_size=32, local_crops_size=16, local_crops_number=2,
@@ -60,17 +60,26 @@ def batch_from(m: SynCLR, root, batch_size: int = 8, seed: int = 0) -> dict:
 
 
 # ----------------------------------------------------------------------------- parity
-@pytest.mark.parametrize("case", [0, 1, 2])
-def test_contrastive_loss_matches_official(case):
-    gold = load_fixture("synclr_golden.json")["contrastive"][case]
-    bs, n_img, n_local = gold["bs"], gold["n_img"], gold["n_local"]
-    torch.manual_seed(gold["seed"])
+def contrastive_inputs(seed: int, bs: int, n_img: int, n_local: int):
+    """The contrastive fixture's inputs: after torch.manual_seed(seed), queries of the bs * n_img
+    global crops then their local crops, one key per global crop (dimension 16), and the
+    caption labels of queries and keys (caption i has label 7 i + 3)."""
+    torch.manual_seed(seed)
     n_g = bs * n_img
     q = torch.randn(n_g * (1 + n_local), 16)
     k = torch.randn(n_g, 16)
     ids = torch.arange(bs).long() * 7 + 3
     t_lab = ids.repeat(n_img)
     s_lab = torch.cat([t_lab, ids.repeat(n_img * n_local)])
+    return q, k, s_lab, t_lab
+
+
+@pytest.mark.parametrize("case", [0, 1, 2])
+def test_contrastive_loss_matches_official(case):
+    gold = load_fixture("synclr_golden.json")["contrastive"][case]
+    bs, n_img, n_local = gold["bs"], gold["n_img"], gold["n_local"]
+    n_g = bs * n_img
+    q, k, s_lab, t_lab = contrastive_inputs(gold["seed"], bs, n_img, n_local)
     if gold["avoid_local_global_same"]:
         local_exclude = S.reference_local_exclude(n_g, n_g * n_local)
         if n_local == 1:  # the one layout where the reference's key is the crop's own image's
@@ -111,24 +120,6 @@ def test_masked_patch_loss_with_sinkhorn_targets_matches_official():
     assert loss.item() == pytest.approx(gold["loss"], rel=RTOL)
 
 
-@torch.no_grad()
-def seed_head_tensors(named: dict, seed: int) -> None:
-    """The heads' fixture weights (tests/reference/gen_synclr_golden.py fills the official
-    head the same way): float tensors in name order from randn(seed) * 0.5, BatchNorm running
-    statistics at their initial 0 / 1."""
-    torch.manual_seed(seed)
-    for k in sorted(named):
-        t = named[k]
-        if t.dtype != torch.float32:
-            continue
-        if "running_var" in k:
-            t.fill_(1)
-        elif "running_mean" in k:
-            t.fill_(0)
-        else:
-            t.copy_(torch.randn(t.shape) * 0.5)
-
-
 @pytest.mark.parametrize("case", [0, 1, 2, 3])
 def test_mlp_heads_match_official(case):
     gold = load_fixture("synclr_golden.json")["heads"][case]
@@ -136,7 +127,7 @@ def test_mlp_heads_match_official(case):
     named = dict(head.named_parameters())
     named.update(dict(head.named_buffers()))
     assert sorted(named) == gold["names"]
-    seed_head_tensors(named, 6)
+    seed_named_tensors(named, 6)  # the official heads are filled the same way
     head.train()
     torch.manual_seed(7)
     y = head(torch.randn(5, gold["input_dim"]))
@@ -283,14 +274,9 @@ def test_avoid_local_global_same_leaves_out_the_reference_key(tmp_path, monkeypa
 def test_avoid_local_global_same_on_the_fixture_inputs_and_the_fix():
     """The contrastive fixture's case-0 inputs (3 captions x 2 images, 2 local crops, tau 0.08):
     the reference rule by hand vs the harness, and what the opt-in fix changes (docs/METHODS.md)."""
-    torch.manual_seed(0)
     bs, n_img, n_local, tau = 3, 2, 2, 0.08
     n_g = bs * n_img
-    q = torch.randn(n_g * (1 + n_local), 16)
-    k = torch.randn(n_g, 16)
-    ids = torch.arange(bs).long() * 7 + 3
-    t_lab = ids.repeat(n_img)
-    s_lab = torch.cat([t_lab, ids.repeat(n_img * n_local)])
+    q, k, s_lab, t_lab = contrastive_inputs(0, bs, n_img, n_local)
     gold = load_fixture("synclr_golden.json")["contrastive"][0]
     assert [gold[key] for key in ("seed", "bs", "n_img", "n_local", "temperature")] == [0, bs, n_img, n_local, tau]
     # the hand-written rule reproduces the official code's output where the fixture has it (flag off)

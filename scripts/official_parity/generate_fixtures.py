@@ -11,9 +11,10 @@ other resolution, and writes per case
     tests/fixtures/official/<case>/reference.pt      inputs (uint8) + official CLS / patch (/ register) tokens
     tests/fixtures/official/<case>/provenance.json   repo, 40-char commit, class, settings, environment
 
-Usage (each checkout is optional; only the cases of the given repositories are written):
+Usage, from the repository root (each checkout is optional; only the cases of the given
+repositories are written):
 
-    python scripts/official_parity/generate_fixtures.py \\
+    python -m scripts.official_parity.generate_fixtures \\
         --dinov2 /tmp/official/dinov2 --mae /tmp/official/mae --croc /tmp/official/CrOC \\
         --timet /tmp/official/Timetuning --leopart /tmp/official/leopart --neco /tmp/official/NeCo
 
@@ -53,10 +54,18 @@ from pathlib import Path
 import torch
 from torch import nn
 
-OUT = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "official"
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "tests" / "fixtures" / "official"
 WIDTH, DEPTH, HEADS = 16, 2, 2
 BATCH = 2
 NOISE = 0.1  # std of the seeded perturbation added to every initialised weight
+
+
+def official_on_path(root: Path) -> None:
+    """Make the official checkout at ``root`` importable: this script's one change of the import
+    path (the sanctioned exception of docs/ARCHITECTURE.md, with tests/reference/common.py's)."""
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
 
 
 def to_input(u8: torch.Tensor) -> torch.Tensor:
@@ -130,6 +139,23 @@ def tokens_out(cls, patches, registers=None) -> dict:
     return out
 
 
+def teacher_student_outputs(teacher: nn.Module, student: nn.Module, inputs: dict, check=None) -> dict:
+    """CLS and patch tokens of each branch's backbone, ``get_intermediate_layers(x, n=1)[0]``
+    (final norm), in eval mode: the teacher's under each input's key, the student's under
+    ``student_<key>``. ``check(net, x, tokens)``: an assertion to make on every forward."""
+    outputs = {}
+    with torch.no_grad():
+        for branch, net in (("teacher", teacher), ("student", student)):
+            net.eval()
+            for k, v in inputs.items():
+                x = to_input(v)
+                tok = net.backbone.get_intermediate_layers(x, n=1)[0]
+                if check is not None:
+                    check(net, x, tok)
+                outputs[f"{branch}_{k}"] = tokens_out(tok[:, 0], tok[:, 1:])
+    return {k.replace("teacher_", ""): v for k, v in outputs.items()}
+
+
 # ----------------------------------------------------------------------------- DINOv2
 def _dinov2_model(vits, Block, MemEffAttention, *, img_size, reg, antialias, offset, ffn="mlp"):
     """hub/backbones._make_dinov2_model + models/vision_transformer.vit_small, at tiny width."""
@@ -146,7 +172,7 @@ def _dinov2_forward(model, x):
 
 
 def family_dinov2(root: Path) -> None:
-    sys.path.insert(0, str(root))
+    official_on_path(root)
     os.environ.setdefault("XFORMERS_DISABLED", "1")
     from dinov2.layers import MemEffAttention, NestedTensorBlock as Block
     from dinov2.models import vision_transformer as vits
@@ -197,7 +223,7 @@ def family_mae(root: Path) -> None:
 
     if "float" not in np.__dict__:  # util/pos_embed.py uses np.float (removed in numpy 1.24) = float64
         np.float = float
-    sys.path.insert(0, str(root))
+    official_on_path(root)
     import models_mae
     import models_vit
     from util.pos_embed import interpolate_pos_embed
@@ -258,7 +284,7 @@ def family_mae(root: Path) -> None:
 # ----------------------------------------------------------------------------- CrOC
 def family_croc(root: Path) -> None:
     sys.modules["einops"] = types.SimpleNamespace(rearrange=None)  # only the which_features branch uses it
-    sys.path.insert(0, str(root))
+    official_on_path(root)
     from models.vision_transformer import CrOCHead, VisionTransformer
     from utils.utils import MultiCropWrapperCrOC
 
@@ -288,14 +314,7 @@ def family_croc(root: Path) -> None:
         "fp16_scaler": {"scale": 65536.0},
     }
     inputs = {"native": images(320, *native), "other": images(420, *other)}
-    outputs = {}
-    with torch.no_grad():
-        for branch, net in (("teacher", teacher), ("student", student)):
-            net.eval()
-            for k, v in inputs.items():
-                tok = net.backbone.get_intermediate_layers(to_input(v), n=1)[0]
-                outputs[f"{branch}_{k}"] = tokens_out(tok[:, 0], tok[:, 1:])
-    outputs = {k.replace("teacher_", ""): v for k, v in outputs.items()}
+    outputs = teacher_student_outputs(teacher, student, inputs)
     write_case("croc_full", "stegmuel/CrOC", root, save_dict, inputs, outputs, {
         "class": "models.vision_transformer.VisionTransformer in utils.utils.MultiCropWrapperCrOC with CrOCHead",
         "constructor": dict(img_size=[native[0]], patch_size=8, embed_dim=WIDTH, depth=DEPTH, num_heads=HEADS,
@@ -334,7 +353,7 @@ def family_timet(root: Path) -> None:
 
     import torch.nn.functional as F
 
-    sys.path.insert(0, str(root))
+    official_on_path(root)
     import dino_vision_transformer as dvt
 
     native, other = (32, 32), (40, 56)
@@ -357,17 +376,12 @@ def family_timet(root: Path) -> None:
     perturb(model, 230)
     state = model.state_dict()  # TimeT.save: torch.save(self.state_dict(), path) = the released TimeT.pth
     inputs = {"native": images(330, *native), "other": images(430, *other)}
-    outputs = {}
-    with torch.no_grad():
-        for branch, net in (("teacher", model.teacher), ("student", model.feature_extractor)):
-            net.eval()
-            for k, v in inputs.items():
-                x = to_input(v)
-                tok = net.backbone.get_intermediate_layers(x, n=1)[0]
-                patches, _ = net.get_features(x)  # TimeT's own dense features: tokens[:, 1:]
-                assert torch.equal(patches, tok[:, 1:])
-                outputs[f"{branch}_{k}"] = tokens_out(tok[:, 0], tok[:, 1:])
-    outputs = {k.replace("teacher_", ""): v for k, v in outputs.items()}
+
+    def same_patches(net, x, tok):  # TimeT's own dense features: tokens[:, 1:]
+        patches, _ = net.get_features(x)
+        assert torch.equal(patches, tok[:, 1:])
+
+    outputs = teacher_student_outputs(model.teacher, model.feature_extractor, inputs, check=same_patches)
     write_case("timet", "SMSD75/Timetuning", root, state, inputs, outputs, {
         "class": "time_tuning.TimeT(models.FeatureExtractor('dino-s16')) with dino_vision_transformer.VisionTransformer",
         "constructor": dict(img_size=[native[0]], patch_size=8, embed_dim=WIDTH, depth=DEPTH, num_heads=HEADS,
@@ -386,7 +400,7 @@ def family_timet(root: Path) -> None:
 
 # ----------------------------------------------------------------------------- Leopart
 def family_leopart(root: Path) -> None:
-    sys.path.insert(0, str(root))
+    official_on_path(root)
     from src.vit import VisionTransformer
 
     native, other = (32, 32), (40, 56)
@@ -432,7 +446,7 @@ def family_neco(root: Path, dinov2_root: Path | None) -> None:
     if dinov2_root is None:
         raise SystemExit("the NeCo case needs --dinov2 too (its README loads the weights into the DINOv2 hub model)")
     os.environ.setdefault("XFORMERS_DISABLED", "1")
-    sys.path.insert(0, str(root))
+    official_on_path(root)
     from src.models import vit_v2
     from src.layers import MemEffAttention as NecoAttention, NestedTensorBlock as NecoBlock
 
@@ -448,7 +462,7 @@ def family_neco(root: Path, dinov2_root: Path | None) -> None:
     state = neco.state_dict()
     # README "NeCo on Dinov2 with Registers": torch.hub.load('facebookresearch/dinov2',
     # 'dinov2_vits14_reg') then load_state_dict(state_dict, strict=False)
-    sys.path.insert(0, str(dinov2_root))
+    official_on_path(dinov2_root)
     from dinov2.layers import MemEffAttention, NestedTensorBlock as Block
     from dinov2.models import vision_transformer as vits
 
@@ -492,7 +506,6 @@ def real_size(dinov2_root: Path | None, mae_root: Path | None) -> None:
     kept (tests/fixtures/official/real_size_checks.json); the files are temporary."""
     import tempfile
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from harness.checkpoints import load_backbone
     from harness.zoo import zoo_import
 
@@ -506,7 +519,7 @@ def real_size(dinov2_root: Path | None, mae_root: Path | None) -> None:
 
     if dinov2_root is not None:
         os.environ.setdefault("XFORMERS_DISABLED", "1")
-        sys.path.insert(0, str(dinov2_root))
+        official_on_path(dinov2_root)
         from dinov2.hub.backbones import dinov2_vits14, dinov2_vits14_reg
 
         for fn, name in ((dinov2_vits14, "dinov2_vits14"), (dinov2_vits14_reg, "dinov2_vits14_reg")):
@@ -526,7 +539,7 @@ def real_size(dinov2_root: Path | None, mae_root: Path | None) -> None:
 
         if "float" not in np.__dict__:
             np.float = float
-        sys.path.insert(0, str(mae_root))
+        official_on_path(mae_root)
         import models_vit
         from util.pos_embed import interpolate_pos_embed
 
@@ -592,10 +605,11 @@ def main() -> None:
     if not given:
         ap.error("name at least one official checkout")
     for fam in given:
-        cmd = [sys.executable, __file__, "--one", fam] + [x for f in given for x in (f"--{f}", str(getattr(args, f)))]
+        cmd = [sys.executable, "-m", __spec__.name, "--one", fam] + [
+            x for f in given for x in (f"--{f}", str(getattr(args, f).resolve()))]
         if fam == "neco" and args.dinov2 is None:
             raise SystemExit("--neco needs --dinov2 too")
-        subprocess.run(cmd, check=True)
+        subprocess.run(cmd, check=True, cwd=ROOT)
 
 
 if __name__ == "__main__":

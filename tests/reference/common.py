@@ -1,10 +1,11 @@
 """What every fixture generator shares: its command line, the official checkout it imports,
 a one-process gloo group, the provenance block and the JSON writer.
 
-A generator is a script, not library code: it puts the official checkout (a path given on
-its command line, never a copy inside this repository) on ``sys.path`` and runs the official
-code unmodified. Only numbers are committed; the provenance block says which repository and
-commit, every setting, which script and which environment produced them.
+A generator is a script, not library code (``python tests/reference/gen_X.py``): it puts the
+official checkout (a path given on its command line, never a copy inside this repository) on the
+import path with ``on_import_path`` and runs the official code unmodified. Only numbers are
+committed; the provenance block says which repository and commit, every setting, which script
+and which environment produced them.
 """
 from __future__ import annotations
 
@@ -25,10 +26,21 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
-# Helpers the tests and the generators share (the seeded inputs) live in tests/test_*.py.
-for p in (ROOT, ROOT / "tests"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
+
+def on_import_path(path: Path) -> None:
+    """Put ``path`` first on ``sys.path``: the one sanctioned change of the import path outside
+    tests/conftest.py (docs/ARCHITECTURE.md), for reference generation only. It makes an official
+    checkout (code kept outside this repository) importable, and this repository's root and
+    tests/ for a generator run as a script. (``python -m tests.reference.gen_X`` is not an
+    option: mmsegmentation installs a top-level ``tests`` package that shadows tests/, and a
+    tests/__init__.py would rename the test modules, which import each other by their own names.)"""
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+
+# The harness, and the seeded inputs the tests and the generators share (tests/test_*.py).
+for _p in (ROOT, ROOT / "tests"):
+    on_import_path(_p)
 
 
 def parse_args(doc: str, fixture: str, repository: str, commit: str, threads: int = 2, *,
@@ -121,8 +133,7 @@ def import_official(path: Path, module: str, stubs: dict[str, dict] | None = Non
         stub = types.ModuleType(name)
         stub.__dict__.update(attrs)
         sys.modules[name] = stub
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+    on_import_path(path)
     mod = importlib.import_module(module)
     if not Path(mod.__file__).resolve().is_relative_to(path):
         raise RuntimeError(f"{module} was imported from {mod.__file__}, not from the checkout {path}")

@@ -54,11 +54,9 @@ import time
 import types
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
 os.environ.setdefault("TQDM_DISABLE", "1")  # the reference's progress bars, one per run
 
-import common  # noqa: E402
+import common  # noqa: E402  (puts the harness and tests/ on the import path)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -210,7 +208,7 @@ def environment_extra() -> dict:
     """What the provenance block's environment (common.environment) does not say."""
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").is_file() else ""
-    harness_commit, harness_dirty = common.git_head(REPO)
+    harness_commit, harness_dirty = common.git_head(common.ROOT)
     return {"cpu": cpu, "faiss_threads": 1, "device": "cpu", "harness_commit": harness_commit,
             "harness_worktree_dirty": harness_dirty}
 

@@ -38,15 +38,12 @@ import contextlib
 import io
 import os
 import socket
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
 os.environ.setdefault("TQDM_DISABLE", "1")  # the reference's progress bars, one per run
 
-import common  # noqa: E402
+import common  # noqa: E402  (puts the harness and tests/ on the import path)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
@@ -133,7 +130,7 @@ def environment_extra() -> dict:
     if Path("/proc/cpuinfo").is_file():
         cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                     if ln.startswith("model name")), "")
-    harness_commit, harness_dirty = common.git_head(REPO)
+    harness_commit, harness_dirty = common.git_head(common.ROOT)
     return {"cpu": cpu, "device": "cpu", "distributed": "gloo, world size 1", "harness_commit": harness_commit,
             "harness_worktree_dirty": harness_dirty}
 
@@ -165,7 +162,6 @@ def main(argv=None) -> None:
                              argv=argv)
     common.require_pinned_commit(args, COMMIT)
     os.environ.setdefault("SSL_BENCH_HOME", str(args.work / "home"))
-    sys.path.insert(0, str(args.official))
     el = common.import_official(args.official, "eval_linear")  # refuses a copy from elsewhere
     dino_utils = common.import_official(args.official, "utils")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 import common
-from test_synclr import seed_head_tensors  # the tests' seeded head weights
+from test_methods_shared import seed_named_tensors  # the tests' seeded head weights
 
 REPOSITORY = "https://github.com/google-research/syn-rep-learn"
 COMMIT = "45f451b0d53d25eecdb4d7b9e5a852e1c43e7f5b"
@@ -108,7 +108,7 @@ def head(head_mod, case: dict) -> dict:
                            mlp_norm=case["norm"])
     named = dict(mlp.named_parameters())
     named.update(dict(mlp.named_buffers()))
-    seed_head_tensors(named, HEAD_PARAM_SEED)
+    seed_named_tensors(named, HEAD_PARAM_SEED)
     for i, layer in enumerate(mlp.mlp):
         if isinstance(layer, nn.SyncBatchNorm):
             bn = nn.BatchNorm1d(layer.num_features, eps=layer.eps, momentum=layer.momentum, affine=layer.affine,
