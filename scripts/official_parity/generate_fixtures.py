@@ -139,23 +139,6 @@ def tokens_out(cls, patches, registers=None) -> dict:
     return out
 
 
-def teacher_student_outputs(teacher: nn.Module, student: nn.Module, inputs: dict, check=None) -> dict:
-    """CLS and patch tokens of each branch's backbone, ``get_intermediate_layers(x, n=1)[0]``
-    (final norm), in eval mode: the teacher's under each input's key, the student's under
-    ``student_<key>``. ``check(net, x, tokens)``: an assertion to make on every forward."""
-    outputs = {}
-    with torch.no_grad():
-        for branch, net in (("teacher", teacher), ("student", student)):
-            net.eval()
-            for k, v in inputs.items():
-                x = to_input(v)
-                tok = net.backbone.get_intermediate_layers(x, n=1)[0]
-                if check is not None:
-                    check(net, x, tok)
-                outputs[f"{branch}_{k}"] = tokens_out(tok[:, 0], tok[:, 1:])
-    return {k.replace("teacher_", ""): v for k, v in outputs.items()}
-
-
 # ----------------------------------------------------------------------------- DINOv2
 def _dinov2_model(vits, Block, MemEffAttention, *, img_size, reg, antialias, offset, ffn="mlp"):
     """hub/backbones._make_dinov2_model + models/vision_transformer.vit_small, at tiny width."""
@@ -314,7 +297,14 @@ def family_croc(root: Path) -> None:
         "fp16_scaler": {"scale": 65536.0},
     }
     inputs = {"native": images(320, *native), "other": images(420, *other)}
-    outputs = teacher_student_outputs(teacher, student, inputs)
+    outputs = {}
+    with torch.no_grad():
+        for branch, net in (("teacher", teacher), ("student", student)):
+            net.eval()
+            for k, v in inputs.items():
+                tok = net.backbone.get_intermediate_layers(to_input(v), n=1)[0]
+                outputs[f"{branch}_{k}"] = tokens_out(tok[:, 0], tok[:, 1:])
+    outputs = {k.replace("teacher_", ""): v for k, v in outputs.items()}
     write_case("croc_full", "stegmuel/CrOC", root, save_dict, inputs, outputs, {
         "class": "models.vision_transformer.VisionTransformer in utils.utils.MultiCropWrapperCrOC with CrOCHead",
         "constructor": dict(img_size=[native[0]], patch_size=8, embed_dim=WIDTH, depth=DEPTH, num_heads=HEADS,
@@ -376,12 +366,17 @@ def family_timet(root: Path) -> None:
     perturb(model, 230)
     state = model.state_dict()  # TimeT.save: torch.save(self.state_dict(), path) = the released TimeT.pth
     inputs = {"native": images(330, *native), "other": images(430, *other)}
-
-    def same_patches(net, x, tok):  # TimeT's own dense features: tokens[:, 1:]
-        patches, _ = net.get_features(x)
-        assert torch.equal(patches, tok[:, 1:])
-
-    outputs = teacher_student_outputs(model.teacher, model.feature_extractor, inputs, check=same_patches)
+    outputs = {}
+    with torch.no_grad():
+        for branch, net in (("teacher", model.teacher), ("student", model.feature_extractor)):
+            net.eval()
+            for k, v in inputs.items():
+                x = to_input(v)
+                tok = net.backbone.get_intermediate_layers(x, n=1)[0]
+                patches, _ = net.get_features(x)  # TimeT's own dense features: tokens[:, 1:]
+                assert torch.equal(patches, tok[:, 1:])
+                outputs[f"{branch}_{k}"] = tokens_out(tok[:, 0], tok[:, 1:])
+    outputs = {k.replace("teacher_", ""): v for k, v in outputs.items()}
     write_case("timet", "SMSD75/Timetuning", root, state, inputs, outputs, {
         "class": "time_tuning.TimeT(models.FeatureExtractor('dino-s16')) with dino_vision_transformer.VisionTransformer",
         "constructor": dict(img_size=[native[0]], patch_size=8, embed_dim=WIDTH, depth=DEPTH, num_heads=HEADS,
