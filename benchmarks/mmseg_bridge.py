@@ -596,7 +596,7 @@ def _register_validation_log() -> None:
 
     In memory on every rank (the evaluator hands all ranks the same metrics) and, on the
     main process, appended to a JSON-lines file, so that a resumed run still knows the
-    validations of the sessions before it.
+    validations of the interrupted runs before it.
     """
     import json
 
@@ -709,7 +709,7 @@ def run_one(cfg: SegConfig, data: ResolvedData, *, backbone: dict, decode_head: 
         earlier = {}
         if is_main_process():
             log_path.unlink(missing_ok=True)
-    # A learning rate whose last validation an earlier session logged is done: read it back
+    # A learning rate whose last validation an interrupted run logged is done: read it back
     # (mmengine would first replay the whole data loader to find nothing left to train).
     if not (cfg.iters in earlier and csv_path.is_file()):
         experiment = f"{tag}_lr{lr:g}_{uuid.uuid4().hex[:6]}"
