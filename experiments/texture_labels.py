@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from harness.data.synthetic import SEG_CLASSES, STUFF_CLASSES, TEXTURES, load_meta, voc_palette
+from harness.data.synthetic import (SEG_CLASSES, STUFF_CLASSES, TEXTURES, load_meta, save_gray_png,
+                                     save_palette_png)
 from harness.errors import DataError
 
 
@@ -44,14 +45,11 @@ def write_texture_voc(root: Path, out: Path) -> Path:
     new.mkdir(parents=True)
     os.symlink((voc / "JPEGImages").resolve(), new / "JPEGImages")
     shutil.copytree(voc / "ImageSets", new / "ImageSets")
-    palette = voc_palette()
-    for folder, paletted in (("SegmentationClass", True), ("SegmentationClassAug", False)):
+    # The generator's own mask writers: palette PNGs for the VOC masks, grey ones for the aug set.
+    for folder, save in (("SegmentationClass", save_palette_png), ("SegmentationClassAug", save_gray_png)):
         (new / folder).mkdir()
         for path in sorted((voc / folder).glob("*.png")):
-            mask = Image.fromarray(lut[np.asarray(Image.open(path))])
-            if paletted:
-                mask.putpalette(palette)
-            mask.save(new / folder / path.name)
+            save(lut[np.asarray(Image.open(path))], new / folder / path.name)
     meta["classes"] = {**meta["classes"], "voc": names}
     meta["derived"] = {"from": str(root), "labels": "texture only (shapes merged)"}
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")

@@ -401,13 +401,13 @@ def _save_jpeg(image: np.ndarray, path: Path) -> None:
     Image.fromarray(image).save(path, "JPEG", quality=JPEG_QUALITY, subsampling=0)
 
 
-def _save_palette_png(label: np.ndarray, path: Path) -> None:
+def save_palette_png(label: np.ndarray, path: Path) -> None:
     im = Image.fromarray(label)
     im.putpalette(_PALETTE)  # turns the 'L' image into a 'P' image with VOC colours
     im.save(path, "PNG")
 
 
-def _save_gray_png(label: np.ndarray, path: Path) -> None:
+def save_gray_png(label: np.ndarray, path: Path) -> None:
     Image.fromarray(label).save(path, "PNG")
 
 
@@ -496,11 +496,11 @@ def _scene_job(root: Path, seed: int, cfg: SynthPreset, split: str, i: int) -> s
     ade_split = "training" if split == "train" else "validation"
     jpg = voc / "JPEGImages" / f"{stem}.jpg"
     _save_jpeg(d.image, jpg)
-    _save_palette_png(d.label, voc / "SegmentationClass" / f"{stem}.png")
+    save_palette_png(d.label, voc / "SegmentationClass" / f"{stem}.png")
     if split == "train":
-        _save_gray_png(d.label, voc / "SegmentationClassAug" / f"{stem}.png")
+        save_gray_png(d.label, voc / "SegmentationClassAug" / f"{stem}.png")
     _link_or_copy(jpg, ade / "images" / ade_split / f"{stem}.jpg")
-    _save_gray_png(d.label + 1, ade / "annotations" / ade_split / f"{stem}.png")
+    save_gray_png(d.label + 1, ade / "annotations" / ade_split / f"{stem}.png")
     return json.dumps({"stem": stem, "split": split, "background": d.background, "objects": d.objects})
 
 
