@@ -35,6 +35,9 @@ class iBOTConfig:
     hidden_dim: int = 2048
     bottleneck_dim: int = 256
     use_bn_in_head: bool = False  # iBOT's --norm_in_head bn (one BatchNorm shared by the hidden layers)
+    # Opt-in departure: BatchNorm batch statistics from the [CLS] rows and the patch rows
+    # separately (officially one set over every token), so the [CLS] path is DINO's BN head.
+    head_bn_per_token_type: bool = False
     norm_last_layer: bool = True
     shared_head: bool = True  # student: one last layer for [CLS] and patches (README recipe)
     shared_head_teacher: bool = True
@@ -58,6 +61,8 @@ class iBOTConfig:
     crops: MultiCropConfig = field(default_factory=_ibot_crops)
 
     def __post_init__(self):
+        if self.head_bn_per_token_type and not self.use_bn_in_head:
+            raise ValueError("head_bn_per_token_type needs use_bn_in_head: true")
         BlockMaskGenerator(self.pred_ratio, self.pred_ratio_var, self.pred_aspect_ratio, self.pred_shape)
         if min(self.teacher_temp, self.warmup_teacher_temp, self.teacher_patch_temp,
                self.warmup_teacher_patch_temp, self.student_temp) <= 0:
@@ -75,7 +80,8 @@ class iBOTHead(DINOHead):
     batch of [CLS] tokens and gives the [CLS] output only."""
 
     def __init__(self, in_dim: int, out_dim: int, patch_out_dim: int, shared_head: bool, hidden_dim: int = 2048,
-                 bottleneck_dim: int = 256, nlayers: int = 3, use_bn: bool = False, norm_last_layer: bool = True):
+                 bottleneck_dim: int = 256, nlayers: int = 3, use_bn: bool = False, norm_last_layer: bool = True,
+                 bn_per_token_type: bool = False):
         super().__init__(in_dim, out_dim, hidden_dim=hidden_dim, bottleneck_dim=bottleneck_dim, nlayers=nlayers,
                          use_bn=use_bn, norm_last_layer=norm_last_layer)
         if use_bn and nlayers > 2:
@@ -88,10 +94,13 @@ class iBOTHead(DINOHead):
             self.last_layer2 = self.last_layer
         else:
             self.last_layer2 = WeightNormLinear(bottleneck_dim, patch_out_dim, fix_norm=norm_last_layer)
+        self.bn_per_token_type = bn_per_token_type
 
     def forward(self, x: torch.Tensor):
         if x.ndim == 2:
             return super().forward(x)
+        if self.bn_per_token_type:
+            return self.last_layer(self.bottleneck(x[:, 0])), self.last_layer2(self.bottleneck(x[:, 1:]))
         z = self.bottleneck(x)
         return self.last_layer(z[:, 0]), self.last_layer2(z[:, 1:])
 
@@ -144,7 +153,8 @@ class iBOT(Method):
         check_crop_sizes(cfg.crops, student_bb.patch_size)
         if cfg.crops.global_crops_number + cfg.crops.local_crops_number < 2:
             raise ConfigError("iBOT needs at least two crops (the [CLS] loss pairs different views)")
-        kw = dict(hidden_dim=cfg.hidden_dim, bottleneck_dim=cfg.bottleneck_dim, use_bn=cfg.use_bn_in_head)
+        kw = dict(hidden_dim=cfg.hidden_dim, bottleneck_dim=cfg.bottleneck_dim, use_bn=cfg.use_bn_in_head,
+                  bn_per_token_type=cfg.head_bn_per_token_type)
         student_head = iBOTHead(student_bb.embed_dim, cfg.out_dim, cfg.patch_out_dim, cfg.shared_head,
                                 norm_last_layer=cfg.norm_last_layer, **kw)
         teacher_head = iBOTHead(teacher_bb.embed_dim, cfg.out_dim, cfg.patch_out_dim, cfg.shared_head_teacher, **kw)
@@ -187,7 +197,8 @@ class iBOT(Method):
             forward_by_resolution(self.student.backbone, crops[:g], masks=student_masks))
         student_local_cls = None
         if len(crops) > g:  # local crops: no masking, [CLS] only
-            if self.cfg.use_bn_in_head:  # the official head sees every local token (BatchNorm statistics)
+            if self.cfg.use_bn_in_head and not self.cfg.head_bn_per_token_type:
+                # the official head sees every local token (BatchNorm statistics)
                 student_local_cls = self.student.head(forward_by_resolution(self.student.backbone, crops[g:]))[0]
             else:  # same numbers, without projecting tokens that are thrown away
                 student_local_cls = self.student.head(

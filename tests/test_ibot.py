@@ -171,3 +171,24 @@ def test_ibot_deterministic():
         m.train()
         losses.append(m.training_step(random_batch(), step_info())["loss"].item())
     assert losses[0] == losses[1]
+
+
+def test_head_bn_per_token_type_gives_cls_the_dino_head():
+    torch.manual_seed(0)
+    head = iBOTHead(16, 24, 24, shared_head=True, hidden_dim=32, bottleneck_dim=8, use_bn=True,
+                    bn_per_token_type=True)
+    x = torch.randn(6, 5, 16)
+    cls, patch = head(x)
+    # [CLS] rows alone make the BatchNorm statistics of the [CLS] output, the patch rows those of the patches
+    torch.testing.assert_close(cls, head(x[:, 0]))
+    torch.testing.assert_close(patch, head.last_layer2(head.bottleneck(x[:, 1:])))
+    head.bn_per_token_type = False  # the official head: one set of statistics over every token
+    assert not torch.allclose(head(x)[0], cls)
+
+
+def test_head_bn_per_token_type_needs_the_batchnorm():
+    with pytest.raises(ValueError, match="use_bn_in_head"):
+        iBOTConfig(head_bn_per_token_type=True)
+    m = tiny_ibot(use_bn_in_head=True, head_bn_per_token_type=True)
+    m.train()
+    assert torch.isfinite(m.training_step(random_batch(), step_info())["loss"])
