@@ -1,6 +1,6 @@
 """Each method's full pretraining step against a same-run anchor, and where the step's time goes.
 
-    python -m experiments.pretrain_step_bench [--methods dino,ibot] [--steps 8] [--warmup 3]
+    python -m experiments.pretrain_step_bench [--methods dino,ibot] [--steps 8] [--warmup 3] [--set K=V]
 
 For every registered method with a configs/methods/<name>_cpu.yaml:
 
@@ -42,7 +42,7 @@ from timm.models.vision_transformer import VisionTransformer  # noqa: E402
 
 import harness.engine as engine  # noqa: E402
 from harness.backbone import ViTBackbone, arch_kwargs_for  # noqa: E402
-from harness.config import load_config  # noqa: E402
+from harness.config import apply_overrides, load_config  # noqa: E402
 from harness.engine import Trainer, global_batches, load_pretrain_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,11 +185,12 @@ def anchor_step_s(arch: str, shapes: dict[tuple[int, int], int], steps: int, war
     return sum(times) / len(times)
 
 
-def bench_method(name: str, data_root: Path, steps: int, warmup: int, overrides: dict) -> dict:
+def bench_method(name: str, data_root: Path, steps: int, warmup: int, overrides: dict,
+                 settings: list[str] | None = None) -> dict:
     cfg_path = ROOT / "configs" / "methods" / f"{name}_cpu.yaml"
     if not cfg_path.is_file():
         return {"method": name, "skipped": f"no {cfg_path.relative_to(ROOT)}"}
-    raw = load_config(cfg_path)
+    raw = apply_overrides(load_config(cfg_path), settings)
     source = raw.pop("_source_", str(cfg_path))
     raw["data"] = {"root": str(data_root)}
     train = raw.setdefault("train", {})
@@ -213,7 +214,7 @@ def bench_method(name: str, data_root: Path, steps: int, warmup: int, overrides:
 
 
 def run(methods: list[str] | None = None, steps: int = 8, warmup: int = 3, preset: str = "small",
-        overrides: dict | None = None, log=print) -> list[dict]:
+        overrides: dict | None = None, log=print, settings: list[str] | None = None) -> list[dict]:
     importlib.import_module("methods")  # registers the built-in methods
     from harness.data.synthetic import default_root, generate
     from harness.registry import METHODS
@@ -222,7 +223,7 @@ def run(methods: list[str] | None = None, steps: int = 8, warmup: int = 3, prese
     out = []
     for name in methods or sorted(METHODS.names()):
         try:
-            r = bench_method(name, root, steps, warmup, overrides or {})
+            r = bench_method(name, root, steps, warmup, overrides or {}, settings)
         except Exception as e:  # one broken method must not hide the others' numbers
             r = {"method": name, "error": f"{type(e).__name__}: {e}"}
         out.append(r)
@@ -252,6 +253,9 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--num-workers", type=int, default=None,
                     help="override train.num_workers (0: augmentation in the step, so the profile shows its cost)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a preset setting, as `ssl-bench pretrain --set` "
+                         "(e.g. method.crops.renderer=batched_tensor); repeatable")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     overrides = {"batch_size": args.batch} if args.batch else {}
@@ -260,7 +264,7 @@ def main(argv=None) -> list[dict]:
     print(f"load average {os.getloadavg()}, torch {torch.__version__}, {args.threads} threads")
     print(HEADER, flush=True)
     rows = run(args.methods.split(",") if args.methods else None, args.steps, args.warmup, overrides=overrides,
-               log=lambda line: print(line, flush=True))
+               log=lambda line: print(line, flush=True), settings=args.settings)
     print(f"load average at the end {os.getloadavg()}")
     return rows
 
