@@ -255,7 +255,7 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                     help="override a preset setting, as `ssl-bench pretrain --set` "
-                         "(e.g. method.crops.renderer=batched_tensor); repeatable")
+                         "(e.g. method.crops.local_crops_number=2); repeatable")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     overrides = {"batch_size": args.batch} if args.batch else {}
