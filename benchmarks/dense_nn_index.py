@@ -136,6 +136,11 @@ class BankIndex:
         return self.ntotal * self.dim * per
 
 
+# the (queries x bank block) similarity buffer: about 256 MiB on CPU, 4 GiB on a GPU
+SIM_ELEMS_CPU = 2**26
+SIM_ELEMS_CUDA = 2**30
+
+
 class TorchExact:
     """Exhaustive inner-product search over a torch bank, in blocks (exact top-k)."""
 
@@ -172,16 +177,19 @@ class TorchExact:
 
         bank = self.bank()
         block = min(self.block, bank.shape[0])
-        # keep the (queries x block) similarity matrix near 256 MiB on CPU (4 GiB on GPU)
-        max_elems = 2**30 if self.device.type == "cuda" else 2**26
+        max_elems = SIM_ELEMS_CUDA if self.device.type == "cuda" else SIM_ELEMS_CPU
         q_step = max(1, max_elems // block)
+        # one similarity buffer for every block: a fresh 256 MiB tensor per block costs its page
+        # faults on CPU, as long as the matmul itself
+        flat = torch.empty(min(q_step, len(q)) * block, device=self.device)
         out_s, out_i = [], []
         for qs in range(0, len(q), q_step):
             qt = torch.from_numpy(q[qs:qs + q_step]).to(self.device)
             best_s = best_i = None
             for start in range(0, bank.shape[0], block):
                 blk = bank[start:start + block].float()
-                s, i = torch.topk(qt @ blk.T, min(k, blk.shape[0]), dim=1)
+                sim = torch.mm(qt, blk.T, out=flat[:len(qt) * len(blk)].view(len(qt), len(blk)))
+                s, i = torch.topk(sim, min(k, blk.shape[0]), dim=1)
                 i = i + start
                 if best_s is not None:
                     s, j = torch.topk(torch.cat([best_s, s], 1), k, dim=1)

@@ -9,10 +9,11 @@ For every registered method with a configs/methods/<name>_cpu.yaml:
   `--warmup` steps, then `--steps` timed ones; a step is the wall time from the end of one
   optimisation to the end of the next (data wait, forward, loss, backward, clipping,
   AdamW, EMA, logging);
-- anchor: a plain timm VisionTransformer of the backbone's shape on the same crops as
-  ready-made tensors (the number and sizes of the crops of the method's own collated
-  batch, one forward per crop size), forward + backward + AdamW; measured right before and
-  right after the method (the mean), so both share the machine's load;
+- anchor: a plain timm VisionTransformer of the backbone's shape (the preset's arch with any
+  `--set backbone.*` override) on the same crops as ready-made tensors (the number and
+  sizes of the crops of the method's own collated batch, one forward per crop size),
+  forward + backward + AdamW; measured right before and right after the method (the mean),
+  so both share the machine's load;
 - ratio = full step / anchor step (target <= 1.3);
 - profile: shares of the full step spent waiting for data (and the loop's own work), in
   the forward of the backbones' transformer blocks (student and teacher), of the heads
@@ -165,11 +166,16 @@ def crop_shapes(trainer: Trainer) -> dict[tuple[int, int], int]:
     return dict(shapes)
 
 
-def anchor_step_s(arch: str, shapes: dict[tuple[int, int], int], steps: int, warmup: int) -> float:
-    """Seconds per step of a plain timm ViT of `arch`'s shape on ready-made crops: one
-    forward per crop size, backward, AdamW."""
+def anchor_kwargs(backbone) -> dict:
+    """The plain timm ViT's shape: the method's backbone preset with its `backbone.*` overrides."""
+    kw = arch_kwargs_for(backbone.arch, **backbone.overrides())
+    return {k: v for k, v in kw.items() if k in TIMM_ARCH_KEYS}
+
+
+def anchor_step_s(kw: dict, shapes: dict[tuple[int, int], int], steps: int, warmup: int) -> float:
+    """Seconds per step of a plain timm ViT of shape `kw` on ready-made crops: one forward per
+    crop size, backward, AdamW."""
     torch.manual_seed(0)
-    kw = {k: v for k, v in arch_kwargs_for(arch).items() if k in TIMM_ARCH_KEYS}
     model = VisionTransformer(**kw, num_classes=0, dynamic_img_size=True).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     crops = [torch.randn(n, 3, h, w) for (h, w), n in shapes.items()]
@@ -200,14 +206,16 @@ def bench_method(name: str, data_root: Path, steps: int, warmup: int, overrides:
     with tempfile.TemporaryDirectory(prefix=f"step-bench-{name}-") as work:
         trainer = Trainer(cfg, Path(work), source, progress=False)
         shapes = crop_shapes(trainer)
-        before = anchor_step_s(cfg.backbone.arch, shapes, steps, warmup)
+        shape = anchor_kwargs(cfg.backbone)
+        before = anchor_step_s(shape, shapes, steps, warmup)
         with StepProfiler(trainer) as prof:
             trainer.train()
         # the anchor on both sides of the method: both see the same average load
-        anchor = (before + anchor_step_s(cfg.backbone.arch, shapes, steps, warmup)) / 2
+        anchor = (before + anchor_step_s(shape, shapes, steps, warmup)) / 2
     m = prof.summary(skip=warmup)
     bs = cfg.train.batch_size
-    return {"method": name, "arch": cfg.backbone.arch, "batch": bs, "workers": cfg.train.num_workers,
+    return {"method": name, "arch": cfg.backbone.arch, "anchor_shape": shape, "batch": bs,
+            "workers": cfg.train.num_workers,
             "crops": " + ".join(f"{n // bs}x{h}" + ("" if h == w else f"x{w}") for (h, w), n in shapes.items()),
             "anchor_s": anchor, "step_s": m["step"], "img_s": bs / m["step"], "anchor_img_s": bs / anchor,
             "ratio": m["step"] / anchor, **{f"{p}_share": m[p] / m["step"] for p in PHASES}}

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import benchmarks.dense_nn_index as dense_nn_index
 from benchmarks.dense_nn import PRESETS, Config, DenseNN, dense_nn_from_features, summary
 from benchmarks.dense_nn_aug import HbirdAugment, torch_nearest_resize
 from benchmarks.dense_nn_core import (Bank, CoreSettings, aggregate, build_bank, image_labels,
@@ -455,6 +456,20 @@ def test_torch_exact_search_blocks_merge_to_the_true_top_k():
     assert (ids == expect).mean() > 0.99
     np.testing.assert_allclose(sims, np.take_along_axis(q @ xh.T, ids, 1), rtol=1e-5, atol=1e-5)
     assert idx.reconstruct(ids[:2]).shape == (2, 6, 8)
+
+
+def test_torch_exact_search_over_query_chunks_reuses_one_buffer(monkeypatch):
+    monkeypatch.setattr(dense_nn_index, "SIM_ELEMS_CPU", 700 * 15)  # 15 queries per chunk: 40 = 15 + 15 + 10
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2000, 8)).astype(np.float32)
+    q = rng.standard_normal((40, 8)).astype(np.float32)
+    idx = BankIndex(8, IndexSpec(dtype="float16", device="cpu", block=700))  # blocks 700, 700, 600
+    idx.add(x)
+    sims, ids = idx.search(q, 5)
+    full = q @ x.astype(np.float16).astype(np.float32).T
+    expect = np.argsort(-full, axis=1, kind="stable")[:, :5]
+    assert (ids == expect).mean() > 0.99
+    np.testing.assert_allclose(sims, np.take_along_axis(full, ids, 1), rtol=1e-5, atol=1e-5)
 
 
 def test_hbird_is_the_reference_by_default_and_cribo_keeps_plain_miou():
