@@ -443,7 +443,10 @@ def test_mask_with_too_large_label_is_a_data_error(synth_root, tiny_model, tmp_p
     assert not (tmp_path / "art").exists()  # nothing written: artifacts come after all runs
 
 
-def test_torch_exact_search_blocks_merge_to_the_true_top_k():
+@pytest.mark.parametrize("queries_per_chunk", [None, 15])  # 15: chunks of 15, 15 and 10 share one buffer
+def test_torch_exact_search_blocks_merge_to_the_true_top_k(monkeypatch, queries_per_chunk):
+    if queries_per_chunk:
+        monkeypatch.setattr(dense_nn_index, "SIM_ELEMS_CPU", 700 * queries_per_chunk)
     rng = np.random.default_rng(9)
     x = rng.standard_normal((3000, 8)).astype(np.float32)
     q = rng.standard_normal((40, 8)).astype(np.float32)
@@ -456,20 +459,6 @@ def test_torch_exact_search_blocks_merge_to_the_true_top_k():
     assert (ids == expect).mean() > 0.99
     np.testing.assert_allclose(sims, np.take_along_axis(q @ xh.T, ids, 1), rtol=1e-5, atol=1e-5)
     assert idx.reconstruct(ids[:2]).shape == (2, 6, 8)
-
-
-def test_torch_exact_search_over_query_chunks_reuses_one_buffer(monkeypatch):
-    monkeypatch.setattr(dense_nn_index, "SIM_ELEMS_CPU", 700 * 15)  # 15 queries per chunk: 40 = 15 + 15 + 10
-    rng = np.random.default_rng(11)
-    x = rng.standard_normal((2000, 8)).astype(np.float32)
-    q = rng.standard_normal((40, 8)).astype(np.float32)
-    idx = BankIndex(8, IndexSpec(dtype="float16", device="cpu", block=700))  # blocks 700, 700, 600
-    idx.add(x)
-    sims, ids = idx.search(q, 5)
-    full = q @ x.astype(np.float16).astype(np.float32).T
-    expect = np.argsort(-full, axis=1, kind="stable")[:, :5]
-    assert (ids == expect).mean() > 0.99
-    np.testing.assert_allclose(sims, np.take_along_axis(full, ids, 1), rtol=1e-5, atol=1e-5)
 
 
 def test_hbird_is_the_reference_by_default_and_cribo_keeps_plain_miou():
