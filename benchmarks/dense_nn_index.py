@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from benchmarks.similarity_buffer import SimilarityBuffer
 from harness.device import resolve_device
 from harness.errors import ConfigError
 
@@ -179,16 +180,14 @@ class TorchExact:
         block = min(self.block, bank.shape[0])
         max_elems = SIM_ELEMS_CUDA if self.device.type == "cuda" else SIM_ELEMS_CPU
         q_step = max(1, max_elems // block)
-        # one similarity buffer for every block: a fresh 256 MiB tensor per block costs its page
-        # faults on CPU, as long as the matmul itself
-        flat = torch.empty(min(q_step, len(q)) * block, device=self.device)
+        buffer = SimilarityBuffer(min(q_step, len(q)), block, self.device)
         out_s, out_i = [], []
         for qs in range(0, len(q), q_step):
             qt = torch.from_numpy(q[qs:qs + q_step]).to(self.device)
             best_s = best_i = None
             for start in range(0, bank.shape[0], block):
                 blk = bank[start:start + block].float()
-                sim = torch.mm(qt, blk.T, out=flat[:len(qt) * len(blk)].view(len(qt), len(blk)))
+                sim = buffer.mm(qt, blk)
                 s, i = torch.topk(sim, min(k, blk.shape[0]), dim=1)
                 i = i + start
                 if best_s is not None:

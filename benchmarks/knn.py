@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from benchmarks.classification_common import (FeatureKind, accuracy_metrics, feature_for, load_splits,
                                               topk_hits)
+from benchmarks.similarity_buffer import SimilarityBuffer
 from harness.context.chance import uniform_topk
 from harness.data.transforms import ResizeCenterCrop
 from harness.device import resolve_device
@@ -85,11 +86,12 @@ def _order(vals: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.T
 def _chunk_topk_torch(sims: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k per row of a (B, n) block, ties at the k-th value resolved by lower index
     (torch.topk picks arbitrarily among equal values)."""
-    vals, idx = sims.topk(k, dim=1, largest=True, sorted=True)
-    boundary = vals[:, -1:]
-    crowded = ((sims >= boundary).sum(1) > k).nonzero().flatten().tolist()
+    kq = min(k + 1, sims.shape[1])  # a (k+1)-th value equal to the k-th reveals a tie across it
+    vals, idx = sims.topk(kq, dim=1, largest=True, sorted=True)
+    crowded = (vals[:, k] == vals[:, k - 1]).nonzero().flatten().tolist() if kq > k else []
+    vals, idx = vals[:, :k], idx[:, :k]
     for r in crowded:  # only rows with an exact tie across the k-th place (duplicates)
-        cand = (sims[r] >= boundary[r]).nonzero().flatten()  # ascending index
+        cand = (sims[r] >= vals[r, -1]).nonzero().flatten()  # ascending index
         order = sims[r, cand].argsort(descending=True, stable=True)[:k]
         vals[r], idx[r] = sims[r, cand[order]], cand[order]
     return _order(vals, idx)
@@ -142,13 +144,15 @@ def cosine_topk(train, test, k: int, *, backend: Backend = "auto", train_chunk: 
         raise ValueError(f"k must be in [1, {n_train}] (the train set size), found {k}")
     best_v = torch.full((n_test, k), -float("inf"), device=dev)
     best_i = torch.full((n_test, k), -1, dtype=torch.int64, device=dev)
+    if backend == "torch":
+        buffer = SimilarityBuffer(min(test_chunk, n_test), min(train_chunk, n_train), dev)
     for t0 in range(0, n_train, train_chunk):
         base = _normalise(train.get(t0, min(t0 + train_chunk, n_train)).to(dev, non_blocking=True), "train")
         kk = min(k, base.shape[0])
         for q0 in range(0, n_test, test_chunk):
             q = test_x[q0:q0 + test_chunk]
             if backend == "torch":
-                v, i = _chunk_topk_torch(q @ base.t(), kk)
+                v, i = _chunk_topk_torch(buffer.mm(q, base), kk)
             else:
                 v, i = _chunk_topk_faiss(q, base, kk)
             # Earlier chunks hold lower indices and both halves are already in
