@@ -267,8 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Modules with their own subcommands add them (imported here, when the parser is built).
     from harness import compare, paper, report, scaffold, zoo
+    from harness.context import supervised
 
-    for module in (scaffold, zoo, paper, report, compare):
+    for module in (scaffold, zoo, paper, report, compare, supervised):
         module.add_cli(sub)
     return p
 

@@ -35,6 +35,7 @@ class ModelEntry:
     pretrain: str | None = None  # a method config file (configs/methods/...)
     set: list[str] = field(default_factory=list)  # overrides for the pretraining config
     checkpoint: str | None = None  # an existing harness checkpoint
+    zoo: str | None = None  # a zoo checkpoint: shipped with ssl-bench, or imported (`ssl-bench zoo`)
     # context rows (harness.context): the raw-pixel baseline {patch_size}, the supervised
     # reference (a SupervisedSpec: arch, steps, batch_size, lr, seed, ...), chance ({})
     pixels: dict[str, Any] | None = None
@@ -174,7 +175,7 @@ def prepare_data(suite: SuiteConfig, progress: bool = True, log=print) -> SuiteD
     return SuiteData(synth_root, pre_root, pre_name)
 
 
-MODEL_KINDS = ("random_init", "pretrain", "checkpoint", "pixels", "supervised", "chance")
+MODEL_KINDS = ("random_init", "pretrain", "checkpoint", "zoo", "pixels", "supervised", "chance")
 
 
 def check_model_entry(entry: ModelEntry, data: SuiteData) -> None:
@@ -231,6 +232,11 @@ def prepare_model(entry: ModelEntry, data: SuiteData, progress: bool = True, log
         model = ModelHandle.from_checkpoint(path, name=entry.name)  # its metadata names the context row
     elif entry.checkpoint:
         model = ModelHandle.from_checkpoint(entry.checkpoint, name=entry.name)
+    elif entry.zoo:
+        from harness.paths import default_zoo_dir
+        from harness.zoo import zoo_model
+
+        model = zoo_model(entry.zoo, default_zoo_dir(), display_name=entry.name)
     else:
         path = pretrained_checkpoint(entry, data.pretrain_root, data.pretrain_name, progress, log, device)
         model = ModelHandle.from_checkpoint(path, name=entry.name)

@@ -1,9 +1,11 @@
 """The model zoo: every published DINO / iBOT / CrIBo / SynCLR / DINOv2 / MAE / CrOC / TimeT /
 Leopart / NeCo checkpoint as data (configs/zoo.yaml), listed with its official URL and
-imported into the harness format.
+imported into the harness format; and the checkpoints ssl-bench trained itself and ships
+beside their zoo file (configs/zoo/*.yaml, layout ``harness``).
 
 Nothing is downloaded here: the user downloads the file from the URL shown by
-``zoo_list`` and ``zoo_import`` converts it (checking its sha256 when the zoo knows it).
+``zoo_list`` and ``zoo_import`` converts it (checking its sha256 when the zoo knows it). A
+shipped checkpoint is verified against its entry's size and sha256 on every use.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import difflib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -23,6 +26,10 @@ from harness.io_utils import sha256_file
 from harness.paths import default_zoo_dir
 
 ZOO_FILE = CONFIG_ROOT / "zoo.yaml"
+SHIPPED_ZOO_DIR = CONFIG_ROOT / "zoo"  # zoo files of checkpoints that ship with ssl-bench
+# The layout of a harness-format checkpoint shipped beside its zoo file: `file` is relative to
+# that file's folder, `url` is empty, `sha256` and `size` are required.
+SHIPPED_LAYOUT = "harness"
 
 
 @dataclass
@@ -40,10 +47,18 @@ class ZooEntry:
     which: str = "teacher"  # full checkpoints: the branch the release's backbone is
     claims: dict[str, float] = field(default_factory=dict)
     source: str = ""
+    size: int | None = None  # bytes; required for shipped checkpoints
+    # how a shipped checkpoint was made: command, config, data, code, machine, wall time, log
+    provenance: dict[str, Any] = field(default_factory=dict)
+    # the folder of the zoo file that lists the entry (set when loading, never from YAML)
+    home: Path | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"{self.name}: unknown layout {self.layout!r}; known: {', '.join(LAYOUTS)}")
+        if self.layout == SHIPPED_LAYOUT:
+            self._check_shipped()
+        elif self.layout not in LAYOUTS:
+            raise ValueError(f"{self.name}: unknown layout {self.layout!r}; known: "
+                             f"{', '.join([SHIPPED_LAYOUT, *LAYOUTS])}")
         if self.arch not in ARCHS:
             raise ValueError(f"{self.name}: unknown arch {self.arch!r}; known: {', '.join(sorted(ARCHS))}")
         if ARCHS[self.arch]["patch_size"] != self.patch_size:
@@ -51,6 +66,28 @@ class ZooEntry:
                              f"{ARCHS[self.arch]['patch_size']}")
         if self.which not in ("teacher", "student"):
             raise ValueError(f"{self.name}: which must be teacher or student, found {self.which!r}")
+
+    def _check_shipped(self) -> None:
+        problems = []
+        if not self.sha256 or len(self.sha256) != 64:
+            problems.append(f"sha256 {self.sha256!r} (64 hex digits needed)")
+        if not isinstance(self.size, int) or self.size <= 0:
+            problems.append(f"size {self.size!r} (bytes needed)")
+        if self.url:
+            problems.append(f"url {self.url!r} (a shipped file has none)")
+        if Path(self.file).is_absolute() or ".." in Path(self.file).parts:
+            problems.append(f"file {self.file!r} (a path inside the zoo file's folder needed)")
+        if problems:
+            raise ValueError(f"{self.name}: a shipped ({SHIPPED_LAYOUT!r} layout) checkpoint has "
+                             f"{'; '.join(problems)}")
+
+    @property
+    def shipped(self) -> bool:
+        return self.layout == SHIPPED_LAYOUT
+
+    def shipped_path(self) -> Path:
+        """Where a shipped checkpoint's .safetensors lies."""
+        return (self.home or SHIPPED_ZOO_DIR) / self.file
 
     @property
     def needs_trust(self) -> bool:
@@ -76,12 +113,27 @@ def _load(path: str) -> dict[str, ZooEntry]:
         entry = from_dict(ZooEntry, raw, str(p), f"checkpoints[{i}]")
         if entry.name in entries:
             raise ConfigError(f"{p}: zoo name {entry.name!r} appears twice")
+        entry.home = p.parent
         entries[entry.name] = entry
     return entries
 
 
+def zoo_files() -> list[Path]:
+    """The zoo files read by default: the published checkpoints, then the shipped ones."""
+    return [ZOO_FILE, *sorted(SHIPPED_ZOO_DIR.glob("*.yaml"))]
+
+
 def load_zoo(path: str | Path | None = None) -> dict[str, ZooEntry]:
-    return dict(_load(str(Path(path or ZOO_FILE).resolve())))
+    """Entries of one zoo file, or of every default zoo file (a name may appear only once)."""
+    if path is not None:
+        return dict(_load(str(Path(path).resolve())))
+    merged: dict[str, ZooEntry] = {}
+    for file in zoo_files():
+        for name, entry in _load(str(file.resolve())).items():
+            if name in merged:
+                raise ConfigError(f"{file}: zoo name {name!r} is also in {merged[name].home}")
+            merged[name] = entry
+    return merged
 
 
 def zoo_entry(name: str, path: str | Path | None = None) -> ZooEntry:
@@ -102,9 +154,11 @@ def zoo_list(method: str | None = None, path: str | Path | None = None) -> pd.Da
             continue
         rows.append({"name": e.name, "method": e.method, "arch": e.arch, "patch": e.patch_size,
                      "pretrain_data": e.pretrain_data, "epochs": e.epochs, "layout": e.layout,
-                     "trust": "needed" if e.needs_trust else "", "file": e.file,
+                     "trust": "needed" if e.needs_trust else "",
+                     "file": str(e.shipped_path()) if e.shipped else e.file,
                      "sha256": e.sha256 or "unknown",
-                     "claims": ", ".join(f"{k} {v:g}" for k, v in e.claims.items()), "url": e.url})
+                     "claims": ", ".join(f"{k} {v:g}" for k, v in e.claims.items()),
+                     "url": "shipped with ssl-bench" if e.shipped else e.url})
     return pd.DataFrame(rows)
 
 
@@ -124,6 +178,26 @@ def format_zoo(df: pd.DataFrame, urls: bool = True) -> str:
         lines += ["", "Download (nothing is downloaded for you), then `ssl-bench zoo import NAME FILE`:"]
         lines += [f"  {n:24s} {u}" for n, u in zip(df["name"], df["url"])]
     return "\n".join(lines)
+
+
+def verify_shipped(entry: ZooEntry) -> Path:
+    """The path of a shipped checkpoint whose size and sha256 are its entry's; else an error."""
+    path = entry.shipped_path()
+    problem = None
+    if not path.is_file() or not path.with_suffix(".json").is_file():
+        problem = "is missing (or its .json is)"
+    elif path.stat().st_size != entry.size:
+        problem = f"has {path.stat().st_size} bytes, its zoo entry {entry.size}"
+    else:
+        actual = sha256_file(path)
+        if actual != entry.sha256.lower():
+            problem = f"has sha256 {actual}, its zoo entry {entry.sha256}"
+    if problem:
+        raise CheckpointError(
+            f"shipped checkpoint {entry.name}: {path} {problem}. It is not the file ssl-bench "
+            f"ships; restore it (`git checkout -- {entry.file}` in the checkout, or reinstall "
+            f"ssl-bench), or retrain it with the command in its zoo entry's provenance")
+    return path
 
 
 def verify_file(entry: ZooEntry, file: str | Path) -> str:
@@ -175,6 +249,9 @@ def find_checkpoint(name: str, zoo_dir: str | Path | None, zoo_path: str | Path 
     (any name, also names not in the zoo file), else the official file at
     ``<name>/<file>``, ``<url folder>/<file>`` or ``<file>``."""
     entry = load_zoo(zoo_path).get(name)
+    if entry is not None and entry.shipped:
+        path = verify_shipped(entry)
+        return ZooLookup(name, "harness", path, f"shipped checkpoint {path}", entry)
     if zoo_dir is None:
         return ZooLookup(name, "missing", None, "no zoo directory given", entry)
     zoo_dir = Path(zoo_dir)
@@ -193,9 +270,10 @@ def find_checkpoint(name: str, zoo_dir: str | Path | None, zoo_path: str | Path 
                      f"--out {zoo_dir}`)", entry)
 
 
-def zoo_model(name: str, zoo_dir: str | Path, trust: bool = False, zoo_path: str | Path | None = None):
-    """A ModelHandle for a zoo model found in ``zoo_dir``; an official file is imported into
-    ``<zoo_dir>/<name>.safetensors`` first (once)."""
+def zoo_model(name: str, zoo_dir: str | Path, trust: bool = False, zoo_path: str | Path | None = None,
+              display_name: str | None = None):
+    """A ModelHandle (named ``display_name`` or the zoo name) for a shipped zoo model or one found
+    in ``zoo_dir``; an official file is imported into ``<zoo_dir>/<name>.safetensors`` first (once)."""
     from harness.models import ModelHandle
 
     found = find_checkpoint(name, zoo_dir, zoo_path)
@@ -204,7 +282,7 @@ def zoo_model(name: str, zoo_dir: str | Path, trust: bool = False, zoo_path: str
         found = find_checkpoint(name, zoo_dir, zoo_path)
     if found.status != "harness":
         raise CheckpointError(found.message)
-    return ModelHandle.from_checkpoint(found.path, name=name)
+    return ModelHandle.from_checkpoint(found.path, name=display_name or name)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -257,5 +335,5 @@ def cmd_zoo_convert(args) -> int:
     return 0
 
 
-__all__ = ["add_cli", "cmd_zoo_list", "cmd_zoo_import", "cmd_zoo_convert", "ZooEntry", "ZooLookup", "load_zoo", "zoo_entry", "zoo_list", "format_zoo", "verify_file",
+__all__ = ["add_cli", "cmd_zoo_list", "cmd_zoo_import", "cmd_zoo_convert", "ZooEntry", "ZooLookup", "load_zoo", "zoo_files", "verify_shipped", "zoo_entry", "zoo_list", "format_zoo", "verify_file",
            "zoo_import", "find_checkpoint", "zoo_model"]

@@ -17,6 +17,7 @@ learner for small data sets such as SynthScenes, not an ImageNet trainer.
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -83,8 +84,10 @@ def _augment(batch: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     return (x - mean) / std
 
 
-def train_supervised(spec: SupervisedSpec, root: Path, *, device: str = "cpu", progress: bool = True):
-    """The trained backbone (eval mode, on the CPU). Deterministic for a spec on one device."""
+def train_supervised(spec: SupervisedSpec, root: Path, *, device: str = "cpu", progress: bool = True,
+                     log_rows: list[dict] | None = None, log_every: int = 10):
+    """The trained backbone (eval mode, on the CPU). Deterministic for a spec on one device.
+    ``log_rows`` (when given) receives {step, loss, lr} every ``log_every`` steps and at the end."""
     dev = resolve_device(device)
     with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
         torch.manual_seed(spec.seed)
@@ -97,13 +100,16 @@ def train_supervised(spec: SupervisedSpec, root: Path, *, device: str = "cpu", p
     opt = torch.optim.AdamW([*backbone.parameters(), *head.parameters()], lr=spec.lr,
                             weight_decay=spec.weight_decay)
     g = torch.Generator().manual_seed(spec.seed)
-    for _ in tqdm(range(spec.steps), desc="supervised reference", unit="step", disable=not progress, leave=False):
+    for step in tqdm(range(1, spec.steps + 1), desc="supervised reference", unit="step", disable=not progress,
+                     leave=False):
         idx = torch.randint(0, len(images), (spec.batch_size,), generator=g)
         x = _augment(images[idx], g).to(dev)
         loss = F.cross_entropy(head(backbone.forward_features(x)[:, 0]), labels[idx].to(dev))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if log_rows is not None and (step % log_every == 0 or step == spec.steps):
+            log_rows.append({"step": step, "loss": float(loss.detach()), "lr": spec.lr})
     return backbone.cpu().eval()
 
 
@@ -120,19 +126,54 @@ def checkpoint_dir(spec: SupervisedSpec, root: Path, device: str = "cpu") -> Pat
 def supervised_checkpoint(spec: SupervisedSpec, root: Path, *, device: str = "cpu", progress: bool = True,
                           log=print) -> Path:
     """Train (or reuse the cached result of) the supervised reference; the checkpoint's path."""
-    from harness.checkpoints import save_checkpoint
-
     out = checkpoint_dir(spec, root, device) / "backbone.safetensors"
     if out.is_file() and out.with_suffix(".json").is_file():
         log(f"[supervised] using cached checkpoint {out}")
         return out
     log(f"[supervised] training {spec.arch} for {spec.steps} steps of {spec.batch_size} on {root} -> {out.parent}")
+    return write_supervised(spec, root, out.parent, device=device, progress=progress, log=log)
+
+
+def write_supervised(spec: SupervisedSpec, root: Path, out_dir: Path, *, device: str = "cpu",
+                     progress: bool = True, log=print) -> Path:
+    """Train the supervised reference into ``out_dir``: backbone.safetensors (+ .json) and
+    log.jsonl (loss and lr per logged step). Returns the checkpoint's path."""
+    from harness.checkpoints import save_checkpoint
+    from harness.io_utils import atomic_write
+
     t0 = time.perf_counter()
-    backbone = train_supervised(spec, root, device=device, progress=progress)
+    rows: list[dict] = []
+    backbone = train_supervised(spec, root, device=device, progress=progress, log_rows=rows)
     seconds = time.perf_counter() - t0
     log(f"[supervised] trained in {seconds:.0f} s")
-    return save_checkpoint(out, backbone.backbone_state_dict(), {
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(out_dir / "log.jsonl", lambda p: p.write_text("".join(json.dumps(r) + "\n" for r in rows)))
+    return save_checkpoint(out_dir / "backbone", backbone.backbone_state_dict(), {
         "method": "supervised", "context": "supervised", "init_seed": spec.seed, "arch": spec.arch, "arch_kwargs": backbone.arch_kwargs,
         "pretrain_data": f"{spec.dataset}:{root}:{spec.split}", "epochs": None, "steps": spec.steps,
         "config": asdict(spec), "train_seconds": round(seconds, 1)})
+
+
+def add_cli(subparsers) -> None:
+    """Adds `supervised`: train the supervised reference into a folder (as `pretrain` does a method)."""
+    s = subparsers.add_parser("supervised", help="train the supervised reference into OUT")
+    s.add_argument("--data-root", required=True,
+                   help="the root the spec's data_root names (SynthScenes: the generated folder)")
+    s.add_argument("--out", required=True)
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a SupervisedSpec field (arch, steps, batch_size, lr, weight_decay, seed, dataset, "
+                        "data_root, split)")
+    s.add_argument("--device", default="cpu")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_supervised)
+
+
+def cmd_supervised(args) -> int:
+    from harness.config import apply_overrides, from_dict
+
+    spec = from_dict(SupervisedSpec, apply_overrides({}, args.set), "--set")
+    root = Path(spec.data_root.replace("{synth}", args.data_root))
+    path = write_supervised(spec, root, Path(args.out), device=args.device, progress=not args.no_progress)
+    print(f"checkpoint: {path}")
+    return 0
 
