@@ -1,0 +1,166 @@
+"""Train the SynthScenes zoo and register it as shipped checkpoints.
+
+    python scripts/synthscenes_zoo.py train --out RUNS [--only synth_dino ...]
+    python scripts/synthscenes_zoo.py register --runs RUNS
+
+`train` generates SynthScenes (the recipes file's preset and seed, cached under
+SSL_BENCH_HOME) and runs each recipe of configs/zoo/synthscenes_recipes.yaml as its own
+`ssl-bench pretrain` (methods) or `ssl-bench supervised` (the supervised reference) process,
+one after another, into RUNS/<name>/; beside each run it writes provenance.json: the exact
+command, the code commit and whether the tree was clean, the machine, torch, and the wall time.
+A run cut off resumes from RUNS/<name>/resume.pt when `train` is run again.
+
+`register` copies each run's backbone into configs/zoo/synthscenes/<name>.safetensors (+ .json,
++ .log.jsonl: the training log) and writes configs/zoo/synthscenes.yaml: one zoo entry per
+checkpoint with its sha256, size and provenance.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness.config import CONFIG_ROOT  # noqa: E402
+from harness.io_utils import sha256_file  # noqa: E402
+
+RECIPES = CONFIG_ROOT / "zoo" / "synthscenes_recipes.yaml"
+SHIPPED = CONFIG_ROOT / "zoo" / "synthscenes"
+ZOO_FILE = CONFIG_ROOT / "zoo" / "synthscenes.yaml"
+
+
+def load_recipes() -> dict:
+    return yaml.safe_load(RECIPES.read_text())
+
+
+def recipe_command(recipe: dict, data_root: Path, out: Path) -> list[str]:
+    """The ssl-bench arguments that train one recipe into ``out``."""
+    if "pretrain" in recipe:
+        sets = [a for s in recipe.get("set", []) for a in ("--set", s)]
+        return ["pretrain", f"configs/{recipe['pretrain']}", *sets, "--data-root", str(data_root),
+                "--out", str(out), "--no-progress"]
+    sets = [a for k, v in recipe["supervised"].items() for a in ("--set", f"{k}={v}")]
+    return ["supervised", *sets, "--data-root", str(data_root), "--out", str(out), "--no-progress"]
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict:
+    import torch
+
+    return {"device": "cpu", "cpu": cpu_model(), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform()}
+
+
+def train(args) -> None:
+    from harness.data.synthetic import default_root, generate
+
+    spec = load_recipes()
+    data_root = default_root(spec["data"]["synth_preset"], spec["data"]["synth_seed"])
+    generate(data_root, preset=spec["data"]["synth_preset"], seed=spec["data"]["synth_seed"])
+    runs = Path(args.out)
+    for name, recipe in spec["recipes"].items():
+        if args.only and name not in args.only:
+            continue
+        out = runs / name
+        cmd = recipe_command(recipe, data_root, out)
+        print(f"== {name}: ssl-bench {' '.join(cmd)}", flush=True)
+        start = dt.datetime.now(dt.timezone.utc)
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, str(ROOT / "run_benchmark.py"), *cmd], cwd=ROOT, check=True)
+        prov = {"command": "ssl-bench " + " ".join(cmd), "recipe": recipe,
+                "code_commit": git("rev-parse", "HEAD"), "tree_clean": git("status", "--porcelain") == "",
+                "started": start.isoformat(timespec="seconds"), "wall_s": round(time.perf_counter() - t0, 1),
+                "made_by": "python scripts/synthscenes_zoo.py train", **machine()}
+        (out / "provenance.json").write_text(json.dumps(prov, indent=2) + "\n")
+        print(f"== {name}: {prov['wall_s']} s", flush=True)
+
+
+def register(args) -> None:
+    from harness.checkpoints import load_checkpoint
+    from harness.data.io import data_stamp
+
+    spec = load_recipes()
+    runs = Path(args.runs)
+    SHIPPED.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for name, recipe in spec["recipes"].items():
+        run = runs / name
+        prov = json.loads((run / "provenance.json").read_text())
+        if prov["recipe"] != recipe:
+            raise SystemExit(f"{run}: trained with recipe {prov['recipe']}, the recipes file now says {recipe}")
+        _, meta = load_checkpoint(run / "backbone.safetensors")
+        weights = SHIPPED / f"{name}.safetensors"
+        shutil.copyfile(run / "backbone.safetensors", weights)
+        shipped_meta = {k: v for k, v in meta.items() if k not in ("weights_mtime_ns",)}
+        shipped_meta["weights_mtime_ns"] = weights.stat().st_mtime_ns
+        (SHIPPED / f"{name}.json").write_text(json.dumps(shipped_meta, indent=2) + "\n")
+        keep = ("step", "epoch", "lr", "loss")
+        rows = [json.loads(r) for r in (run / "log.jsonl").read_text().splitlines() if r.strip()]
+        log = SHIPPED / f"{name}.log.jsonl"
+        log.write_text("".join(json.dumps({k: v for k, v in r.items() if k in keep or k.startswith("loss")})
+                               + "\n" for r in rows))
+        data_root = Path(prov["command"].split("--data-root ")[1].split()[0])
+        synth = json.loads((data_root / "meta.json").read_text())
+        entries.append({
+            "name": name, "method": meta["method"], "arch": meta["arch"], "patch_size": meta["patch_size"],
+            "pretrain_data": f"SynthScenes {synth['preset']} seed {synth['seed']} v{synth['version']}",
+            "epochs": None if meta.get("epochs") is None else round(meta["epochs"]),
+            "layout": "harness", "file": f"synthscenes/{name}.safetensors", "url": "",
+            "sha256": sha256_file(weights), "size": weights.stat().st_size,
+            "source": "trained by ssl-bench (scripts/synthscenes_zoo.py)",
+            "provenance": {
+                "command": prov["command"], "recipe": recipe, "steps": meta.get("steps"),
+                "config_fingerprint": meta.get("config_fingerprint"),
+                "data": {"synthscenes": {k: synth[k] for k in ("version", "preset", "seed")},
+                         "data_stamp": data_stamp(data_root)},
+                "code_commit": prov["code_commit"], "tree_clean": prov["tree_clean"],
+                "device": prov["device"], "cpu": prov["cpu"], "threads": prov["threads"],
+                "torch": prov["torch"], "started": prov["started"], "wall_s": prov["wall_s"],
+                "log": f"synthscenes/{name}.log.jsonl", "log_sha256": sha256_file(log),
+                "made_by": prov["made_by"]}})
+    header = ("# SynthScenes checkpoints trained by ssl-bench and shipped in configs/zoo/synthscenes/.\n"
+              "# Written by `python scripts/synthscenes_zoo.py register`; the recipes:\n"
+              "# configs/zoo/synthscenes_recipes.yaml. Verified (size, sha256) on every use.\n")
+    ZOO_FILE.write_text(header + yaml.safe_dump({"checkpoints": entries}, sort_keys=False, width=100))
+    print(f"wrote {ZOO_FILE} ({len(entries)} checkpoints)")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train")
+    t.add_argument("--out", required=True)
+    t.add_argument("--only", nargs="*", default=None)
+    t.set_defaults(func=train)
+    r = sub.add_parser("register")
+    r.add_argument("--runs", required=True)
+    r.set_defaults(func=register)
+    args = ap.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
