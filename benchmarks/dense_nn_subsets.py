@@ -5,8 +5,8 @@ drawn from the training split only (so disjoint from validation).
 Either read the published open-hummingbird-eval lists
 (``file_sets/{voc,ade20k}/1_div_{8,64,128}/{trainaug,training}_{div}_{seed}.txt``, one
 stem per line) or generate lists of the same kind: one seeded permutation of the sorted
-training stems per seed, each fraction a prefix of it (``floor(N / div)`` stems, at
-least 1). The published lists are nested too but their sizes do not follow one formula
+training stems per seed, each fraction a prefix of it (``floor(N / div)`` stems; a fraction
+with fewer than one image is refused). The published lists are nested too but their sizes do not follow one formula
 (VOC 1320 / 160 / 80 of 10,582; ADE20K 2550 / 300 / 150 of 20,210), so generated lists
 cannot reproduce them; point ``subset_dir`` at the published ones to compare with
 numbers computed on them.
@@ -64,9 +64,21 @@ def generate_subsets(stems: list[str], divisors: list[int], seed: int) -> dict[i
     order = np.random.default_rng(seed).permutation(len(pool))
     out = {}
     for d in divisors:
-        n = max(1, len(pool) // d)
-        out[d] = [pool[i] for i in order[:n]]
+        check_fraction_size(len(pool), d)
+        out[d] = [pool[i] for i in order[:len(pool) // d]]
     return out
+
+
+def check_fraction_size(n_train: int, divisor: int) -> None:
+    """A generated 1/d list holds floor(N / d) images; below one image there is no subset to
+    draw (open-hummingbird-eval's ``dataset*fraction`` gives an empty bank there), and rounding
+    up to one image would report several fractions as separate columns of one measurement."""
+    if n_train // divisor < 1:
+        raise ConfigError(
+            f"fraction 1/{divisor} of {n_train} training image(s) is less than one image "
+            f"(floor({n_train} / {divisor}) = 0); drop it from fractions (e.g. --set "
+            f"'fractions=[1/1, 1/8]'), use fractions 1/d with d <= {max(n_train, 1)}, or a larger "
+            f"training split")
 
 
 def read_stem_list(path: Path) -> list[str]:
@@ -119,6 +131,9 @@ def plan_subsets(train_stems: list[str], val_stems: list[str], fractions: list[s
         raise DataError(f"{len(shared)} image(s) are in both the training and the validation split "
                         f"(e.g. {sorted(shared)[0]!r}); the splits must be disjoint")
     divisors = [f.denominator for f in fracs if f.denominator > 1]
+    if subset_dir is None:
+        for d in divisors:  # before any run, so that nothing is recorded for the other fractions
+            check_fraction_size(len(train_stems), d)
     out: list[Subset] = []
     if Fraction(1, 1) in fracs:
         out.append(Subset(Fraction(1, 1), seeds[0], sorted(train_stems), "all"))

@@ -68,6 +68,8 @@ MMSEG_VERSION = "1.2.2"
 _KEY_MAP: tuple[tuple[str, str], ...] = (
     (r"cls_token", "cls_token"),
     (r"pos_embed", "pos_embed"),
+    # the trained table of a checkpoint imported at another size (harness.backbone.ARCH_KEYS)
+    (r"pos_embed_native", "pos_embed_native"),
     (r"patch_embed\.proj\.(weight|bias)", r"patch_embed.projection.\1"),
     (r"norm\.(weight|bias)", r"ln1.\1"),
     (r"blocks\.(\d+)\.norm([12])\.(weight|bias)", r"layers.\1.ln\2.\3"),
@@ -251,8 +253,11 @@ def register_mmseg_modules() -> None:
             from safetensors.torch import load_file
 
             state = load_file(self.weights)
+            native = state.pop("pos_embed_native", None)
             pos = state.get("pos_embed")
             if pos is not None and pos.shape != self.pos_embed.shape:
+                # resize once, from the trained grid, not from a table already resized at import
+                pos = pos if native is None else native
                 side = math.isqrt(pos.shape[1] - 1)
                 grid = (self.img_size[0] // self.patch_size, self.img_size[1] // self.patch_size)
                 # mmseg's resize (bicubic, align_corners=False, to the exact grid), the one

@@ -207,6 +207,7 @@ class SegProtocolBase:
     FROZEN: bool = True
     HEADLINE_METRIC = "mIoU"
     NOT_IN_FINGERPRINT = EXECUTION_ONLY
+    RUNS_ON_EVERY_RANK = True  # mmengine's launcher 'pytorch' trains on every torchrun process
 
     @classmethod
     def conformance_check(cls, model, exported: dict, data_root: Path) -> dict:

@@ -62,8 +62,13 @@ ARCHS: dict[str, dict] = {
 # ffn_layer: "mlp" or DINOv2's "swiglufused"; pos_interp_offset / pos_interp_antialias: how
 # pos_embed is resized for another grid, as DINOv2's interpolate_offset / interpolate_antialias
 # (offset > 0: bicubic with scale factor (g + offset) / sqrt(N); 0: bicubic to the size).
+# native_img_size: the input size the position embeddings were trained at, set when pos_embed
+# was resized to img_size at import; the backbone then also holds the trained table
+# (`pos_embed_native`) and resizes from it for any other size, so that a run at a third size
+# interpolates once from the trained grid, as the official model does.
 ARCH_KEYS = ("img_size", "patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "reg_tokens",
-             "init_values", "no_embed_class", "ffn_layer", "pos_interp_offset", "pos_interp_antialias")
+             "init_values", "no_embed_class", "ffn_layer", "pos_interp_offset", "pos_interp_antialias",
+             "native_img_size")
 FFN_LAYERS = ("mlp", "swiglufused")
 DEFAULT_POS_INTERP = {"pos_interp_offset": 0.1, "pos_interp_antialias": False}
 
@@ -105,8 +110,8 @@ class ViTBackbone(VisionTransformer):
         kwargs.setdefault("num_classes", 0)
         kwargs.setdefault("dynamic_img_size", True)
         arch_kwargs = {k: kwargs[k] for k in ARCH_KEYS if k in kwargs}
-        self_only = {k: kwargs.pop(k) for k in ("ffn_layer", "pos_interp_offset", "pos_interp_antialias")
-                     if k in kwargs}
+        self_only = {k: kwargs.pop(k) for k in ("ffn_layer", "pos_interp_offset", "pos_interp_antialias",
+                                                "native_img_size") if k in kwargs}
         ffn = self_only.get("ffn_layer", "mlp")
         if ffn not in FFN_LAYERS:
             raise ConfigError(f"ffn_layer must be one of {FFN_LAYERS}, found {ffn!r}")
@@ -121,6 +126,18 @@ class ViTBackbone(VisionTransformer):
         if self.pos_interp_offset < 0:
             raise ConfigError(f"pos_interp_offset must be >= 0, found {self.pos_interp_offset}")
         self.patch_size = self.patch_embed.patch_size[0]
+        native = self_only.get("native_img_size")
+        if native is not None and int(native) != self.patch_embed.img_size[0]:
+            if int(native) % self.patch_size:
+                raise ConfigError(f"native_img_size {native} is not a multiple of the patch size {self.patch_size}")
+            g = int(native) // self.patch_size
+            n_prefix = 0 if self.no_embed_class else self.num_prefix_tokens
+            self.register_buffer("pos_embed_native", torch.zeros(1, n_prefix + g * g, self.embed_dim))
+        else:
+            self.pos_embed_native = None
+        # Set by load_backbone for checkpoints whose pos_embed was resized at import without the
+        # trained table kept: resizing it again would not give the official model's features.
+        self.pos_resize_refused: str | None = None
         # The mask token belongs to the student only (iBOT's `masked_embed`); teachers
         # and exported backbones do not have it.
         self.mask_token = nn.Parameter(torch.zeros(1, self.embed_dim)) if use_mask_token else None
@@ -139,14 +156,25 @@ class ViTBackbone(VisionTransformer):
     def interpolate_pos_embed(self, h: int, w: int) -> torch.Tensor:
         """Position embeddings for an h x w patch grid, prefix tokens first."""
         n_prefix = 0 if self.no_embed_class else self.num_prefix_tokens
-        prefix, grid = self.pos_embed[:, :n_prefix], self.pos_embed[:, n_prefix:]
         g0 = self.patch_embed.grid_size
         if (h, w) == tuple(g0):
             return self.pos_embed
+        source = self.pos_embed
+        if self.pos_embed_native is not None:
+            # resize from the trained grid, never from a table already resized at import
+            source = self.pos_embed_native
+            side = math.isqrt(source.shape[1] - n_prefix)
+            g0 = (side, side)
+            if (h, w) == g0:
+                return source
+        elif self.pos_resize_refused:
+            raise ConfigError(f"{self.pos_resize_refused}; the input gives a {h}x{w} patch grid, the "
+                              f"position embeddings are {g0[0]}x{g0[1]}")
+        prefix, grid = source[:, :n_prefix], source[:, n_prefix:]
         if self.pos_interp == "timm":
             from timm.layers import resample_abs_pos_embed
 
-            return resample_abs_pos_embed(self.pos_embed, new_size=(h, w), old_size=g0,
+            return resample_abs_pos_embed(source, new_size=(h, w), old_size=g0,
                                           num_prefix_tokens=n_prefix)
         # Official DINO/iBOT/CrIBo/DINOv2 interpolation: scale factors with the +0.1 offset that
         # avoids floating-point truncation, bicubic, no antialias. DINOv2 with registers
@@ -164,7 +192,7 @@ class ViTBackbone(VisionTransformer):
                              antialias=self.pos_interp_antialias, **target)
         if grid.shape[-2:] != (h, w):
             raise RuntimeError(f"position interpolation gave {tuple(grid.shape[-2:])}, expected {(h, w)}")
-        grid = grid.to(self.pos_embed.dtype).permute(0, 2, 3, 1).reshape(1, h * w, dim)
+        grid = grid.to(source.dtype).permute(0, 2, 3, 1).reshape(1, h * w, dim)
         return torch.cat([prefix, grid], dim=1)
 
     def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:

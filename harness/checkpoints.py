@@ -24,6 +24,26 @@ def _stem(path: str | Path) -> Path:
     return p.with_suffix("") if p.suffix in (".safetensors", ".json") else p
 
 
+# Suffixes of other frameworks' checkpoint files; never a harness stem.
+FOREIGN_SUFFIXES = (".pth", ".pt", ".ckpt", ".bin", ".pkl", ".tar", ".npz", ".h5", ".msgpack", ".onnx")
+
+
+def _checkpoint_stem(path: str | Path) -> Path:
+    """The stem of the checkpoint a user named: its .safetensors, its .json or the stem itself.
+    Another file (an official .pth, a .ckpt) is refused: taking its stem would load whatever
+    harness checkpoint lies beside it and record it under the name of the file passed."""
+    p = Path(path)
+    if p.suffix not in (".safetensors", ".json") and (p.is_file() or p.suffix.lower() in FOREIGN_SUFFIXES):
+        found = ("found a file of another kind" if p.is_file()
+                 else "found no such file (and its suffix is another format's)")
+        raise CheckpointError(
+            f"{p}: expected an ssl-bench checkpoint (a .safetensors file with a .json beside it, or "
+            f"their common path without suffix), {found}. Convert an official file first with "
+            f"`ssl-bench zoo convert FILE --out DIR/NAME` (any known layout) or `ssl-bench zoo import "
+            f"NAME FILE` (a zoo model), then pass DIR/NAME.safetensors")
+    return _stem(p)
+
+
 def save_checkpoint(path: str | Path, state_dict: dict[str, torch.Tensor], meta: dict[str, Any]) -> Path:
     """Write weights + metadata; returns the .safetensors path. ``meta`` needs
     method, arch, arch_kwargs; pretrain_data, epochs, steps, config are recorded if given.
@@ -94,12 +114,13 @@ def load_checkpoint(path: str | Path, *, on_hash_mismatch: HashMismatch = "error
     differs from the recorded one (other weights put beside an old .json, or a save cut off
     between its two writes) is an error; ``on_hash_mismatch="use_actual"`` loads the weights
     under their real hash instead (the recorded one kept as ``sha256_recorded``)."""
-    stem = _stem(path)
+    stem = _checkpoint_stem(path)
     weights, meta_path = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
     if not weights.is_file():
+        named = f"checkpoint {path}" if Path(path) == weights else f"checkpoint {path} (weights {weights})"
         raise CheckpointError(
-            f"checkpoint weights {weights} not found. A harness checkpoint is a .safetensors file "
-            f"with a .json beside it; official .pth files are imported with `ssl-bench zoo import`."
+            f"{named} not found. A harness checkpoint is a .safetensors file with a .json beside it; "
+            f"official files are converted with `ssl-bench zoo convert` or `ssl-bench zoo import`."
         )
     if not meta_path.is_file():
         raise CheckpointError(f"checkpoint metadata {meta_path} not found beside {weights}")
@@ -128,7 +149,7 @@ def load_checkpoint(path: str | Path, *, on_hash_mismatch: HashMismatch = "error
 
 def verify_sha256(path: str | Path) -> str:
     """Recompute the weights' sha256 and compare with the metadata."""
-    stem = _stem(path)
+    stem = _checkpoint_stem(path)
     meta = read_meta(stem.with_suffix(".json"))
     actual = sha256_file(stem.with_suffix(".safetensors"))
     if meta.get("sha256") and meta["sha256"] != actual:
@@ -174,4 +195,12 @@ def load_backbone(path: str | Path, *, arch: str | None = None, on_hash_mismatch
             f"{path}: checkpoint holds arch {meta['arch']!r} but {arch!r} was requested")
     backbone = create_backbone(meta["arch"], **meta.get("arch_kwargs", {}), **backbone_kwargs)
     load_state_into(backbone, state, str(path))
+    resized = (meta.get("import_report") or {}).get("pos_embed")
+    if resized and backbone.pos_embed_native is None:
+        backbone.pos_resize_refused = (
+            f"{path}: its position embeddings were {resized.split(' (')[0]} at import and the trained "
+            f"table was not kept, so resizing them again for another input size would not give the "
+            f"official model's features. Run it at img_size {backbone.patch_embed.img_size[0]}, or "
+            f"import the official file again (`ssl-bench zoo import` / `zoo convert`; this version "
+            f"keeps the trained table)")
     return backbone, meta

@@ -9,6 +9,7 @@ from pathlib import Path
 from harness.errors import SslBenchError
 
 DEFAULT_SUITE = "suites/default.yaml"
+RETRAIN_SUITE = "suites/synthscenes_retrain.yaml"  # `--pretrain`: the shipped checkpoints, retrained
 
 
 def _threads(n: int | None) -> None:
@@ -187,6 +188,9 @@ def _launcher_args(q, launcher_help: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ssl-bench", description=__doc__)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--pretrain", action="store_true",
+                   help=f"with no command: retrain the shipped SynthScenes checkpoints from their recipes and "
+                        f"evaluate them beside the shipped ones ({RETRAIN_SUITE}) instead of the default run")
     sub = p.add_subparsers(dest="command")
 
     r = sub.add_parser("run", help="run a suite (models x protocols) and print the leaderboard")
@@ -274,12 +278,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _announce_retraining(suite_path: str) -> None:
+    """Say, before any work, how long the zoo checkpoints a suite retrains took to make."""
+    from harness.suite import load_suite
+    from harness.zoo import load_zoo
+
+    suite, _ = load_suite(suite_path)
+    zoo = load_zoo()
+    made = [zoo[m.zoo] for m in suite.models if m.zoo and m.zoo in zoo and zoo[m.zoo].provenance]
+    seconds = sum(float(e.provenance.get("wall_s") or 0) for e in made)
+    cpus = sorted({str(e.provenance.get("cpu")) for e in made})
+    print(f"Retraining {len(made)} SynthScenes checkpoints from their recipes: they took {seconds / 60:.0f} min "
+          f"to train when they were made ({', '.join(cpus)}); expect about as long on 2 idle CPU cores, "
+          f"plus the evaluations. Compare each pair with `ssl-bench compare NAME NAME_retrained`.", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _threads(args.threads)
     if args.command is None:  # `python run_benchmark.py` = the default suite
-        args = parser.parse_args(["run", DEFAULT_SUITE] + (argv or []))
+        rest = [a for a in (argv or []) if a != "--pretrain"]
+        if args.pretrain:
+            _announce_retraining(RETRAIN_SUITE)
+        args = parser.parse_args(["run", RETRAIN_SUITE if args.pretrain else DEFAULT_SUITE] + rest)
     try:
         return args.func(args)
     except SslBenchError as exc:

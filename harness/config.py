@@ -21,15 +21,18 @@ from typing import Any, Mapping, TypeVar
 import yaml
 
 from harness.errors import ConfigError
+from harness.paths import shipped
 
 T = TypeVar("T")
-REPO_ROOT = Path(__file__).resolve().parent.parent
-CONFIG_ROOT = REPO_ROOT / "configs"
+# The shipped configs (methods, protocol presets, suites, paper tables, the zoo): the
+# checkout's configs/, or their copy inside the installed package.
+CONFIG_ROOT = shipped("configs")
 
 
 # ----------------------------------------------------------------------------- loading
 def resolve_config_path(path: str | Path, relative_to: Path | None = None) -> Path:
-    """Find a config by path, relative to a parent config, or under configs/."""
+    """Find a config by path (relative to the current directory), relative to a parent
+    config, or among the shipped configs (CONFIG_ROOT)."""
     p = Path(path)
     candidates = [p]
     if relative_to is not None:

@@ -2,11 +2,13 @@
 
 Every entry point (pretraining, evaluation, feature extraction, suites, paper tables) takes a
 device spec ``auto | cpu | cuda | cuda:N`` and resolves it here. ``auto`` is CUDA when torch
-sees a GPU, else the CPU; under torchrun each process takes the GPU of its ``LOCAL_RANK``.
+sees a GPU, else the CPU; under torchrun or SLURM each process takes the GPU of its ``LOCAL_RANK``
+(modulo the GPUs it sees).
 Asking for CUDA where there is none is an error, never a silent fall-back to the CPU.
 
 Precision: ``fp32 | fp16 | bf16``. fp32 is strict: TF32 tensor-core maths is switched off on
-CUDA, so a GPU's fp32 number differs from the CPU's only by summation order. fp16 and bf16
+CUDA (for every precision: the flags are process-wide), so a GPU's fp32 number differs from the
+CPU's only by summation order. fp16 and bf16
 autocast the forward passes (as the official DINO / iBOT / CrIBo ``--use_fp16`` does, with
 a gradient scaler for fp16 training).
 """
@@ -41,6 +43,23 @@ def _cuda_unavailable_reason() -> str:
             "(no driver, or CUDA_VISIBLE_DEVICES hides them)")
 
 
+def device_type(spec: str | torch.device | None = "auto") -> str:
+    """"cpu" or "cuda": the kind of device a spec names, for cache keys and skip checks.
+
+    Read from the spec alone (``cuda`` and ``cuda:N`` are CUDA), so a SLURM login node without
+    a GPU computes the keys of the GPU jobs it submits; only ``auto`` asks this machine."""
+    if isinstance(spec, torch.device):
+        return spec.type
+    text = (spec or "auto").strip().lower()
+    if text == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if text == "cpu":
+        return "cpu"
+    if text == "cuda" or (text.startswith("cuda:") and text[5:].isdigit()):
+        return "cuda"
+    raise DeviceError(f"device must be {DEVICE_HELP}; found {spec!r}")
+
+
 def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     """The torch.device for a spec; a clear error when it cannot be had here."""
     if isinstance(spec, torch.device):
@@ -55,10 +74,16 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
             raise DeviceError(f"device {text!r} was asked for, but {_cuda_unavailable_reason()}; "
                               "use --device cpu (or auto)")
         count = torch.cuda.device_count()
+        world = int(os.environ.get("WORLD_SIZE", "1"))
         if text == "cuda":
-            # one GPU per process under torchrun; the current GPU otherwise
-            index = local_rank() if "LOCAL_RANK" in os.environ else torch.cuda.current_device()
+            # one GPU per process under torchrun / SLURM. Modulo: with one GPU visible per task
+            # (--gpus-per-task, --gpu-bind) a task's LOCAL_RANK may exceed its GPU count.
+            index = local_rank() % count if "LOCAL_RANK" in os.environ else torch.cuda.current_device()
         else:
+            if world > 1:
+                raise DeviceError(f"device {text!r} was asked for in a distributed run of {world} processes: "
+                                  "every process would use that one GPU; use --device cuda (each process "
+                                  "takes the GPU of its LOCAL_RANK), and CUDA_VISIBLE_DEVICES to choose GPUs")
             try:
                 index = int(text.split(":", 1)[1])
             except ValueError:
@@ -73,22 +98,35 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
 def check_precision(precision: str, device: torch.device) -> str:
     if precision not in PRECISIONS:
         raise DeviceError(f"precision must be one of {', '.join(PRECISIONS)}; found {precision!r}")
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise DeviceError(f"precision bf16 was asked for, but {gpu_name(device)} has no bf16 support; "
-                          "use fp16 or fp32")
+    if precision == "bf16" and device.type == "cuda":
+        # native bf16 maths from compute capability 8.0 (Ampere); torch.cuda.is_bf16_supported()
+        # also counts emulation (V100, T4) and asks the current GPU, not the requested one
+        major, minor = torch.cuda.get_device_capability(device)
+        if (major, minor) < (8, 0):
+            raise DeviceError(f"precision bf16 was asked for, but {gpu_name(device)} (compute capability "
+                              f"{major}.{minor}) has no native bf16 (8.0 and later: Ampere, Hopper); "
+                              "use fp16 or fp32")
     return precision
 
 
 def prepare(device: torch.device, precision: str = "fp32") -> torch.device:
-    """Make `device` current for this process and set its maths to `precision`'s rules."""
+    """Make `device` current for this process and check that it can run `precision`.
+
+    TF32 is switched off on CUDA whatever the precision: fp32 means fp32 (cuDNN allows TF32 by
+    default), and the flags are process-wide, so an fp16 run that switched them on would leave
+    the fp32 evaluations after it in TF32. Autocast regions compute in fp16/bf16 regardless."""
     check_precision(precision, device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-        # fp32 means fp32: TF32 would change the numbers (cuDNN allows it by default).
-        strict = precision == "fp32"
-        torch.backends.cuda.matmul.allow_tf32 = not strict
-        torch.backends.cudnn.allow_tf32 = not strict
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     return device
+
+
+def tf32_enabled() -> bool:
+    """Whether CUDA fp32 matmuls or convolutions may use TF32 in this process (something other
+    than `prepare`, e.g. a library, may have switched it on)."""
+    return bool(torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32)
 
 
 def autocast(device: torch.device, precision: str):
@@ -143,6 +181,7 @@ def device_record(device: torch.device, precision: str, world_size: int = 1) -> 
                            "world_size": int(world_size), "gpu": gpu_name(device)}
     if device.type == "cuda":
         rec["cuda"] = torch.version.cuda
+        rec["tf32"] = tf32_enabled()
     else:
         rec["cpu"] = platform.processor() or platform.machine()
         rec["threads"] = torch.get_num_threads()

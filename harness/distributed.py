@@ -10,6 +10,7 @@ feature extraction.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -48,6 +49,40 @@ def init_from_env(device: torch.device | None = None) -> bool:
 def barrier() -> None:
     if is_dist():
         dist.barrier()
+
+
+# Waits on file work and on rank 0's protocol run: rank 0 alone joins the feature shards (tens
+# of GB for a dense-NN bank) and runs the protocol while the others wait; NCCL's default
+# 10-minute timeout would end the job. torchrun (and srun) end every process when one fails,
+# so a long timeout does not leave orphans waiting.
+FILE_WAIT_TIMEOUT = timedelta(hours=48)
+_control: tuple[object, object] | None = None  # (the default group it belongs to, the gloo group)
+
+
+def control_group():
+    """A gloo group over every rank with the long FILE_WAIT_TIMEOUT, for barriers around file
+    work and for small Python objects (gloo needs no GPU tensors). Every rank must reach the
+    first call (it creates the group collectively)."""
+    global _control
+    world = dist.group.WORLD
+    if _control is None or _control[0] is not world:
+        _control = (world, dist.new_group(backend="gloo", timeout=FILE_WAIT_TIMEOUT))
+    return _control[1]
+
+
+def file_barrier() -> None:
+    """Wait for every rank around work on shared files (see FILE_WAIT_TIMEOUT)."""
+    if is_dist():
+        dist.barrier(group=control_group())
+
+
+def broadcast_object(obj=None, src: int = 0):
+    """Rank `src`'s picklable `obj` on every rank (over the control group)."""
+    if not is_dist():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src, group=control_group())
+    return box[0]
 
 
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:

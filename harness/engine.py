@@ -32,8 +32,8 @@ from harness import device as devices
 from harness import distributed as dist
 from harness.checkpoints import save_checkpoint
 from harness.config import fingerprint, from_dict, to_dict
-from harness.errors import ConfigError
-from harness.io_utils import atomic_write
+from harness.errors import ConfigError, FolderLockedError
+from harness.io_utils import FolderLock, atomic_write
 from harness.method import BackboneConfig, Method, StepInfo
 from harness.registry import METHODS
 from harness.schedules import cosine_schedule
@@ -169,6 +169,9 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(param_groups(self.method, t.weight_decay), lr=lr)
         self.scaler = devices.grad_scaler(self.device, t.precision)
         self.step = 0
+        # what trained each stretch of a resumed run (another GPU, precision or world size)
+        self.trained_on: list[dict] = []
+        self.session_start = 0
         self.log_path = self.out_dir / "log.jsonl"
         check_names(t.loggers, f"{source}: train.loggers")
         self.loggers: TrainLoggers | None = None  # opened by train(), on the main process
@@ -204,7 +207,8 @@ class Trainer:
             return
         state = {"method": self.method.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "step": self.step, "torch_rng": torch.get_rng_state(),
-                 "scaler": self.scaler.state_dict(), "config": self._identity()}
+                 "scaler": self.scaler.state_dict(), "config": self._identity(),
+                 "trained_on": json.dumps(self._trained_on())}
         if self.device.type == "cuda":  # drop-path draws on the GPU come from its own generator
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         atomic_write(self.resume_path, lambda p: torch.save(state, p))
@@ -224,7 +228,8 @@ class Trainer:
                               "use another output directory or delete it to start over")
         self.method.load_state_dict(state["method"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.step = int(state["step"])
+        self.step = self.session_start = int(state["step"])
+        self.trained_on = json.loads(state.get("trained_on", "[]"))
         torch.set_rng_state(state["torch_rng"])
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
@@ -240,6 +245,12 @@ class Trainer:
         rows = [r for r in self.log_path.read_text().splitlines() if r and json.loads(r)["step"] <= step]
         atomic_write(self.log_path, lambda p: p.write_text("".join(r + "\n" for r in rows)))
 
+    def _trained_on(self) -> list[dict]:
+        """One device record per stretch of training, with its steps [from_step, to_step)."""
+        here = {**devices.device_record(self.device, self.cfg.train.precision, dist.world_size()),
+                "from_step": self.session_start, "to_step": self.step}
+        return self.trained_on + [here]
+
     def export(self) -> Path:
         cfg = self.cfg
         meta = {"method": cfg.method.get("name"), "arch": cfg.backbone.arch,
@@ -247,7 +258,7 @@ class Trainer:
                 "pretrain_data": cfg.data.get("name") or str(cfg.data.get("root")),
                 "epochs": self.step / self.steps_per_epoch, "steps": self.step,
                 "config": to_dict(cfg), "config_fingerprint": fingerprint(to_dict(cfg)),
-                "trained_on": devices.device_record(self.device, cfg.train.precision, dist.world_size())}
+                "trained_on": self._trained_on()}
         weights = {k: v.cpu() for k, v in self.method.export_backbone().items()}
         return save_checkpoint(self.out_dir / "backbone", weights, meta)
 
@@ -263,6 +274,33 @@ class Trainer:
             self.loggers.log(row)
 
     def train(self) -> Path:
+        lock = self._lock_out_dir()
+        try:
+            return self._train_locked()
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _lock_out_dir(self) -> FolderLock | None:
+        """The output folder's lock, held by the main process for the whole run: two runs into
+        one folder would both resume from it and both append to log.jsonl. Every rank learns
+        whether it was taken (one all-reduce) and fails with it, so no rank waits in a
+        collective for a main process that has stopped."""
+        lock, error = None, None
+        if dist.is_main():
+            try:
+                lock = FolderLock(self.out_dir, "pretraining").acquire()
+            except FolderLockedError as exc:
+                error = exc
+        failed = dist.all_reduce_sum(torch.tensor([0.0 if error is None else 1.0], device=self.device))
+        if error is not None:
+            raise error
+        if failed.item():
+            raise FolderLockedError(f"{self.out_dir} is in use by another pretraining (the main process "
+                                    f"could not lock it; its error names the holder)")
+        return lock
+
+    def _train_locked(self) -> Path:
         t = self.cfg.train
         self.out_dir.mkdir(parents=True, exist_ok=True)
         resumed = self.try_resume()

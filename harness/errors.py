@@ -28,3 +28,7 @@ class MissingDependencyError(SslBenchError):
 class NotApplicable(SslBenchError):
     """A protocol cannot measure this kind of model (e.g. an mmseg protocol asked to finetune
     the raw-pixel baseline, which has no network). Suites log it and skip the pair."""
+
+
+class FolderLockedError(SslBenchError):
+    """Another process holds the lock on an output folder (e.g. a pretraining into the same --out)."""

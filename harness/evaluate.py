@@ -12,6 +12,7 @@ from harness import results
 from harness.config import fingerprint, to_dict
 from harness.data.io import data_identity
 from harness.device import device_record
+from harness.features import leading_extractions, serve_extractions
 from harness.memory import peak_rss_mb
 from harness.models import ModelHandle
 from harness.registry import PROTOCOLS
@@ -44,6 +45,27 @@ def already_done(model: ModelHandle, protocol, data_root: Path, runs_dir: Path |
             and r["model"]["name"] == model.name]
 
 
+def _measure(model: ModelHandle, protocol, data_root: Path) -> list:
+    """The protocol's results. Under torchrun, rank 0 runs the protocol while the others
+    extract their shares of its features, then receive its results: the numbers are computed
+    once, not once per rank."""
+    if dist.world_size() == 1 or getattr(protocol, "RUNS_ON_EVERY_RANK", False):
+        return model.measure(protocol, data_root)
+    if not dist.is_main():
+        status, value = serve_extractions(model)
+        if status != "ok":
+            raise RuntimeError(f"rank 0 failed while running {protocol.registry_name}: {value}")
+        return value
+    try:
+        with leading_extractions():
+            outputs = model.measure(protocol, data_root)
+    except BaseException as exc:
+        dist.broadcast_object(("done", ("failed", f"{type(exc).__name__}: {exc}")))
+        raise
+    dist.broadcast_object(("done", ("ok", outputs)))
+    return outputs
+
+
 def evaluate(model: ModelHandle, protocol, data_root: Path, *, preset: str | None = None,
              runs_dir: Path | None = None, force: bool = False) -> tuple[list[dict], bool]:
     """Returns (records, skipped). Records are written only after the whole protocol run
@@ -52,8 +74,10 @@ def evaluate(model: ModelHandle, protocol, data_root: Path, *, preset: str | Non
         done = already_done(model, protocol, data_root, runs_dir)
         if done:
             return done, True
+    if model.device.type == "cuda":  # the peak of this measurement, not of the process so far
+        torch.cuda.reset_peak_memory_stats(model.device)
     t0 = time.perf_counter()
-    outputs = model.measure(protocol, Path(data_root))
+    outputs = _measure(model, protocol, Path(data_root))
     wall = time.perf_counter() - t0
     # the device that did the work (the model's), never merely one that exists
     cost = {"wall_s": round(wall, 3), "peak_rss_mb": round(peak_rss_mb(), 1),

@@ -120,8 +120,10 @@ def _collate_list(batch):
 
 def feature_key(model: ModelHandle, source: ImageSource, transform, n_last_blocks: int, norm: bool,
                 patches: bool, patch_dtype: str, precision: str = "fp32") -> str:
-    # A GPU's kernels round differently from the CPU's: features from each are kept apart.
+    # A GPU's kernels round differently from the CPU's: features from each are kept apart;
+    # so are those computed with TF32 matmuls (fp32 on CUDA is strict unless something set TF32).
     device_type = devices.module_device(model.backbone).type
+    tf32 = device_type == "cuda" and devices.tf32_enabled()
     return fingerprint({
         "v": CACHE_VERSION, "weights": model.cache_key, "data": source.fingerprint(),
         "data_stamp": content_stamp(source),
@@ -129,6 +131,7 @@ def feature_key(model: ModelHandle, source: ImageSource, transform, n_last_block
         "patches": patches, "patch_dtype": patch_dtype, "precision": precision,
         "pos_interp": model.backbone.pos_interp_id,
         **({"device": device_type} if device_type != "cpu" else {}),
+        **({"tf32": True} if tf32 else {}),
     }, length=24)
 
 
@@ -162,6 +165,11 @@ def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_la
     args = (model, source, transform, n_last_blocks, norm, patches, patch_dtype, batch_size, num_workers,
             progress, desc, precision, engine, threads)
     if dist.world_size() > 1:
+        if _leading and dist.is_main():  # the other ranks wait in serve_extractions
+            dist.broadcast_object(("extract", (source, transform, dict(
+                n_last_blocks=n_last_blocks, norm=norm, patches=patches, patch_dtype=patch_dtype,
+                batch_size=batch_size, num_workers=num_workers, cache=cache, cache_dir=cache_dir,
+                progress=False, desc=desc, precision=precision, engine=engine, threads=threads))))
         return _extract_sharded(root, key, cache, args)
     tmp = make_owned_tempdir(root, prefix=f".{key}.")
     try:
@@ -222,43 +230,70 @@ def shard_bounds(n: int, world: int, rank: int) -> tuple[int, int]:
 
 
 def _extract_sharded(root: Path, key: str, cache: bool, args: tuple) -> FeatureSet:
-    """Each rank extracts its shard into ``.<key>.shards/rank<r>``; rank 0 joins them. The
-    feature cache folder must be one folder for every rank (one node, or shared storage)."""
+    """Each rank extracts its shard into ``<staging>/rank<r>``; rank 0 joins them. The staging
+    folder is this extraction's own (another run of the same key may be staging beside it).
+    The feature cache folder must be one folder for every rank (one node, or shared storage)."""
     source = args[1]
     world, rank = dist.world_size(), dist.rank()
-    staging = root / f".{key}.shards"
-    if dist.is_main():
-        shutil.rmtree(staging, ignore_errors=True)  # a killed earlier attempt
-        staging.mkdir(parents=True)
-    dist.barrier()
+    staging = make_owned_tempdir(root, prefix=f".{key}.shards_") if dist.is_main() else None
+    staging = Path(dist.broadcast_object(str(staging) if staging is not None else None))
     t0 = time.perf_counter()
     start, stop = shard_bounds(len(source), world, rank)
     mine = staging / f"rank{rank}"
     mine.mkdir()
     progress = args[9] and dist.is_main()
     _extract_into(mine, args[0], _Shard(source, start, stop), *args[2:9], progress, *args[10:])
-    dist.barrier()
+    dist.file_barrier()
     final = root / key
     out = final if cache else staging / "joined"
-    if dist.is_main():
-        shards = [staging / f"rank{r}" for r in range(world)]
-        missing = [str(d) for d in shards if not (d / "meta.json").is_file()]
-        if missing:
-            raise RuntimeError(f"feature shards {missing} are not visible to rank 0: the feature cache "
-                               "must be on storage every rank shares (set SSL_BENCH_HOME there)")
-        tmp = make_owned_tempdir(root, prefix=f".{key}.")
-        _join_shards(shards, tmp, time.perf_counter() - t0)
-        if out.exists():  # another run finished first; its result is identical
-            shutil.rmtree(tmp)
-        else:
-            tmp.rename(out)
-    dist.barrier()
-    fs = _load(out, key, in_memory=not cache)
-    fs.from_cache = False
-    dist.barrier()  # every rank has read the joined arrays before they go
-    if dist.is_main():
-        shutil.rmtree(staging, ignore_errors=True)
+    try:
+        if dist.is_main():
+            shards = [staging / f"rank{r}" for r in range(world)]
+            missing = [str(d) for d in shards if not (d / "meta.json").is_file()]
+            if missing:
+                raise RuntimeError(f"feature shards {missing} are not visible to rank 0: the feature cache "
+                                   "must be on storage every rank shares (set SSL_BENCH_HOME there)")
+            tmp = make_owned_tempdir(root, prefix=f".{key}.")
+            _join_shards(shards, tmp, time.perf_counter() - t0)
+            if out.exists():  # another run finished first; its result is identical
+                shutil.rmtree(tmp)
+            else:
+                tmp.rename(out)
+        dist.file_barrier()  # rank 0 alone joins: may take long (see FILE_WAIT_TIMEOUT)
+        fs = _load(out, key, in_memory=not cache)
+        fs.from_cache = False
+        dist.file_barrier()  # every rank has read the joined arrays before they go
+    finally:
+        if dist.is_main():
+            shutil.rmtree(staging, ignore_errors=True)
     return fs
+
+
+# Rank 0 runs a protocol while the other ranks serve its feature extractions (evaluate.py).
+_leading = False
+
+
+@contextmanager
+def leading_extractions():
+    """On rank 0: each sharded extraction inside the block first tells the ranks waiting in
+    `serve_extractions` what to extract."""
+    global _leading
+    _leading = True
+    try:
+        yield
+    finally:
+        _leading = False
+
+
+def serve_extractions(model: ModelHandle):
+    """On a rank other than 0 while rank 0 runs a protocol: extract this rank's share of every
+    feature set rank 0 asks for, until it sends ("done", value); returns that value."""
+    while True:
+        kind, payload = dist.broadcast_object(None)
+        if kind == "done":
+            return payload
+        source, transform, kwargs = payload
+        extract_features(model, source, transform, **kwargs)
 
 
 def _join_shards(shards: list[Path], out: Path, seconds: float) -> None:

@@ -539,8 +539,11 @@ def read_official(path: str | Path, layout: str | None = None, *, which: str | N
         unpickled=unpickled, renamed=renamed, forward=forward)
     if img_size is not None and img_size != kwargs["img_size"]:
         state = dict(state)
+        # the trained table is kept beside the resized one: a later run at a third size resizes
+        # from it (once, as the official model does), not from the table resized here
+        state["pos_embed_native"] = state["pos_embed"]
         state["pos_embed"], report.pos_embed = _resize_pos_embed(state, arch_name, kwargs, img_size)
-        kwargs["img_size"] = img_size
+        kwargs["native_img_size"], kwargs["img_size"] = kwargs["img_size"], img_size
     state = {k: v.float().contiguous() if v.is_floating_point() else v for k, v in state.items()}
     return state, report
 
@@ -558,7 +561,8 @@ def _resize_pos_embed(state: dict, arch: str, kwargs: dict, img_size: int) -> tu
     g0, g1 = kwargs["img_size"] // patch, img_size // patch
     with torch.no_grad():
         new = model.interpolate_pos_embed(g1, g1).detach().clone()
-    return new, f"resized {g0}x{g0} -> {g1}x{g1} (official bicubic interpolation)"
+    return new, (f"resized {g0}x{g0} -> {g1}x{g1} (official bicubic interpolation); the {g0}x{g0} table "
+                 f"is kept for other sizes")
 
 
 def _build(arch: str, kwargs: dict) -> ViTBackbone:

@@ -125,3 +125,64 @@ def clean_stale_tempdirs(root: Path, pattern: str = TEMPDIR_PATTERN, max_age_hou
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
     return removed
+
+
+# ----------------------------------------------------------------------------- folder locks
+LOCK_FILE = ".lock"
+
+
+class FolderLock:
+    """An exclusive ``flock`` on ``<folder>/.lock``, held from :meth:`acquire` to :meth:`release`
+    (or the holder's death: the kernel drops it with the process, so a killed run leaves no
+    stale lock). The file records the holder (pid, host, start time) for the error another
+    process gets. Advisory: it only keeps out writers that take it too."""
+
+    def __init__(self, folder: Path, what: str = "run"):
+        self.folder, self.what = Path(folder), what
+        self.path = self.folder / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> "FolderLock":
+        import fcntl
+
+        from harness.errors import FolderLockedError
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _describe_holder(os.read(fd, 4096))
+            os.close(fd)
+            raise FolderLockedError(
+                f"{self.folder} is in use by another {self.what} ({holder}); wait for it to finish, "
+                f"stop it, or use another output folder") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        holder = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "started": time.strftime("%Y-%m-%d %H:%M:%S %z"), "what": self.what}
+        os.ftruncate(fd, 0)
+        os.write(fd, (json.dumps(holder) + "\n").encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)  # the next reader finds no holder rather than a finished one
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+    def __enter__(self) -> "FolderLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _describe_holder(raw: bytes) -> str:
+    try:
+        h = json.loads(raw.decode())
+        return f"pid {h['pid']} on host {h['host']}, started {h['started']}"
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return "a process that has not recorded itself yet"

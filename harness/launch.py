@@ -32,6 +32,11 @@ from harness.suite import (EvalOutcome, ModelEntry, ProtocolEntry, SuiteConfig, 
 
 CLUSTERS = ("local", "slurm")
 DEFAULT_TIME_MIN = 24 * 60  # submitit's own defaults (2 min local, 5 min slurm) would kill real runs
+# SLURM's default is 1 CPU per task, which starves a GPU: the official DINO / iBOT launchers ask
+# for 10 per task (their 10 DataLoader workers, configs/methods/*_vit_*.yaml's num_workers).
+DEFAULT_CPUS_PER_TASK = 10
+# #SBATCH options (as --slurm-extra keys) that give a job GPUs without --gpus-per-node
+_GPU_OPTIONS = {"gres", "gpus", "gpus_per_task", "gpus-per-task", "gpus_per_node", "gpus-per-node"}
 POLL_S = 1.0
 TAIL_LINES = 15
 
@@ -56,6 +61,19 @@ class LaunchOptions:
             raise SslBenchError(f"launcher must be one of {', '.join(CLUSTERS)}; found {self.cluster!r}")
         if self.max_parallel is not None and self.max_parallel < 0:
             raise SslBenchError(f"--max-parallel must be 0 (no limit) or more; found {self.max_parallel}")
+
+    def job_device(self) -> str:
+        """The device spec every job gets and every cache key is computed from, fixed here in
+        the parent. `auto` on SLURM is CUDA when the jobs ask for GPUs (a login node's own lack
+        of one says nothing about the compute nodes); locally, CUDA when this machine has one."""
+        from harness.device import device_type
+
+        if self.device.strip().lower() != "auto":
+            return self.device
+        if self.cluster == "slurm":
+            asks_gpus = bool(self.gpus_per_node) or bool(_GPU_OPTIONS & set(self.slurm_extra))
+            return "cuda" if asks_gpus else "cpu"
+        return device_type("auto")
 
     def parallel_limit(self) -> int | None:
         """How many jobs may run at once (None: all). Locally one: on a small machine two
@@ -119,8 +137,11 @@ def _setup_lines(options: LaunchOptions) -> list[str]:
     return lines
 
 
-def make_executor(options: LaunchOptions, name: str, nodes: int = 1, tasks_per_node: int = 1):
-    """A submitit AutoExecutor with the options mapped onto its parameters."""
+def make_executor(options: LaunchOptions, name: str, nodes: int = 1, tasks_per_node: int = 1,
+                  gpus_per_node: int | None = None):
+    """A submitit AutoExecutor with the options mapped onto its parameters. `gpus_per_node`:
+    what each job asks for (default: the options'); SLURM jobs get DEFAULT_CPUS_PER_TASK CPUs
+    per task unless --cpus-per-task says otherwise."""
     submitit = require_submitit()
     if options.cluster == "local" and nodes > 1:
         raise SslBenchError(f"the local launcher runs on this machine only; found --nodes {nodes}: "
@@ -134,7 +155,8 @@ def make_executor(options: LaunchOptions, name: str, nodes: int = 1, tasks_per_n
     setup = _setup_lines(options)
     params: dict[str, Any] = {
         "name": name, "timeout_min": options.time_min, "nodes": nodes, "tasks_per_node": tasks_per_node,
-        "gpus_per_node": options.gpus_per_node, "cpus_per_task": options.cpus_per_task,
+        "gpus_per_node": options.gpus_per_node if gpus_per_node is None else gpus_per_node,
+        "cpus_per_task": options.cpus_per_task or (DEFAULT_CPUS_PER_TASK if options.cluster == "slurm" else None),
         "mem_gb": options.mem_gb, "slurm_partition": options.partition,
         "slurm_additional_parameters": options.slurm_extra or None,
         "slurm_setup": setup, "local_setup": setup,  # each executor takes its own, ignores the other
@@ -234,6 +256,24 @@ def run_jobs(executor, specs: list[JobSpec], max_parallel: int | None, log=print
     return outcomes
 
 
+class Requeueable:
+    """A job function that SLURM requeues after a time-out or a preemption: submitit calls
+    `checkpoint` when the job is signalled and resubmits the call it returns (the protocol of
+    submitit.helpers.Checkpointable). The same call continues the work: pretraining resumes
+    from resume.pt, and finished checkpoints are found in the cache."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+    def checkpoint(self, *args, **kwargs):
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, *args, **kwargs)
+
+
 # ----------------------------------------------------------------------------- inside a job
 @dataclass
 class JobSettings:
@@ -241,15 +281,16 @@ class JobSettings:
     device: str = "auto"
     threads: int | None = None
 
-    def apply(self) -> None:
+    def apply(self):
+        """Resolve the device once, on the node that runs the job (a GPU asked for but absent
+        fails here, clearly); returns it."""
         import torch
 
         from harness.device import prepare, resolve_device
 
         if self.threads:
             torch.set_num_threads(self.threads)
-        # on the node that runs the job: a GPU asked for but absent fails here, clearly
-        prepare(resolve_device(self.device))
+        return prepare(resolve_device(self.device))
 
 
 def pretrain_model_job(entry: ModelEntry, data: SuiteData, progress: bool, settings: JobSettings) -> str:
@@ -272,8 +313,8 @@ def cached_supervised_checkpoint(entry: ModelEntry, data: SuiteData, device: str
 
 def evaluate_job(model_entry: ModelEntry, protocol_entry: ProtocolEntry, data: SuiteData, source: str,
                  force: bool, progress: bool, settings: JobSettings) -> EvalOutcome:
-    settings.apply()
-    model = prepare_model(model_entry, data, progress, device=settings.device)
+    device = settings.apply()
+    model = prepare_model(model_entry, data, progress, device=str(device))
     outcome = evaluate_entry(model, protocol_entry, data, source, force)
     print(outcome.summary())
     return outcome
@@ -310,19 +351,19 @@ def _check_suite(suite: SuiteConfig, source: str, data: SuiteData, log) -> tuple
 
 def _pretrain_stage(executor, entries, data, options, progress, failures, log) -> set[str]:
     """Pretrain every model without a cached checkpoint; returns the names that failed."""
-    settings = JobSettings(options.device, options.threads)
+    settings = JobSettings(options.job_device(), options.threads)
     specs = []
     for entry in entries:
         if not (entry.pretrain or entry.supervised is not None):
             continue
-        # resolved here, where a login node may see no GPU: at worst a job finds the cache itself
-        ckpt = (cached_checkpoint(entry, data.pretrain_root, data.pretrain_name, options.device) if entry.pretrain
-                else cached_supervised_checkpoint(entry, data, options.device))
+        # keyed by the jobs' device spec, not by what this (login) node has
+        ckpt = (cached_checkpoint(entry, data.pretrain_root, data.pretrain_name, settings.device) if entry.pretrain
+                else cached_supervised_checkpoint(entry, data, settings.device))
         if ckpt is not None:
             log(f"[{entry.name}] using cached checkpoint {ckpt}")
             continue
         # the supervised reference trains once here, not in each of its evaluation jobs
-        job = pretrain_model_job if entry.pretrain else supervised_model_job
+        job = Requeueable(pretrain_model_job if entry.pretrain else supervised_model_job)
         specs.append(JobSpec(f"model {entry.name}", job, (entry, data, progress, settings), model=entry.name))
     outcomes = run_jobs(executor, specs, options.parallel_limit(), log,
                         on_done=lambda o: log(f"[{o.spec.model}] pretrained: {o.value}"))
@@ -333,7 +374,7 @@ def _pretrain_stage(executor, entries, data, options, progress, failures, log) -
 def _evaluation_stage(executor, entries, protocols, data, source, options, force, progress,
                       failures, log) -> list[dict]:
     """One job per (model, protocol entry); records in the in-process run's order."""
-    settings = JobSettings(options.device, options.threads)
+    settings = JobSettings(options.job_device(), options.threads)
     specs = [JobSpec(f"{p.name} on {entry.name}", evaluate_job,
                      (entry, p, data, source, force, progress, settings), model=entry.name)
              for p in protocols for entry in entries]
@@ -343,6 +384,18 @@ def _evaluation_stage(executor, entries, protocols, data, source, options, force
     return [record for o in outcomes if o.ok for record in o.value.records]
 
 
+def _suite_job_gpus(options: LaunchOptions) -> int | None:
+    """GPUs a suite job asks SLURM for: each job is one process on one device, so one GPU
+    when the jobs run on CUDA (more would sit idle)."""
+    if options.cluster != "slurm" or options.job_device() == "cpu":
+        return options.gpus_per_node
+    if options.gpus_per_node is not None and options.gpus_per_node > 1:
+        raise SslBenchError(f"each suite job is one process on one GPU; found --gpus-per-node "
+                            f"{options.gpus_per_node}: give 1 (jobs run side by side, up to --max-parallel), "
+                            "or pretrain on several GPUs with `ssl-bench pretrain --launcher slurm`")
+    return 1
+
+
 def launch_suite(suite: SuiteConfig, source: str, options: LaunchOptions, *, force: bool = False,
                  progress: bool = True, out_dir: Path | None = None, log=print) -> dict[str, Any]:
     """`run_suite` with its pretraining and evaluations as jobs; same return value."""
@@ -350,14 +403,14 @@ def launch_suite(suite: SuiteConfig, source: str, options: LaunchOptions, *, for
     t0 = time.perf_counter()
     data = prepare_data(suite, progress, log)
     entries, protocols = _check_suite(suite, source, data, log)
-    executor = make_executor(options, name=f"ssl-bench-{Path(source).stem}")
+    executor = make_executor(options, name=f"ssl-bench-{Path(source).stem}", gpus_per_node=_suite_job_gpus(options))
     log(f"launching on {options.cluster}; job logs under {options.job_dir}")
     failures: list[str] = []
     failed_models = _pretrain_stage(executor, entries, data, options, progress, failures, log)
     trained = [e for e in entries if e.name not in failed_models]
     records = _evaluation_stage(executor, trained, protocols, data, source, options, force, progress,
                                 failures, log)
-    return finish_suite(records, failures, t0, out_dir, log)
+    return finish_suite(records, failures, t0, out_dir, log, suite)
 
 
 # ----------------------------------------------------------------------------- pretraining
@@ -366,10 +419,16 @@ def launch_pretrain(cfg, out_dir: Path, source: str, options: LaunchOptions, *, 
     """One job of `nodes x tasks_per_node` data-parallel tasks (default one per GPU, else one)."""
     tasks = tasks_per_node or options.gpus_per_node or 1
     method = cfg.method.get("name", "method")
-    executor = make_executor(options, name=f"ssl-bench-pretrain-{method}", nodes=nodes, tasks_per_node=tasks)
-    settings = JobSettings(options.device, options.threads)
+    device = options.job_device()
+    # one GPU per task on SLURM when none was asked for and the job runs on CUDA
+    gpus = options.gpus_per_node if options.gpus_per_node is not None or options.cluster != "slurm" \
+        or device == "cpu" else tasks
+    executor = make_executor(options, name=f"ssl-bench-pretrain-{method}", nodes=nodes, tasks_per_node=tasks,
+                             gpus_per_node=gpus)
+    settings = JobSettings(device, options.threads)
+    # a time-out or preemption requeues the job, which resumes from resume.pt
     spec = JobSpec(f"pretrain {method} ({nodes} node(s) x {tasks} task(s)) -> {out_dir}",
-                   distributed_pretrain_job, (cfg, str(Path(out_dir).resolve()), source, progress, settings),
+                   Requeueable(distributed_pretrain_job), (cfg, str(Path(out_dir).resolve()), source, progress, settings),
                    model=method)
     [outcome] = run_jobs(executor, [spec], None, log)
     return outcome

@@ -312,11 +312,12 @@ def protocol_tables(df: pd.DataFrame, headline_only: bool = False) -> list[Proto
     return tables
 
 
-def random_init_references(df: pd.DataFrame) -> dict[str, str]:
-    """Row -> the random-init row its deltas are taken against. A random-init row is one whose
-    records say so (context ``random_init``, harness.context); only rows of a method's or an
-    imported checkpoint's model (no context) get one: the one of their architecture, else the
-    only one there is. The other context rows (chance, pixels, supervised) are references too."""
+def random_init_baselines(df: pd.DataFrame) -> dict[str, list[str]]:
+    """Row -> the random-init rows its deltas are taken against (their mean). A random-init row
+    is one whose records say so (context ``random_init``, harness.context); only rows of a
+    method's or an imported checkpoint's model (no context) get them: every random-init row of
+    their architecture (several init seeds show the baseline's own noise), else the only one
+    there is. The other context rows (chance, pixels, supervised) are references too."""
     models = df.attrs.get("models", {})
     kinds = {m: (models.get(m) or {}).get("context") for m in df.index}
     refs = [m for m in df.index if kinds[m] == "random_init"]
@@ -325,10 +326,15 @@ def random_init_references(df: pd.DataFrame) -> dict[str, str]:
         if kinds[m] is not None or not refs:
             continue
         same_arch = [r for r in refs if (models.get(r) or {}).get("arch") == (models.get(m) or {}).get("arch")]
-        ref = same_arch[0] if len(same_arch) == 1 else refs[0] if len(refs) == 1 else None
-        if ref is not None:
-            out[m] = ref
+        chosen = same_arch or (refs if len(refs) == 1 else [])
+        if chosen:
+            out[m] = chosen
     return out
+
+
+def random_init_references(df: pd.DataFrame) -> dict[str, str]:
+    """Row -> its random-init row, for rows that have exactly one (:func:`random_init_baselines`)."""
+    return {m: refs[0] for m, refs in random_init_baselines(df).items() if len(refs) == 1}
 
 
 def _best_rows(df: pd.DataFrame, col: tuple, rows: list[str]) -> set[str]:
@@ -345,7 +351,7 @@ def _table_cells(df: pd.DataFrame, table: ProtocolTable, best_mark, digits: int 
     ``best_mark(text)`` on the best mean of each column, and on headline columns the delta to
     the row's random-init reference (``Δ +1.23``)."""
     rows = [m for m in df.index if any(df.at[m, c + ("n",)] > 0 for c in table.columns)]
-    refs = random_init_references(df)
+    baselines = random_init_baselines(df)
     best = {c: _best_rows(df, c, rows) for c in table.columns}
     cells = []
     for m in rows:
@@ -358,19 +364,22 @@ def _table_cells(df: pd.DataFrame, table: ProtocolTable, best_mark, digits: int 
             value = f"{mean:.{digits}f}"
             text = (best_mark(value) if m in best[c] else value) + (
                 f" ± {std:.{digits}f} (n={int(n)})" if n > 1 else " (n=1)")
-            ref = refs.get(m)
-            if table.is_headline(c) and ref is not None and df.at[ref, c + ("n",)] > 0:
-                text += f" Δ {mean - df.at[ref, c + ('mean',)]:+.{digits}f}"
+            base = [df.at[r, c + ("mean",)] for r in baselines.get(m, []) if df.at[r, c + ("n",)] > 0]
+            if table.is_headline(c) and base:
+                text += f" Δ {mean - sum(base) / len(base):+.{digits}f}"
             line.append(text)
         cells.append(line)
     return rows, cells
 
 
 def _legend(df: pd.DataFrame, best: str) -> str:
-    refs = sorted(set(random_init_references(df).values()))
+    refs = sorted({r for rows in random_init_baselines(df).values() for r in rows})
     text = f"{best}: the best mean of the column (higher is better)"
-    if refs:
-        text += f"; Δ: difference to the random-init row ({', '.join(refs)}) on the headline metric"
+    if len(refs) == 1:
+        text += f"; Δ: difference to the random-init row ({refs[0]}) on the headline metric"
+    elif refs:
+        text += (f"; Δ: difference to the mean of the random-init rows of the row's architecture "
+                 f"({', '.join(refs)}) on the headline metric")
     return text
 
 
@@ -600,10 +609,13 @@ def plot_fraction_curves(df: pd.DataFrame, out_dir: Path, protocol: str | None =
     return paths
 
 
-def write_leaderboard(df_or_records: pd.DataFrame | list[dict], out_dir: str | Path) -> dict[str, Path]:
+def write_leaderboard(df_or_records: pd.DataFrame | list[dict], out_dir: str | Path,
+                      extra_sections: list[str] | None = None) -> dict[str, Path]:
     """Write leaderboard.csv (wide, means), leaderboard_long.csv (mean/std/n/fingerprint per
     cell), leaderboard_fingerprints.csv, leaderboard.md, leaderboard.html and PNG plots into ``out_dir``.
-    Returns {name: path}; plot names are ``plot_<protocol>`` and ``curve_<file stem>``."""
+    ``extra_sections`` (plain-text blocks, e.g. a suite's margins and paper verdicts) are appended
+    to leaderboard.md as preformatted text. Returns {name: path}; plot names are
+    ``plot_<protocol>`` and ``curve_<file stem>``."""
     df = df_or_records if isinstance(df_or_records, pd.DataFrame) else build_leaderboard(list(df_or_records))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -616,7 +628,8 @@ def write_leaderboard(df_or_records: pd.DataFrame | list[dict], out_dir: str | P
     paths["long_csv"] = atomic_write_text(out / "leaderboard_long.csv", long_table(df).to_csv(index=False))
     paths["fingerprints_csv"] = atomic_write_text(out / "leaderboard_fingerprints.csv",
                                                   fingerprint_table(df).to_csv(index=False))
-    paths["md"] = atomic_write_text(out / "leaderboard.md", to_markdown(df))
+    md = to_markdown(df) + "".join(f"\n```\n{block}\n```\n" for block in extra_sections or [])
+    paths["md"] = atomic_write_text(out / "leaderboard.md", md)
     paths["html"] = atomic_write_text(out / "leaderboard.html", to_html(df))
     for protocol in dict.fromkeys(c[0] for c in column_keys(df)):
         p = plot_protocol_bars(df, protocol, out / f"{_safe(protocol)}_bars.png")

@@ -38,11 +38,11 @@ from harness.errors import CheckpointError, ConfigError, SslBenchError
 from harness.flops import arch_flops
 from harness.gpus import DEFAULT_GPU, DEFAULT_PRECISION, GpuChoice
 from harness.leaderboard import fraction_value, parse_variant
-from harness.paths import REPO_ROOT, default_zoo_dir
+from harness.paths import default_zoo_dir, shipped
 from harness.text_table import text_table
 from harness.zoo import ZooLookup, find_checkpoint, zoo_model
 
-PAPER_DIR = REPO_ROOT / "results" / "paper"
+PAPER_DIR = shipped("results/paper")
 TABLES_DIR = CONFIG_ROOT / "paper"
 CSV_COLUMNS = ["paper", "table", "row", "method", "arch", "pretrain_data", "epochs", "protocol", "dataset",
                "variant", "metric", "value", "zoo_name"]
@@ -124,7 +124,11 @@ def _spec_path(table: str | Path) -> Path:
     cand = TABLES_DIR / f"{table}.yaml"
     if cand.is_file():
         return cand
-    raise ConfigError(f"unknown paper table {str(table)!r}; known: {', '.join(list_tables())} "
+    known = list_tables()
+    if not known:
+        raise ConfigError(f"no paper table in {TABLES_DIR}: the configs that ship with ssl-bench are "
+                          f"missing; reinstall it (or give the path of a table YAML)")
+    raise ConfigError(f"unknown paper table {str(table)!r}; known: {', '.join(known)} "
                       f"(or give the path of a table YAML)")
 
 
@@ -148,7 +152,10 @@ def paper_numbers(table: str | None = None) -> pd.DataFrame:
     if table is not None:
         return load_table(table).rows
     frames = [read_paper_csv(p) for p in sorted(PAPER_DIR.glob("*.csv"))]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CSV_COLUMNS)
+    if not frames:
+        raise ConfigError(f"no published numbers (*.csv) in {PAPER_DIR}: the files that ship with "
+                          f"ssl-bench are missing; reinstall it")
+    return pd.concat(frames, ignore_index=True)
 
 
 def load_table(table: str | Path) -> Table:

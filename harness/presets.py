@@ -21,9 +21,16 @@ PRESETS_DIR = CONFIG_ROOT / "protocols"
 
 
 def load_presets(protocol: str, folder: Path = PRESETS_DIR) -> dict[str, dict[str, Any]]:
-    """{preset name: values} of ``protocol``, from ``folder/<protocol>_*.yaml``."""
+    """{preset name: values} of ``protocol``, from ``folder/<protocol>_*.yaml``. A protocol
+    that reads its presets has at least one: none found is an error (a package installed
+    without its configs would otherwise run every protocol on its defaults)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        hint = ("; the configs that ship with ssl-bench are missing: reinstall it (pip install "
+                "ssl-bench, or pip install -e . in a checkout)") if folder == PRESETS_DIR else ""
+        raise ConfigError(f"no preset folder {folder} for the presets of protocol {protocol!r}{hint}")
     raw = {}
-    for path, doc in _documents(Path(folder)):
+    for path, doc in _documents(folder):
         if doc.get("protocol") != protocol:
             continue
         name = doc.get("preset")
@@ -34,6 +41,9 @@ def load_presets(protocol: str, folder: Path = PRESETS_DIR) -> dict[str, dict[st
             raise ConfigError(f"{path}: expected a mapping 'values' (the preset's settings), "
                               f"found {type(doc.get('values')).__name__}")
         raw[name] = doc
+    if not raw:
+        raise ConfigError(f"no preset of protocol {protocol!r} in {folder}: expected at least one file "
+                          f"{protocol}_<preset>.yaml with 'protocol: {protocol}'")
     return {name: _resolve(name, raw, protocol, ()) for name in sorted(raw)}
 
 

@@ -46,6 +46,10 @@ class Protocol:
     # under that root). None, with ``conformance_check`` not overridden: the protocol declares no
     # check, and the conformance report says it was skipped.
     CONFORMANCE_RUN: ClassVar[tuple[str | None, dict[str, Any], str] | None] = None
+    # Under torchrun, a protocol runs on rank 0 while the other ranks extract their shares of
+    # its features (harness/evaluate.py). One that spreads its own work over the processes
+    # (the mmseg protocols: mmengine's distributed launcher) sets this and runs on every rank.
+    RUNS_ON_EVERY_RANK: ClassVar[bool] = False
     registry_name: ClassVar[str] = "?"
 
     def __init__(self, cfg=None, source: str = "<defaults>"):

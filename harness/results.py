@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator
 import harness
 from harness.config import fingerprint
 from harness.io_utils import atomic_write_json
-from harness.paths import REPO_ROOT, results_dir
+from harness.paths import results_dir, source_checkout
 
 
 def runs_dir() -> Path:
@@ -59,11 +59,16 @@ def exists(key: str, directory: Path | None = None) -> bool:
 
 
 def _git_state() -> tuple[str | None, bool | None]:
+    # An installed package has no commit of its own; asking git from site-packages would record
+    # the commit of whatever repository the environment happens to live in.
+    checkout = source_checkout()
+    if checkout is None:
+        return None, None
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True,
                                 text=True, timeout=10).stdout.strip() or None
         dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                    cwd=REPO_ROOT, capture_output=True, text=True,
+                                    cwd=checkout, capture_output=True, text=True,
                                     timeout=10).stdout.strip())
         return commit, dirty
     except (OSError, subprocess.SubprocessError):

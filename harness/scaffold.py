@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from harness.errors import ConfigError
-from harness.paths import REPO_ROOT
+from harness.paths import source_checkout
 
 # The generated files, as str.format templates ({name}, {cls}, {title}, {module}).
 TEMPLATES = Path(__file__).parent / "templates"
@@ -32,7 +32,11 @@ def new_method(name: str, root: Path | None = None, force: bool = False) -> list
 
     if name in METHODS:
         raise ConfigError(f"a method named {name!r} is already registered; choose another name")
-    root = Path(root or REPO_ROOT)
+    root = root or source_checkout()
+    if root is None:  # an installed package: never write into site-packages
+        raise ConfigError("ssl-bench is installed as a package, not run from a checkout: pass --root, "
+                          "the project folder to write the method, its config and its test into")
+    root = Path(root)
     fields = dict(name=name, cls=_class_name(name), title=_class_name(name), module=f"methods.{name}")
     files = {
         root / "methods" / f"{name}.py": _template("method.py.txt").format(**fields),

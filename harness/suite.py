@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.config import apply_overrides, fingerprint, from_dict, load_config, to_dict
 from harness.data.io import data_stamp
-from harness.device import prepare, resolve_device
+from harness.device import device_type, prepare, resolve_device
 from harness.errors import ConfigError, NotApplicable, SslBenchError
 from harness.evaluate import build_protocol, evaluate
 from harness.models import ModelHandle
@@ -61,6 +61,11 @@ class SuiteConfig:
     pretrain_overrides: list[str] = field(default_factory=list)  # applied to every pretrained model
     models: list[ModelEntry] = field(default_factory=list)
     protocols: list[ProtocolEntry] = field(default_factory=list)
+    # checks printed after the leaderboard: margins over reference rows (harness.margins), and
+    # paper tables (configs/paper/) whose cells the suite's records reproduce; a failed cell
+    # fails the run, a missed margin is reported
+    margins: dict[str, Any] | None = None
+    reproduce: list[str] = field(default_factory=list)
 
 
 def load_suite(path: str | Path, overrides: list[str] | None = None) -> tuple[SuiteConfig, str]:
@@ -116,7 +121,7 @@ def _checkpoint_plan(entry: ModelEntry, data_root: Path, data_name: str, device:
     for k in ("num_workers", "loggers"):  # do not change the weights (the engine resumes across them)
         key["train"].pop(k, None)
     # a GPU's rounding gives other weights than the CPU's; which GPU of a kind does not matter
-    key["train"]["device"] = resolve_device(device).type
+    key["train"]["device"] = device_type(device)  # from the spec: a login node may have no GPU
     key["data_stamp"] = data_stamp(data_root)  # a regenerated dataset at the same path is other data
     return cfg, source, checkpoint_cache_dir() / f"{entry.name}-{fingerprint(key)}"
 
@@ -287,24 +292,69 @@ def evaluate_entry(model: ModelHandle, entry: ProtocolEntry, data: SuiteData, so
     return EvalOutcome(entry.name, entry.preset, model.name, records, skipped, time.perf_counter() - t0)
 
 
+def margin_spec(suite: SuiteConfig):
+    """The suite's validated MarginSpec, or None."""
+    from harness.margins import MarginCheck, MarginSpec
+
+    if not suite.margins:
+        return None
+    spec = from_dict(MarginSpec, {k: v for k, v in suite.margins.items() if k != "checks"}
+                     | {"checks": []}, "suite margins")
+    spec.checks = [from_dict(MarginCheck, c, "suite margins", f"checks[{i}]")
+                   for i, c in enumerate(suite.margins.get("checks") or [])]
+    return spec
+
+
+def suite_checks(suite: SuiteConfig | None, records: list[dict]) -> tuple[list[str], list[str]]:
+    """(text blocks, failures) of the suite's margins and reproduced paper tables."""
+    from harness.paper import exit_status, format_comparison, load_table, tolerance_lines
+    from harness.report import paper_cells
+
+    blocks, failed = [], []
+    spec = margin_spec(suite) if suite is not None else None
+    if spec is not None:
+        from harness.margins import check_margins, format_margins, margins_failed
+
+        rows = check_margins(spec, records)
+        blocks.append(format_margins(spec, rows))
+        blocks.append("\n".join(["margins missed (reported, not a failure of the run):", *margins_failed(rows)])
+                      if margins_failed(rows) else "every margin met")
+    for table in (suite.reproduce if suite is not None else []):
+        tab = load_table(table)
+        cells = paper_cells(table, records)
+        blocks.append(format_comparison(cells, f"{tab.spec.title}: measured vs published",
+                                        tolerances=tolerance_lines(tab)))
+        if exit_status(cells):
+            bad = cells[cells["outcome"] != "pass"]
+            failed += [f"{table}: {r.zoo_name} {r.protocol} {r.dataset} {r.variant} {r.metric}: {r.verdict}"
+                       for r in bad.itertuples()]
+    return blocks, failed
+
+
 def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: Path | None = None,
-                 log=print) -> dict[str, Any]:
-    """Write and print the leaderboard of a run's records, then its failures."""
+                 log=print, suite: SuiteConfig | None = None) -> dict[str, Any]:
+    """Write and print the leaderboard of a run's records, the suite's checks, then its failures."""
     from harness.leaderboard import build_leaderboard, format_console, write_leaderboard
 
     out = Path(out_dir or results_dir())
     df = build_leaderboard(records)
-    paths = write_leaderboard(df, out) if len(df) else {}
+    blocks, failed = suite_checks(suite, records) if len(df) else ([], [])
+    failures = failures + failed
+    paths = write_leaderboard(df, out, extra_sections=blocks) if len(df) else {}
     if len(df):
         from harness.report import write_report
 
         try:  # the page is a view of the records: failing to draw it must not fail the run
-            paths["report"] = write_report(out / "report.html", records)
+            paths["report"] = write_report(out / "report.html", records,
+                                           paper_tables=(suite.reproduce or None) if suite else None)
         except Exception as exc:  # noqa: BLE001
             log(f"(report.html not written: {type(exc).__name__}: {exc}; `ssl-bench report` retries)")
     log("")
     log(format_console(df) if len(df) else "(no results)")
     log("")
+    for block in blocks:
+        log(block)
+        log("")
     for kind, path in paths.items():
         log(f"{kind:>12}: {path}")
     log(f"total time {time.perf_counter() - t0:.0f} s; records in {out / 'runs'}")
@@ -343,4 +393,4 @@ def run_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress:
                 continue
             records += outcome.records
             log(outcome.summary())
-    return finish_suite(records, failures, t0, out_dir, log)
+    return finish_suite(records, failures, t0, out_dir, log, suite)

@@ -168,7 +168,7 @@ def draw_initial_centroids(batch: int, n_tokens: int, k: int, generator: torch.G
     if k > n_tokens:
         raise ConfigError(f"n_clusters = {k} exceeds the {n_tokens} tokens of the two views; "
                           f"lower n_clusters")
-    p = torch.ones(batch, n_tokens, 1) / n_tokens
+    p = torch.ones(batch, n_tokens, 1, device="cpu") / n_tokens  # CPU on purpose (see above)
     return p.squeeze(-1).multinomial(num_samples=k, replacement=False, generator=generator)
 
 
@@ -384,7 +384,8 @@ def object_cross_view_loss(student_obj: torch.Tensor, teacher_obj_probs: torch.T
     s1, s2 = (student_obj.float() / student_temp).chunk(2)
     t1, t2 = teacher_obj_probs.chunk(2)
     if s1.shape[0] == 0:  # no object in both views anywhere in the batch (official: NaN)
-        return student_obj.new_zeros(())
+        # zero that keeps the graph: under DDP every rank must give the object head a gradient
+        return student_obj.float().sum() * 0.0
     l12 = torch.sum(-t1 * F.log_softmax(s2, dim=-1), dim=-1).mean()
     l21 = torch.sum(-t2 * F.log_softmax(s1, dim=-1), dim=-1).mean()
     return (l12 + l21) / 2

@@ -148,7 +148,9 @@ class iBOT(Method):
 
     def __init__(self, cfg: iBOTConfig, backbone_cfg: BackboneConfig):
         super().__init__(cfg, backbone_cfg)
-        student_bb = backbone_cfg.build(student=True, use_mask_token=True)  # iBOT's `masked_embed`
+        # iBOT's `masked_embed`, built only when masking is on (official: `masked_im_modeling`):
+        # an unused parameter stops DistributedDataParallel at its second step
+        student_bb = backbone_cfg.build(student=True, use_mask_token=cfg.use_masked_im_modeling)
         teacher_bb = backbone_cfg.build(student=False)
         check_crop_sizes(cfg.crops, student_bb.patch_size)
         if cfg.crops.global_crops_number + cfg.crops.local_crops_number < 2:

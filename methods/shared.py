@@ -103,7 +103,7 @@ class DINOHead(nn.Module):
         """l2-normalised MLP output (what every last layer consumes)."""
         lead = x.shape[:-1]
         x = self.mlp(x.reshape(-1, x.shape[-1]))
-        return F.normalize(x, dim=-1, p=2).reshape(*lead, -1)
+        return F.normalize(x, dim=-1, p=2).reshape(*lead, x.shape[-1])  # also for 0 rows
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.last_layer(self.bottleneck(x))

@@ -342,7 +342,10 @@ class SynCLR(Method):
         g, masks = batch["global"], batch["masks"]
         masks_flat = masks.flatten(1)
         idx = masks_flat.flatten().nonzero().flatten()
-        do_ibot = cfg.ibot_loss_weight > 0 and idx.numel() > 0
+        # decided from every rank's count: sinkhorn_knopp all-reduces, so a rank without masked
+        # tokens must still join it (else the others wait for it forever)
+        n_masked = D.all_reduce_sum(torch.tensor([idx.numel()], device=masks_flat.device))
+        do_ibot = cfg.ibot_loss_weight > 0 and int(n_masked.item()) > 0
         with torch.no_grad():
             t_tokens = self.teacher.backbone(g)
             keys = self.teacher.proj(t_tokens[:, 0])
@@ -371,8 +374,11 @@ class SynCLR(Method):
                                          exclude, n_global_rows, cfg.contrast_temperature)
         if do_ibot:
             s_logits = self.student.dino_head(s_tokens[:, 1:].flatten(0, 1)[idx])
-            ibot = masked_patch_loss(s_logits, targets, masks_flat, batch["n_masked_crops"], cfg.student_temp)
-            ibot = ibot / cfg.crops.global_crops_number
+            if idx.numel() > 0:
+                ibot = masked_patch_loss(s_logits, targets, masks_flat, batch["n_masked_crops"], cfg.student_temp)
+                ibot = ibot / cfg.crops.global_crops_number
+            else:  # other ranks masked tokens, this one none: a zero that keeps the head's graph
+                ibot = s_logits.float().sum() * 0.0
         else:
             ibot = s_tokens.new_zeros(())
         out["ibot"] = ibot

@@ -203,6 +203,16 @@ def parity_runs():
     return get
 
 
+# The inputs come from torch.randn, whose vectorised log/cos differ in the last bit between
+# CPU kernel sets: a sum of |x| over them moves by at most float32's 6e-8 relative (measured
+# 3.3e-9 between ATEN_CPU_CAPABILITY=default and avx2 / avx512); another
+# random stream or recipe moves it by more than 1e-3.
+INPUT_REL_TOL = 1e-7
+# The centres (EMAs of head outputs on those inputs) moved by 7.5e-8 between the same kernel
+# sets, beyond rtol for an entry near 0; 1e-6 is 13x that, a wrong centring moves them by 1e-2.
+CENTER_ATOL = 1e-6
+
+
 def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-12)
 
@@ -216,7 +226,7 @@ def test_parity_default_config_is_the_official_code(golden, parity_runs, name):
     assert gold["config"] == SCENARIOS[name]
     tol = golden["tolerance_rel"]
     for t, (g, r) in enumerate(zip(gold["steps"], parity_runs(name, "default"))):
-        assert _rel(input_checksum(r["inp"]), g["input_checksum"]) < 1e-9, "parity inputs drifted from the fixture"
+        assert _rel(input_checksum(r["inp"]), g["input_checksum"]) < INPUT_REL_TOL, "parity inputs drifted from the fixture"
         cl, found = r["clusters"], r["found"]
         assert cl.init_index.tolist() == g["init_index"], f"step {t}: initial centroids differ"
         assert cl.labels.tolist() == g["labels"], f"step {t}: cluster assignments differ"
@@ -226,8 +236,8 @@ def test_parity_default_config_is_the_official_code(golden, parity_runs, name):
         for key in ("loss_global", "loss_obj_cv", "loss_obj_ci"):
             assert _rel(r["losses"][key], g[key]) < tol, (t, key, r["losses"][key], g[key])
         assert r["losses"]["loss"] == pytest.approx(g["loss_global"] + g["loss_obj_cv"] + g["loss_obj_ci"], rel=tol)
-        torch.testing.assert_close(r["center"], torch.tensor(g["center"]), rtol=tol, atol=1e-7)
-        torch.testing.assert_close(r["center_obj"], torch.tensor(g["center_obj"]), rtol=tol, atol=1e-7)
+        torch.testing.assert_close(r["center"], torch.tensor(g["center"]), rtol=tol, atol=CENTER_ATOL)
+        torch.testing.assert_close(r["center_obj"], torch.tensor(g["center_obj"]), rtol=tol, atol=CENTER_ATOL)
         assert r["bank_counts"] == g["bank_counts"], f"step {t}: bank order/counts differ"
         for a, b in zip(r["bank_checksums"], g["bank_checksums"]):
             assert _rel(a, b) < tol

@@ -61,6 +61,13 @@ def test_ibot_head_matches_official(case):
     np.testing.assert_allclose(x2.detach().numpy(), gold["x2"], rtol=RTOL, atol=1e-6)
 
 
+# The centres are EMAs of means of torch.randn(...) * 3 outputs (entries up to about 0.5). The
+# vectorised randn of one CPU kernel set and the scalar one of another differ in the last bit,
+# which moved an entry by 1.3e-7 (ATEN_CPU_CAPABILITY=default against avx2 / avx512), more
+# than rtol allows for an entry near 0; 1e-6 is 7x that, a wrong centring moves them by 1e-2.
+CENTER_ATOL = 1e-6
+
+
 @pytest.mark.parametrize("case", [0, 1])
 def test_ibot_loss_matches_official(case):
     gold = load_fixture("ibot_loss.json")["cases"][case]
@@ -81,9 +88,10 @@ def test_ibot_loss_matches_official(case):
         out = fn(s_cls, s_patch, s_local, t_cls, t_patch, masks, float(temps[c]), float(temps2[c]))
         for key in ("cls", "patch", "loss"):
             assert out[key].item() == pytest.approx(expected[key], rel=RTOL), key
-        np.testing.assert_allclose(fn.center.center.flatten().numpy(), expected["center"], rtol=RTOL, atol=1e-7)
+        np.testing.assert_allclose(fn.center.center.flatten().numpy(), expected["center"], rtol=RTOL,
+                                   atol=CENTER_ATOL)
         np.testing.assert_allclose(fn.center_patch.center.flatten().numpy(), expected["center2"], rtol=RTOL,
-                                   atol=1e-7)
+                                   atol=CENTER_ATOL)
 
 
 # ----------------------------------------------------------------------------- method

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from harness.data import (
-    ADE20KSegmentation, CaptionGroups, ImageFolderDataset, VOCSegmentation, generate,
+    ADE20KSegmentation, CaptionGroups, ImageFolderDataset, VOCSegmentation,
     load_label_png, load_rgb,
 )
 from harness.data.synthetic import PRESETS, SEG_CLASSES, THING_CLASSES, voc_palette
@@ -21,8 +21,8 @@ TINY = PRESETS["tiny"]
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    return generate(tmp_path_factory.mktemp("synth") / "tiny", preset="tiny", seed=0, progress=False)
+def pristine(synth_tiny) -> Path:
+    return synth_tiny  # the session's; tests that damage data use `synth`, a private copy
 
 
 @pytest.fixture

@@ -22,10 +22,8 @@ ROW_KEYS = {"step", "epoch", "lr", "wd", "momentum", "teacher_temp", "loss", "im
 
 
 @pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory):
-    from harness.data.synthetic import generate
-
-    return generate(tmp_path_factory.mktemp("synth") / "tiny", preset="tiny", seed=0, progress=False)
+def tiny_data(synth_tiny):
+    return synth_tiny  # the session's (read only here)
 
 
 def _config(data: Path, loggers: list[str] | None):

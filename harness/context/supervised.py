@@ -33,7 +33,7 @@ from harness.backbone import create_backbone
 from harness.config import fingerprint
 from harness.data.io import data_identity
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
-from harness.device import resolve_device
+from harness.device import device_type, resolve_device
 from harness.errors import DataError
 
 TRAINER_VERSION = 1  # part of the cache key: a change to the trainer must not reuse checkpoints
@@ -119,7 +119,7 @@ def checkpoint_dir(spec: SupervisedSpec, root: Path, device: str = "cpu") -> Pat
 
     # which data (resolved root and content stamp), not how the suite spelled its root
     key = {"v": TRAINER_VERSION, **asdict(spec), "data_root": None, "data": data_identity(root),
-           "device": resolve_device(device).type}
+           "device": device_type(device)}  # from the spec: a login node may have no GPU
     return checkpoint_cache_dir() / f"supervised-{fingerprint(key)}"
 
 

@@ -6,6 +6,7 @@ code that used torchvision on the same folder.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -86,3 +87,68 @@ class ImageFolderDataset:
             "dataset": self.name, "split": self.split, "classes": self.classes,
             "files": [p.relative_to(self.split_dir).as_posix() for p in self.image_paths],
         })
+
+
+@register_dataset("synth_background")
+class SceneBackgroundDataset:
+    """SynthScenes' scene images labelled by their background (the four stuff textures), one
+    class per stuff class; scenes whose background is split between two stuff classes are left
+    out. The object classes of the ``imagefolder`` split are texture x shape, and the shape
+    factor stays at chance for every CPU-budget model here, the supervised one included
+    (docs/FINDINGS.md); the background is the part of the image a few thousand pretraining steps
+    learn to describe (dense NN measures the same stuff classes per patch)."""
+
+    name = "synth_background"
+
+    def __init__(self, root: str | Path, split: str | None = "train"):
+        from harness.data.synthetic import STUFF_CLASSES, load_meta
+
+        root = Path(root)
+        meta = load_meta(root)
+        scenes = root / meta["layouts"]["scenes"]
+        if not scenes.is_file():
+            raise DataError(f"{scenes} not found: {root} is a SynthScenes root without its scene list; "
+                            f"regenerate it with `ssl-bench data synth --out {root}`")
+        if split not in ("train", "val"):
+            raise DataError(f"synth_background has the splits train and val, not {split!r}")
+        self.root, self.split = root, split
+        self.split_dir = root / meta["layouts"]["voc"] / "JPEGImages"
+        self.classes = list(STUFF_CLASSES)
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        rows = [json.loads(line) for line in scenes.read_text().splitlines() if line.strip()]
+        kept = [r for r in rows if r["split"] == split and len(r["background"]) == 1]
+        unknown = sorted({r["background"][0] for r in kept} - set(self.classes))
+        if unknown:
+            raise DataError(f"{scenes}: backgrounds {unknown} are not this generator's stuff classes {self.classes}")
+        self.stems = [r["stem"] for r in kept]
+        self.image_paths = [self.split_dir / f"{s}.jpg" for s in self.stems]
+        self.targets = [self.class_to_idx[r["background"][0]] for r in kept]
+        self.samples = list(zip(self.image_paths, self.targets))
+        missing = [p for p in self.image_paths[:1] + self.image_paths[-1:] if not p.is_file()]
+        if not kept or missing:
+            raise DataError(f"no scene images of split {split!r} under {self.split_dir} "
+                            f"({'missing ' + str(missing[0]) if missing else 'none with one background'})")
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> tuple[Image.Image, int]:
+        return self.load_image(i), self.targets[i]
+
+    def __repr__(self) -> str:
+        return f"SceneBackgroundDataset(root={str(self.root)!r}, split={self.split!r}, n={len(self)})"
+
+    def load_image(self, i: int) -> Image.Image:
+        return load_rgb(self.image_paths[i])
+
+    def content_stamp(self) -> str:
+        return files_stamp(self.image_paths)
+
+    def fingerprint(self) -> str:
+        """Hash of the scene stems, the labels and the split name."""
+        return _fingerprint({"dataset": self.name, "split": self.split, "classes": self.classes,
+                             "files": self.stems, "targets": self.targets})

@@ -42,7 +42,7 @@ def load_rgb(path: str | Path, refuse_rotated: bool = False) -> Image.Image:
             # Image.open is lazy: load() forces the full decode so that a truncated
             # JPEG fails here, not later in a transform.
             img.load()
-            return img.convert("RGB")
+            return _to_rgb(img, path)
     except DataError:
         raise
     except FileNotFoundError:
@@ -51,6 +51,24 @@ def load_rgb(path: str | Path, refuse_rotated: bool = False) -> Image.Image:
     except (OSError, ValueError, Image.DecompressionBombError, SyntaxError) as exc:
         raise DataError(f"cannot decode image {path}: {exc}; the file is corrupt or truncated "
                         f"(replace it, or regenerate the dataset)") from exc
+
+
+def _to_rgb(img: Image.Image, path: Path) -> Image.Image:
+    """RGB with 8 bits per channel. 16-bit grayscale is scaled by its high byte, as PIL already
+    reads 16-bit RGB and gray-with-alpha PNGs; ``convert("RGB")`` would clip every value above
+    255 to white instead."""
+    if img.mode.startswith("I;16") or (img.mode == "I" and img.format == "PNG"):
+        # 'I' is how older PIL versions open 16-bit grayscale PNGs
+        values = np.asarray(img).astype(np.int64)
+        if values.min() < 0 or values.max() > 0xFFFF:
+            raise DataError(f"image {path} (PIL mode {img.mode!r}) holds values outside 0..65535; "
+                            f"expected a 16-bit grayscale image. Convert it to an 8-bit PNG or JPEG")
+        return Image.fromarray((values >> 8).astype(np.uint8)).convert("RGB")
+    if img.mode in ("I", "F") or img.mode.startswith("I;"):
+        raise DataError(f"image {path} has PIL mode {img.mode!r} (32-bit integer or float pixels), whose "
+                        f"range to 8 bits is not known; expected 8-bit (or 16-bit PNG) images: convert "
+                        f"it to an 8-bit PNG or JPEG with the scaling it needs")
+    return img.convert("RGB")
 
 
 def _refuse_rotated(img: Image.Image, path: Path) -> None:

@@ -61,8 +61,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from reference.hbird_e2e_common import (BATCH_SIZE, DATA, HARNESS_AUG_SEEDS, INPUT_SIZE, MODEL,  # noqa: E402
-                                        OFFICIAL_AUG_SEEDS, REPLAY_SEEDS, build_dataset, harness_values,
-                                        make_model, run_harness)
+                                        MODEL_FILE, OFFICIAL_AUG_SEEDS, REPLAY_SEEDS, build_dataset,
+                                        harness_values, make_model, run_harness, save_model)
 
 REPOSITORY = "https://github.com/vpariza/open-hummingbird-eval"
 COMMIT = "5e79da292730edded800a89828b84f38469f5476"
@@ -221,6 +221,9 @@ def main(argv=None) -> None:
         ap.add_argument("--n-aug-seeds", type=int, default=len(OFFICIAL_AUG_SEEDS),
                         help="for quick tries: fewer seeds for the statistics (the fixture uses all)")
         ap.add_argument("--compare", action="store_true", help="also run the harness side and print both")
+        ap.add_argument("--weights", type=Path, default=None,
+                        help=f"run with these stored weights (a {MODEL_FILE}, e.g. the committed one) instead "
+                             "of this machine's random init")
 
     args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT, threads=1, positional=True, extra=options,
                              argv=argv)
@@ -229,7 +232,7 @@ def main(argv=None) -> None:
     off = load_official(args.official)
     off["faiss"].omp_set_num_threads(1)
     data = build_dataset(args.work / "data")
-    model = make_model()
+    model = make_model(args.weights)
 
     t0 = time.perf_counter()
     noaug = {}
@@ -293,7 +296,7 @@ def main(argv=None) -> None:
                  "how": "tests/reference/hbird_e2e_common.py build_dataset(); sha256 over every file's "
                         "root-relative name and bytes in the harness layout (the reference's layout links to "
                         "the same files)"},
-        "model": {**MODEL, "weights_sha256": model.cache_key,
+        "model": {**MODEL, "weights_sha256": model.cache_key, "weights_file": MODEL_FILE,
                   "features": "get_features(x, n_last_blocks=1, norm=True) patch tokens (final LayerNorm)"},
         "settings": settings,
         "substitutions": __doc__.split("unchanged except:")[1].split("The feature function")[0].strip(),
@@ -327,6 +330,10 @@ def main(argv=None) -> None:
         print(f"harness aug {cmp['aug']['mean']:.6f} +- {cmp['aug']['std']:.6f} ({len(ha)} seeds) vs reference "
               f"{out['aug']['mean']:.6f} +- {out['aug']['std']:.6f} ({len(aug)} seeds)")
     common.finish(args, out, skip=NOT_COMPARED)
+    # the weights the reference ran on, beside the fixture: the test loads them (another CPU's
+    # random init differs in its last bits)
+    save_model(model, args.out.with_name(MODEL_FILE))
+    print(f"wrote {args.out.with_name(MODEL_FILE)}")
 
 
 if __name__ == "__main__":

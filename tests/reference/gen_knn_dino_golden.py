@@ -30,11 +30,9 @@ def run_case(eval_knn, case: dict) -> dict:
     import torch
     from torch import nn
 
-    from test_knn import golden_features
+    from test_knn import features_sha256, golden_features
 
     train, train_labels, test, test_labels = golden_features(case)
-    checksum = {"train_sum": float(train.double().sum()), "test_sum": float(test.double().sum()),
-                "train_labels_sum": int(train_labels.sum()), "test_labels_sum": int(test_labels.sum())}
     train_n = nn.functional.normalize(train, dim=1, p=2)
     test_n = nn.functional.normalize(test, dim=1, p=2)
     dino = {}
@@ -60,7 +58,7 @@ def run_case(eval_knn, case: dict) -> dict:
         hit = top.eq(test_labels.view(-1, 1))
         zero = probs.gather(1, top) == 0
         dino[str(k)] = {"top1": top1, "top5": top5, "top5_zero_vote_hits": int((hit & zero).sum())}
-    return {**case, "checksum": checksum, "dino": dino}
+    return {**case, "features_sha256": features_sha256(train, train_labels, test, test_labels), "dino": dino}
 
 
 def main() -> None:
@@ -71,17 +69,18 @@ def main() -> None:
     cases = [run_case(eval_knn, c) for c in CASES]
     how = ("DINO's own knn_classifier (facebookresearch/dino eval_knn.py at commit "
            f"{args.commit}, run unmodified outside this repository by tests/reference/gen_knn_dino_golden.py, "
-           f"CPU, torch {torch.__version__}) on seeded random features: for each case, g = "
-           "torch.Generator().manual_seed(seed); means = torch.randn(num_classes, dim, generator=g); train_labels = "
-           "torch.randint(0, num_classes, (n_train,), generator=g); test_labels = torch.randint(0, num_classes, "
-           "(n_test,), generator=g); train = means[train_labels] + noise * torch.randn(n_train, dim, generator=g); "
-           "test = means[test_labels] + noise * torch.randn(n_test, dim, generator=g); both L2-normalised with "
+           f"CPU, torch {torch.__version__}) on seeded random features built from integers only, so the same bits "
+           "on any CPU (tests/test_knn.py::golden_features): for each case, rng = numpy.random.default_rng(seed); "
+           "gauss(n) = (sum of 12 draws of rng.integers(0, 4096, (n, dim), dtype=int16) - 6 * 4096) / 4096; "
+           "means = gauss(num_classes); train_labels = rng.integers(0, num_classes, n_train); test_labels = "
+           "rng.integers(0, num_classes, n_test); train = means[train_labels] + noise * gauss(n_train); test = "
+           "means[test_labels] + noise * gauss(n_test), exact in float64, then float32; both L2-normalised with "
            "nn.functional.normalize(dim=1, p=2) as DINO's pipeline does, then knn_classifier(train, train_labels, "
            "test, test_labels, k, T, num_classes) for k in 10, 20, 100, 200. top5_zero_vote_hits counts DINO top-5 "
            "hits whose class received no vote (they enter DINO's top-5 only through the order torch.sort leaves "
            "equal zero scores in; this harness never counts them, so its top-5 = (DINO hits - zero-vote hits) * "
-           "100 / n_test); they are read off the scores knn_classifier sorts. checksum: sums of the generated "
-           "tensors (float64 sums), to tell a changed random stream from a changed classifier.")
+           "100 / n_test); they are read off the scores knn_classifier sorts. features_sha256: of the generated "
+           "tensors (exact, so a hash), to tell a changed random stream from a changed classifier.")
     data = {
         "provenance": common.provenance(args, __file__, {"cases": CASES, "ks": list(KS),
                                                          "features": "tests/test_knn.py::golden_features"},

@@ -8,7 +8,8 @@ tests/reference/linear_dino_common.py.
 The first argument (or --official) is a checkout of https://github.com/facebookresearch/dino kept
 outside this repository (7c446df5b9f45747937fb0d72314eb9f7b66930a expected; another commit needs
 --allow-other-commit; the options of tests/reference/common.py apply: --out, --commit, --threads,
-default 1). `eval_linear` is imported from it and its functions and classes are
+default 1; --features PATH runs it on stored features, e.g. the committed
+tests/fixtures/linear_dino_parity_features.npz, instead of extracting them anew). `eval_linear` is imported from it and its functions and classes are
 driven as `eval_linear()` drives them after building its data:
 
     torch.manual_seed(init_seed); LinearClassifier(dim, num_labels) wrapped in DistributedDataParallel
@@ -48,8 +49,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from reference.linear_dino_common import (CASES, IMAGES, MODEL, SAMPLER_SEED, build_image_folder,  # noqa: E402
-                                          case_tokens, decode, sampler_epochs, sha256)
+from reference.linear_dino_common import (CASES, FEATURES_FILE, IMAGES, MODEL, SAMPLER_SEED,  # noqa: E402
+                                          build_image_folder, case_tokens, decode, load_tokens, sampler_epochs,
+                                          save_tokens, sha256, sha256_file)
 
 REPOSITORY = "https://github.com/facebookresearch/dino"
 COMMIT = "7c446df5b9f45747937fb0d72314eb9f7b66930a"
@@ -57,7 +59,7 @@ FIXTURE = "linear_dino_parity.json"
 EXPECTED = {"repo": "facebookresearch/dino", "commit": COMMIT, "file": "eval_linear.py"}
 # top-level keys not compared with the committed fixture before writing (descriptions, timing;
 # the pre-provenance fixture's "environment" and "generator", now in the provenance block)
-NOT_COMPARED = ("provenance", "how", "reference", "generated_in_s", "environment", "generator")
+NOT_COMPARED = ("provenance", "how", "reference", "generated_in_s", "environment", "generator", "features_file")
 
 
 
@@ -131,7 +133,7 @@ def environment_extra() -> dict:
         cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                     if ln.startswith("model name")), "")
     harness_commit, harness_dirty = common.git_head(common.ROOT)
-    return {"cpu": cpu, "device": "cpu", "distributed": "gloo, world size 1", "harness_commit": harness_commit,
+    return {"cpu": cpu, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "device": "cpu", "distributed": "gloo, world size 1", "harness_commit": harness_commit,
             "harness_worktree_dirty": harness_dirty}
 
 
@@ -157,6 +159,9 @@ def main(argv=None) -> None:
         ap.add_argument("--work", type=Path, default=Path("/tmp/linear_dino_work"),
                         help="where the images and the harness's feature cache are written")
         ap.add_argument("--allow-other-commit", action="store_true")
+        ap.add_argument("--features", type=Path, default=None,
+                        help=f"run on these stored features (a {FEATURES_FILE}) instead of extracting them; "
+                             "the written fixture's features file is then a copy of them")
 
     args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT, threads=1, positional=True, extra=options,
                              argv=argv)
@@ -172,10 +177,12 @@ def main(argv=None) -> None:
     init_single_process_group()
 
     image_root = build_image_folder(args.work / "images")
+    stored = load_tokens(args.features) if args.features else None
     t0 = time.perf_counter()
-    cases = {}
+    cases, all_tokens = {}, {}
     for name, case in CASES.items():
-        tokens = case_tokens(case, image_root)
+        tokens = stored[name] if stored is not None else case_tokens(case, image_root)
+        all_tokens[name] = tokens
         runs = [run_official(el, tokens, case, lr) for lr in case["base_lrs"]]
         orders = runs[0]["orders"]
         assert all(r["orders"] == orders for r in runs)
@@ -196,6 +203,12 @@ def main(argv=None) -> None:
         print(f"{name}: " + "; ".join(f"lr {r['base_lr']}: acc1 per epoch "
                                        f"{[round(e['acc1'], 2) for e in r['per_epoch']]}" for r in runs))
     seconds = time.perf_counter() - t0
+    # The features DINO's code ran on, beside the fixture: the test feeds these (float
+    # features recomputed on another CPU differ in their last bits).
+    features_path = args.out.with_name(FEATURES_FILE)
+    features_path.parent.mkdir(parents=True, exist_ok=True)
+    save_tokens(features_path, all_tokens)
+    print(f"wrote {features_path}")
     prov = common.provenance(
         args, __file__,
         {"cases": CASES, "images": IMAGES, "model": MODEL, "sampler_seed": SAMPLER_SEED,
@@ -210,6 +223,11 @@ def main(argv=None) -> None:
         "reference": {**EXPECTED, "commit": args.commit, "url": REPOSITORY},
         "how": __doc__.split("\n\n", 2)[2].strip(),
         "images": IMAGES, "model": MODEL, "sampler_seed": SAMPLER_SEED,
+        "features_file": {"name": FEATURES_FILE, "sha256": sha256_file(features_path),
+                          "extracted": "stored features given with --features" if args.features else
+                                       "by case_tokens (tests/reference/linear_dino_common.py) where this ran",
+                          "arrays": "<case>/train, <case>/val: (N, n_last_blocks, 2, d) float32 (CLS, patch "
+                                    "mean); <case>/train_y, <case>/val_y: int64 labels"},
         "cases": cases,
         "generated_in_s": round(seconds, 1),
     }

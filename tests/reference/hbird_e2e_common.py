@@ -35,6 +35,8 @@ DATA = {
     "jpeg_quality": 95,
 }
 MODEL = {"arch": "vit_cpu_tiny", "init_seed": 0}
+# Beside hbird_e2e.json: the model's weights as the reference got them (see make_model).
+MODEL_FILE = "hbird_e2e_model.safetensors"
 # The hbird preset's values with these changed: SynthScenes-sized input (as
 # configs/protocols/dense_nn_hbird_synth.yaml), one run over the whole training split.
 INPUT_SIZE = 64
@@ -109,10 +111,25 @@ def build_dataset(root: str | Path) -> dict:
     return {"harness_root": root, "hbird_root": hb, "sha256": h.hexdigest()}
 
 
-def make_model():
+def make_model(weights: str | Path | None = None):
+    """random_init(vit_cpu_tiny, seed 0), with ``weights`` (a MODEL_FILE) loaded over it when
+    given: the weights the reference was run on. torch's init kernels round differently from one
+    CPU kernel set to another, so the random init of another machine differs in its last bits."""
     from harness.models import ModelHandle
 
-    return ModelHandle.random_init(MODEL["arch"], seed=MODEL["init_seed"])
+    model = ModelHandle.random_init(MODEL["arch"], seed=MODEL["init_seed"])
+    if weights is not None:
+        from safetensors.torch import load_file
+
+        model.backbone.load_state_dict(load_file(str(weights)), strict=True)
+    return model
+
+
+def save_model(model, path: str | Path) -> None:
+    """The backbone's weights as MODEL_FILE (safetensors: the same tensors give the same bytes)."""
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().cpu().contiguous() for k, v in model.backbone.state_dict().items()}, str(path))
 
 
 def harness_values(bank_augment: str, seed: int) -> dict:

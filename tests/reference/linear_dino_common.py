@@ -22,6 +22,10 @@ grid (the harness trains every lr of a recipe at once).
   choice for a narrow ViT: CLS of the last 3 blocks (all of them), concatenated.
 - ``vit_cpu_tiny_cls_avgpool``: the same images with DINO's ViT-B choice: last CLS and
   patch mean, interleaved (feature_layout: interleave).
+
+The features DINO's code was run on are committed beside the fixture (FEATURES_FILE): float
+features extracted on another CPU differ in their last bits (other kernels sum in another
+order), so the test feeds the stored ones rather than features recomputed where it runs.
 """
 from __future__ import annotations
 
@@ -46,6 +50,9 @@ IMAGES = {"generator": "harness.data.synthetic.draw_object", "seed": 0, "size": 
 MODEL = {"arch": "vit_cpu_tiny", "init_seed": 0}
 # DistributedSampler's default seed: DINO builds `DistributedSampler(dataset_train)`.
 SAMPLER_SEED = 0
+# Beside linear_dino_parity.json: every case's train/val features and labels, as DINO got them.
+FEATURES_FILE = "linear_dino_parity_features.npz"
+TOKEN_KEYS = ("train", "train_y", "val", "val_y")
 
 
 def sha256(*arrays) -> str:
@@ -55,6 +62,35 @@ def sha256(*arrays) -> str:
         h.update(str(a.dtype).encode() + str(a.shape).encode())
         h.update(a.tobytes())
     return h.hexdigest()
+
+
+def save_tokens(path: str | Path, tokens: dict[str, dict]) -> None:
+    """{case: case_tokens(...)} into one compressed .npz (arrays named "<case>/<key>", np.load
+    reads it). Written with fixed zip timestamps, so the same arrays give the same bytes (the
+    fixture records the file's sha256)."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, t in tokens.items():
+            for k in TOKEN_KEYS:
+                info = zipfile.ZipInfo(f"{name}/{k}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+                info.compress_type = zipfile.ZIP_DEFLATED
+                with zf.open(info, "w") as f:
+                    np.lib.format.write_array(f, np.ascontiguousarray(t[k]), allow_pickle=False)
+
+
+def load_tokens(path: str | Path) -> dict[str, dict]:
+    """What save_tokens wrote: {case: {"train", "train_y", "val", "val_y"}}."""
+    out: dict[str, dict] = {}
+    with np.load(path) as z:
+        for key in z.files:
+            name, k = key.rsplit("/", 1)
+            out.setdefault(name, {})[k] = z[key]
+    return out
+
+
+def sha256_file(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def decode(packed: dict) -> np.ndarray:
