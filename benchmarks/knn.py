@@ -182,8 +182,10 @@ def weighted_knn(train, train_labels, test, test_labels, *, ks: Sequence[int] = 
 
     ``train`` / ``test``: (N, d) features (not yet normalised; ndarray, memmap, tensor or
     a `Rows`); labels: integer class indices."""
-    train_labels = torch.as_tensor(np.asarray(train_labels), dtype=torch.int64)
-    test_labels = torch.as_tensor(np.asarray(test_labels), dtype=torch.int64)
+    # labels stay on the host (the vote moves what it needs); an unplaced tensor would take
+    # torch's default device
+    train_labels = torch.as_tensor(np.asarray(train_labels), dtype=torch.int64, device="cpu")
+    test_labels = torch.as_tensor(np.asarray(test_labels), dtype=torch.int64, device="cpu")
     n_train, n_test = len(train_labels), len(test_labels)
     if n_test == 0 or n_train == 0:
         raise DataError(f"k-NN needs train and val images, found {n_train} train and {n_test} val")

@@ -39,3 +39,13 @@ def dino_cpu_checkpoint() -> Path:
     root = generate(default_root("small", 0), preset="small", seed=0, progress=False)
     entry = ModelEntry(name="dino-cpu", pretrain="methods/dino_cpu.yaml", set=["train.num_workers=1"])
     return pretrained_checkpoint(entry, root, "synthscenes-small", progress=False)
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A one-process gloo group: DDP and collective code paths without a second process."""
+    import torch.distributed as tdist
+
+    tdist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdzv'}", rank=0, world_size=1)
+    yield
+    tdist.destroy_process_group()

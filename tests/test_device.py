@@ -191,6 +191,7 @@ def test_half_precision_pretraining_runs_and_logs_the_data_share(tmp_path, synth
     assert [on["precision"] for on in meta["trained_on"]] == [precision]
 
 
+@pytest.mark.slow  # 14 s of torchrun; the fast suite keeps the one-process path (CI runs both)
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH")
 def test_two_rank_sharded_knn_extraction_equals_one_rank(tmp_path, synth_tiny):
     """torchrun --nproc_per_node=2 eval --protocol knn: each rank extracts half the images,

@@ -87,7 +87,6 @@ def test_no_precision_leaves_tf32_on_for_later_work(fake_gpus, tf32_flags, preci
 def test_tf32_is_in_the_feature_cache_key_and_the_record(tiny_model, fake_gpus, tf32_flags, monkeypatch):
     from harness import features
     from harness.data.transforms import ResizeCenterCrop
-    from harness.models import ModelHandle
 
     class Source:
         def __len__(self):

@@ -1,7 +1,6 @@
 """The SLURM launcher as a login node without a GPU runs it: keys of the GPU jobs' checkpoints,
 the GPUs and CPUs each job asks for, and requeueing after a time-out."""
 import pickle
-from pathlib import Path
 
 import pytest
 import torch

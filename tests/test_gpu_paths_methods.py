@@ -1,9 +1,7 @@
 """What DistributedDataParallel (find_unused_parameters=False) demands of a method: every
 trainable parameter gets a gradient at every step, on every rank. A one-process gloo group is
 enough to run torch's DDP on the CPU."""
-import pytest
 import torch
-import torch.distributed as tdist
 from torch.nn.parallel import DistributedDataParallel
 
 from harness.config import apply_overrides, load_config
@@ -19,13 +17,6 @@ def _method(name: str, data_root, sets=()):
     torch.manual_seed(0)
     method = build_method(cfg, source).train()
     return method, _fixed_batch(method, data_root, cfg.train.batch_size)
-
-
-@pytest.fixture
-def one_rank_group(tmp_path):
-    tdist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdzv'}", rank=0, world_size=1)
-    yield
-    tdist.destroy_process_group()
 
 
 def test_ibot_without_masked_image_modelling_trains_under_ddp(synth_tiny, one_rank_group):

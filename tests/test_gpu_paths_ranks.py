@@ -37,13 +37,6 @@ def _transform():
     return ResizeCenterCrop(32, 32)
 
 
-@pytest.fixture
-def one_rank_group(tmp_path):
-    tdist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdzv'}", rank=0, world_size=1)
-    yield
-    tdist.destroy_process_group()
-
-
 def test_file_barriers_wait_on_gloo_with_a_long_timeout(one_rank_group, monkeypatch):
     made = []
     real = tdist.new_group

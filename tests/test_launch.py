@@ -66,6 +66,7 @@ def two_runs(tmp_path_factory, synth_tiny):
     return {"tmp": tmp, "argv": launched_argv, "launched": launched, "in_process": in_process}
 
 
+@pytest.mark.slow  # the shared fixture runs a suite twice (18 s); test_a_failing_job_* keeps jobs fast
 def test_local_jobs_give_the_in_process_leaderboard(two_runs):
     tmp = two_runs["tmp"]
     (rc, out), (rc_in, out_in) = two_runs["launched"], two_runs["in_process"]
@@ -84,6 +85,7 @@ def test_local_jobs_give_the_in_process_leaderboard(two_runs):
 
 
 @pytest.mark.slow  # real subprocess jobs: ~20 s each on 2 cores
+@pytest.mark.slow
 def test_rerun_reuses_checkpoint_and_records(two_runs):
     tmp = two_runs["tmp"]
     before = _record_files(tmp / "launched")

@@ -21,9 +21,36 @@ _HINT = ("expected <root>/<split>/<class>/<image> (ImageNet layout); for SynthSc
          "<synth root>/imagenet as the root (generate it with `ssl-bench data synth --out DIR`)")
 
 
+class LabelledImages:
+    """What a classification reader serves: ``samples`` (path, label), ``targets``,
+    ``image_paths`` and ``classes``, set by the subclass."""
+
+    classes: list[str]
+    samples: list[tuple[Path, int]]
+    targets: list[int]
+    image_paths: list[Path]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> tuple[Image.Image, int]:
+        return self.load_image(i), self.targets[i]
+
+    def load_image(self, i: int) -> Image.Image:
+        return load_rgb(self.image_paths[i])
+
+    def content_stamp(self) -> str:
+        """Sizes and mtimes of the files (see harness.data.io.files_stamp)."""
+        return files_stamp(self.image_paths)
+
+
 @register_dataset("imagefolder")
 @register_dataset("imagenet")
-class ImageFolderDataset:
+class ImageFolderDataset(LabelledImages):
     """``root/split/<class>/**/<image>``; with ``split=None`` the root is the split folder."""
 
     name = "imagefolder"
@@ -60,26 +87,10 @@ class ImageFolderDataset:
         self.image_paths = [path for path, _ in self.samples]
         self.stems = [p.relative_to(self.split_dir).with_suffix("").as_posix() for p in self.image_paths]
 
-    @property
-    def num_classes(self) -> int:
-        return len(self.classes)
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, i: int) -> tuple[Image.Image, int]:
-        return self.load_image(i), self.targets[i]
 
     def __repr__(self) -> str:
         return (f"ImageFolderDataset(root={str(self.root)!r}, split={self.split!r}, n={len(self)}, "
                 f"num_classes={self.num_classes})")
-
-    def load_image(self, i: int) -> Image.Image:
-        return load_rgb(self.image_paths[i])
-
-    def content_stamp(self) -> str:
-        """Sizes and mtimes of the files (see harness.data.io.files_stamp)."""
-        return files_stamp(self.image_paths)
 
     def fingerprint(self) -> str:
         """Hash of the split-relative file list, the labels and the split name."""
@@ -90,7 +101,7 @@ class ImageFolderDataset:
 
 
 @register_dataset("synth_background")
-class SceneBackgroundDataset:
+class SceneBackgroundDataset(LabelledImages):
     """SynthScenes' scene images labelled by their background (the four stuff textures), one
     class per stuff class; scenes whose background is split between two stuff classes are left
     out. The object classes of the ``imagefolder`` split are texture x shape, and the shape
@@ -129,24 +140,9 @@ class SceneBackgroundDataset:
             raise DataError(f"no scene images of split {split!r} under {self.split_dir} "
                             f"({'missing ' + str(missing[0]) if missing else 'none with one background'})")
 
-    @property
-    def num_classes(self) -> int:
-        return len(self.classes)
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, i: int) -> tuple[Image.Image, int]:
-        return self.load_image(i), self.targets[i]
 
     def __repr__(self) -> str:
         return f"SceneBackgroundDataset(root={str(self.root)!r}, split={self.split!r}, n={len(self)})"
-
-    def load_image(self, i: int) -> Image.Image:
-        return load_rgb(self.image_paths[i])
-
-    def content_stamp(self) -> str:
-        return files_stamp(self.image_paths)
 
     def fingerprint(self) -> str:
         """Hash of the scene stems, the labels and the split name."""
