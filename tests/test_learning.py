@@ -3,7 +3,7 @@ SynthScenes small, beats the same backbone at random init (the engine's step-0 w
 same seed) on the metrics it is known to move at that budget (docs/BENCHMARKS.md,
 "Learning" and "Every method vs random init, same budget"):
 - DINO (408 steps, about 6 minutes on 2 cores; the shared ``dino_cpu_checkpoint`` fixture):
-  k-NN (CLS and mean-pooled patch tokens) and dense-NN retrieval;
+  k-NN on mean-pooled patch tokens and dense-NN retrieval;
 - SynCLR (396 steps, about 7 minutes): dense-NN retrieval by more than 1 mIoU (measured
   12.01 vs 9.53) and the cached-feature linear probe (15.00 vs 11.46). Its k-NN gains need
   the 3x schedule (1200 steps), too long for CI.
@@ -41,9 +41,11 @@ def _random_vs_trained(entry: ModelEntry, checkpoint: Path, root: Path, work: Pa
 def test_dino_cpu_preset_beats_random_init(tmp_path, dino_cpu_checkpoint):
     entry = ModelEntry(name="dino", pretrain="methods/dino_cpu.yaml")
     random_init, trained, table = _random_vs_trained(entry, dino_cpu_checkpoint, _synth_small(), tmp_path)
-    # the cached-feature linear probe is printed but not asserted: at this budget it has not
-    # been shown to move for DINO
-    for m in METRICS:
+    # Printed, not asserted: the cached-feature linear probe, and k-NN on the [CLS] token, which
+    # at 408 steps sits within one image of random init on the 12 object classes (one standard
+    # error is 1.3 points; measured 8.96 vs 9.17 on one CPU and 10.42 vs 9.17 on another), so its
+    # sign depends on the machine's float rounding, not on learning.
+    for m in ("knn_avgpool_top1", "dense_nn_miou"):
         assert trained[m] > random_init[m], f"{m} did not improve:\n{table}"
 
 
