@@ -195,7 +195,7 @@ def verify_shipped(entry: ZooEntry) -> Path:
     if problem:
         raise CheckpointError(
             f"shipped checkpoint {entry.name}: {path} {problem}. It is not the file ssl-bench "
-            f"ships; restore it (`git checkout -- {entry.file}` in the checkout, or reinstall "
+            f"ships; restore it (`git checkout -- {path}` in the checkout, or reinstall "
             f"ssl-bench), or retrain it with the command in its zoo entry's provenance")
     return path
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.margins import check_margins
-from harness.suite import load_suite, margin_spec
+from harness.suite import load_suite
 
 REPO = Path(__file__).resolve().parent.parent
 # Margins the shipped iBOT checkpoint misses on this recipe (docs/RESULTS.md, "The default run"):
@@ -36,8 +36,8 @@ def test_default_run_end_to_end_then_cached(tmp_path):
 
     records = [json.loads(p.read_text()) for p in (results / "runs").rglob("*.json")]
     suite, _ = load_suite("suites/default.yaml")
-    rows = check_margins(margin_spec(suite), records)
-    assert len(rows) == len(suite.margins["checks"]) * len(suite.margins["models"])
+    rows = check_margins(suite.margins, records)
+    assert len(rows) == len(suite.margins.checks) * len(suite.margins.models)
     missed = {(r["check"], r["model"]) for r in rows if r["verdict"] != "pass"}
     assert missed == KNOWN_MISSES, rows
     for r in rows:
