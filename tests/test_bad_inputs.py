@@ -1,5 +1,5 @@
-"""Inputs that used to give a silently wrong or misleading number: each is now refused with one
-clear error (exit code 2, no record) or read correctly."""
+"""Inputs that could give a silently wrong or misleading number: each is refused with one clear
+error (exit code 2, no record) or read correctly."""
 from __future__ import annotations
 
 import os
