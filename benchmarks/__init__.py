@@ -1,3 +1,2 @@
-"""Evaluation protocols. Importing this package registers the built-in protocols;
-the mmseg-based ones import mmsegmentation only when they run."""
-from benchmarks import dense_nn, knn, linear_probe, seg_linear, segmenter  # noqa: F401
+"""Evaluation protocols, grouped by family; harness.registry imports the modules that
+register the built-in ones (the mmseg-based ones import mmsegmentation only when they run)."""

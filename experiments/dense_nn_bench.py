@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.dense_nn import DenseNN, grid_features, core_settings, metrics_from_confusion
-from benchmarks.dense_nn_core import aggregate, build_bank, predict_image
-from benchmarks.dense_nn_metric import ConfusionMatrix, compute_miou
+from benchmarks.dense_nn.protocol import DenseNN, grid_features, core_settings, metrics_from_confusion
+from benchmarks.dense_nn.core import aggregate, build_bank, predict_image
+from benchmarks.dense_nn.metric import ConfusionMatrix, compute_miou
 from harness.flops import VitShape, token_flops
 
 

@@ -18,7 +18,7 @@ import argparse
 
 import torch
 
-from benchmarks.dense_nn import DenseNN
+from benchmarks.dense_nn.protocol import DenseNN
 from harness.data.synthetic import default_root, generate
 from harness.models import ModelHandle
 

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from benchmarks.classification_common import feature_for
-from benchmarks.knn import weighted_knn
+from benchmarks.classification.common import feature_for
+from benchmarks.classification.knn import weighted_knn
 from experiments.reference_learners import REFERENCES
 from harness.backbone import ARCHS
 from harness.data.synthetic import default_root, generate

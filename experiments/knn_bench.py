@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from benchmarks.knn import Rows, weighted_knn
+from benchmarks.classification.knn import Rows, weighted_knn
 
 
 def peak_rss_mb() -> float:

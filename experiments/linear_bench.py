@@ -21,10 +21,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from benchmarks.classification_common import assemble
-from benchmarks.linear_data import AugmentedImages, RandomResizedCropFlip, augmented_loader
-from benchmarks.linear_heads import GridSGD, LinearHeads
-from benchmarks.linear_probe import IBOT_BASE_LRS, arch_feature_defaults
+from benchmarks.classification.common import assemble
+from benchmarks.classification.linear_data import AugmentedImages, RandomResizedCropFlip, augmented_loader
+from benchmarks.classification.linear_heads import GridSGD, LinearHeads
+from benchmarks.classification.linear_probe import IBOT_BASE_LRS, arch_feature_defaults
 from harness.data.classification import ImageFolderDataset
 from harness.features import batch_features
 from harness.models import ModelHandle

@@ -17,7 +17,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from benchmarks.dense_nn_metric import compute_miou
+from benchmarks.dense_nn.metric import compute_miou
 from harness.data.segmentation import VOCSegmentation
 from harness.data.synthetic import default_root, generate
 

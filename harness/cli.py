@@ -270,10 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_data_synth)
 
     # Modules with their own subcommands add them (imported here, when the parser is built).
-    from harness import compare, paper, report, scaffold, zoo
+    from harness import compare, paper_reproduce, report, scaffold, zoo
     from harness.context import supervised
 
-    for module in (scaffold, zoo, paper, report, compare, supervised):
+    for module in (scaffold, zoo, paper_reproduce, report, compare, supervised):
         module.add_cli(sub)
     return p
 

@@ -27,9 +27,9 @@ from pathlib import Path
 import pandas as pd
 
 from harness.errors import ConfigError
-from harness.leaderboard import (IncomparableResultsError, _conflict_message, _flatten, fingerprint_conflicts,
-                                 headline_metric)
+from harness.protocol_info import headline_metric
 from harness.results import iter_records, runs_dir
+from harness.results_table import IncomparableResultsError, conflict_message, fingerprint_conflicts, flatten_records
 
 TESTS = {"t": "paired t-test (scipy.stats.ttest_rel, two-sided)",
          "wilcoxon": "Wilcoxon signed-rank test (scipy.stats.wilcoxon, two-sided)"}
@@ -70,7 +70,7 @@ def resolve_run(spec: str, runs: str | Path | None = None) -> RunSet:
 
 def _values(records: list[dict]) -> pd.DataFrame:
     """One value per (column, seed): the newest record's, as the leaderboard keeps it."""
-    flat = _flatten(records)
+    flat = flatten_records(records)
     flat = flat.sort_values("created", na_position="first", kind="stable")
     flat["seed_key"] = flat["seed"].map(lambda s: "-" if pd.isna(s) else str(s))
     return flat.drop_duplicates(["protocol", "dataset", "split", "variant", "metric", "fingerprint", "seed_key"],
@@ -108,7 +108,7 @@ def compare_runs(a: list[dict], b: list[dict], *, metric: str | None = None, all
     conflicts = fingerprint_conflicts(a + b)
     if conflicts:
         raise IncomparableResultsError(
-            "A and B cannot be compared:\n  " + "\n  ".join(_conflict_message(c) for c in conflicts)
+            "A and B cannot be compared:\n  " + "\n  ".join(conflict_message(c) for c in conflicts)
             + "\nCompare runs measured with the same protocol settings.")
     va, vb = _values(a), _values(b)
     cols = ["protocol", "dataset", "split", "variant", "metric", "fingerprint"]

@@ -9,12 +9,11 @@ import torch
 
 from harness import distributed as dist
 from harness import results
-from harness.config import fingerprint, to_dict
-from harness.data.io import data_identity
 from harness.device import device_record
 from harness.features import leading_extractions, serve_extractions
 from harness.memory import peak_rss_mb
 from harness.models import ModelHandle
+from harness.protocol import Protocol, RunIdentity
 from harness.registry import PROTOCOLS
 
 
@@ -24,32 +23,28 @@ def build_protocol(name: str, preset: str | None = None, values: dict[str, Any] 
     return cls.from_preset(preset, values, source)
 
 
-def request_hash(protocol) -> str:
-    """Hash of the whole request, execution settings included: asking for more (e.g. more
-    k values, which are not in the fingerprint since each k is its own record) runs again."""
-    return fingerprint({"protocol": protocol.registry_name, **to_dict(protocol.cfg)})
-
-
-def already_done(model: ModelHandle, protocol, data_root: Path, runs_dir: Path | None = None) -> list[dict]:
+def already_done(model: ModelHandle, protocol: Protocol, identity: RunIdentity,
+                 runs_dir: Path | None = None) -> list[dict]:
     """Records of an earlier run of this exact (model weights, protocol request, data root and
-    stamp). Older records match only where they name the same checkpoint sha256 and root:
-    a random init's record without its weights key cannot tell which init seed it measured."""
-    fp, req, data = protocol.fingerprint(), request_hash(protocol), data_identity(data_root)
+    stamp: ``identity``, from ``protocol.identity(data_root)``). Older records match only where
+    they name the same checkpoint sha256 and root: a random init's record without its weights
+    key cannot tell which init seed it measured."""
     key = results.model_identity(model.record_info())
     return [r for r in results.iter_records(runs_dir)
-            if r["protocol"]["fingerprint"] == fp and r["protocol"].get("request") == req
-            and all(r["protocol"].get(k) == v for k, v in data.items())
+            if r["protocol"]["fingerprint"] == identity.fingerprint
+            and r["protocol"].get("request") == identity.request
+            and all(r["protocol"].get(k) == v for k, v in identity.data.items())
             and r["protocol"]["name"] == protocol.registry_name
             and results.model_identity(r["model"]) == key
             and r.get("cost", {}).get("device_type", "cpu") == model.device.type
             and r["model"]["name"] == model.name]
 
 
-def _measure(model: ModelHandle, protocol, data_root: Path) -> list:
+def _measure(model: ModelHandle, protocol: Protocol, data_root: Path) -> list:
     """The protocol's results. Under torchrun, rank 0 runs the protocol while the others
     extract their shares of its features, then receive its results: the numbers are computed
     once, not once per rank."""
-    if dist.world_size() == 1 or getattr(protocol, "RUNS_ON_EVERY_RANK", False):
+    if dist.world_size() == 1 or protocol.RUNS_ON_EVERY_RANK:
         return model.measure(protocol, data_root)
     if not dist.is_main():
         status, value = serve_extractions(model)
@@ -66,12 +61,13 @@ def _measure(model: ModelHandle, protocol, data_root: Path) -> list:
     return outputs
 
 
-def evaluate(model: ModelHandle, protocol, data_root: Path, *, preset: str | None = None,
+def evaluate(model: ModelHandle, protocol: Protocol, data_root: Path, *, preset: str | None = None,
              runs_dir: Path | None = None, force: bool = False) -> tuple[list[dict], bool]:
     """Returns (records, skipped). Records are written only after the whole protocol run
     succeeded, so a failing run leaves no partial results."""
+    identity = protocol.identity(data_root)
     if not force:
-        done = already_done(model, protocol, data_root, runs_dir)
+        done = already_done(model, protocol, identity, runs_dir)
         if done:
             return done, True
     if model.device.type == "cuda":  # the peak of this measurement, not of the process so far
@@ -84,14 +80,13 @@ def evaluate(model: ModelHandle, protocol, data_root: Path, *, preset: str | Non
             **device_record(model.device, protocol.precision(), dist.world_size())}
     if model.device.type == "cuda":
         cost["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated(model.device) / 2**20, 1)
-    fp = protocol.fingerprint()
     records = []
     for out in outputs:
         proto_block = {"name": protocol.registry_name, "preset": preset, "dataset": out.dataset,
                        "split": out.split, "params": {**protocol.settings(), **out.params},
-                       "fingerprint": fp, "request": request_hash(protocol), **data_identity(data_root)}
+                       "fingerprint": identity.fingerprint, "request": identity.request, **identity.data}
         rec = results.make_record(model.record_info(), proto_block, out.seed, out.variant,
-                                  out.metrics, cost, out.artifacts)
+                                  out.metrics, {**out.cost, **cost}, out.artifacts)  # the harness's keys win
         if dist.is_main():  # under torchrun every rank holds the same numbers
             results.write_record(rec, runs_dir, force=True)
         records.append(rec)

@@ -8,7 +8,7 @@ convention as timm's / fvcore's "GMACs x 2" for ViTs, so GFLOP/s numbers are com
     vit_flops(embed_dim=384, depth=12, num_heads=6, patch_size=16, height=224, width=224)
     -> {'total': 9.2e9, 'patch_embed': ..., 'qkv': ..., 'attn': ..., 'proj': ..., 'mlp': ...}
 
-One counter for the paper-reproduction cost estimates (harness.paper) and the speed
+One counter for the paper-reproduction cost estimates (harness.paper_plan) and the speed
 experiments (experiments/).
 """
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Leaderboards: result records -> one pandas table -> CSV / Markdown / HTML / PNG.
 
 Rows are models. A column is one (protocol, dataset, split, variant, metric) measured
-under one protocol fingerprint; a cell is the mean, std and count over seeds.
+under one protocol fingerprint; a cell is the mean, std and count over seeds of the rows
+harness.results_table makes of the records.
 
 Records measured under different fingerprints (a different k, resolution, subset list,
 normalisation, ...) are never averaged into one cell: they become separate columns
@@ -17,28 +18,21 @@ from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
-from harness.context import context_kind
-from harness.errors import ConfigError
+from harness import html_assets
 from harness.io_utils import atomic_write, atomic_write_text
 from harness.protocol_info import declared_headline, headline_metric, variant_text
+from harness.results import fraction_value, iter_records, parse_variant, variant_label
+from harness.results_table import (SHORT_FP, IncomparableResultsError, column_label, conflict_message,
+                                   disambiguate_data, disambiguate_models, fingerprint_conflicts, flatten_records)
 from harness.text_table import text_table
-from harness.results import (fraction_value, iter_records, load_results, parse_variant,  # noqa: F401
-                             variant_label)
 
 # Column levels of the table returned by build_leaderboard.
 LEVELS = ("protocol", "dataset", "split", "variant", "metric", "fingerprint", "stat")
 STATS = ("mean", "std", "n")
-SHORT_FP = 8
-
-
-
-class IncomparableResultsError(ConfigError):
-    """Records measured under different protocol fingerprints were asked to share a cell."""
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -50,104 +44,6 @@ def _column_sort_key(col: tuple) -> tuple:
         num = fraction_value(v)
         var.append((k, 0 if num is not None else 1, num if num is not None else 0.0, v))
     return (col[0], col[1], col[2], tuple(var), col[4], col[5])
-
-
-def column_label(col: tuple, with_fp: bool = False) -> str:
-    """Flat text label of a column key (protocol, dataset, split, variant, metric, fp[, stat])."""
-    protocol, dataset, split, variant, metric, fp = col[:6]
-    parts = [protocol, f"{dataset}/{split}" if split else dataset]
-    if variant:
-        parts.append(variant)
-    parts.append(metric)
-    label = " | ".join(str(p) for p in parts)
-    return f"{label} @{fp[:SHORT_FP]}" if with_fp else label
-
-
-FLAT_COLUMNS = ["model", "sha", "method", "context", "arch", "pretrain_data", "epochs", "protocol", "dataset", "split",
-                "variant", "metric", "fingerprint", "seed", "created", "value", "id", "data"]
-
-
-def _flatten(records: Iterable[dict] | pd.DataFrame) -> pd.DataFrame:
-    """The numbers the table is built from: a harness.results.load_results() frame (or the
-    records, loaded into one), with "" for missing keys and the weights label as ``sha``."""
-    frame = records if isinstance(records, pd.DataFrame) else load_results(list(records))
-    frame = frame[frame["metric"].notna()]  # records without numbers (e.g. per-class lists only)
-    if frame.empty:
-        return pd.DataFrame(columns=FLAT_COLUMNS)
-    weights = frame["weights_key"].fillna(frame["checkpoint_sha256"]).fillna("")
-    blank = lambda c: frame[c].astype(object).where(frame[c].notna(), "")  # noqa: E731
-    flat = pd.DataFrame({
-        "model": frame["model"].astype(object), "sha": weights.str.removeprefix("weights-").astype(object),
-        "method": frame["method"].astype(object), "context": _context_kinds(frame),
-        "arch": frame["arch"].astype(object),
-        "pretrain_data": frame["pretrain_data"].astype(object), "epochs": frame["epochs"].astype(object),
-        "protocol": frame["protocol"].astype(object), "dataset": blank("dataset"), "split": blank("split"),
-        "variant": blank("variant"), "metric": frame["metric"].astype(object),
-        "fingerprint": blank("fingerprint"), "seed": frame["seed"].astype(object),
-        "created": frame["created"], "value": frame["value"].astype(float), "id": frame["record_id"].astype(object),
-        "data": _data_labels(frame),
-    }, columns=FLAT_COLUMNS)
-    return flat.reset_index(drop=True)
-
-
-def _context_kinds(frame: pd.DataFrame) -> pd.Series:
-    """Which context row (harness.context) each number belongs to; None for a method's model."""
-    stated = frame["rec.model.context"] if "rec.model.context" in frame else pd.Series(pd.NA, index=frame.index)
-    return pd.Series([context_kind({"method": m} if pd.isna(c) and c is not None else {"context": c, "method": m})
-                      for c, m in zip(stated, frame["method"])], index=frame.index, dtype=object)
-
-
-def _data_labels(frame: pd.DataFrame) -> pd.Series:
-    """Which data each number was measured on: its content stamp, else its resolved root."""
-    def column(name: str) -> pd.Series:
-        return frame[name] if name in frame else pd.Series(pd.NA, index=frame.index)
-    return column("rec.protocol.data_stamp").fillna(column("rec.protocol.data_root")).fillna("").astype(str)
-
-
-def _disambiguate_data(flat: pd.DataFrame) -> pd.DataFrame:
-    """A (protocol, dataset, split) measured on several data sets (other roots or contents)
-    becomes one ``dataset@data8`` column per data set, never one cell mixing or hiding them."""
-    keys = ["protocol", "dataset", "split"]
-    counts = flat.groupby(keys)["data"].transform("nunique")
-    if not (counts > 1).any():
-        return flat
-    flat = flat.copy()
-    mask = counts > 1
-    flat.loc[mask, "dataset"] = flat.loc[mask, "dataset"] + "@" + flat.loc[mask, "data"].str[:8]
-    return flat
-
-
-def _disambiguate_models(flat: pd.DataFrame) -> pd.DataFrame:
-    """Two different checkpoints under one name become ``name@sha8`` rows, never one row."""
-    shas = flat.groupby("model")["sha"].nunique()
-    clash = set(shas[shas > 1].index)
-    if clash:
-        flat = flat.copy()
-        mask = flat["model"].isin(clash)
-        flat.loc[mask, "model"] = flat.loc[mask, "model"] + "@" + flat.loc[mask, "sha"].str[:8]
-    return flat
-
-
-def fingerprint_conflicts(records: Iterable[dict] | pd.DataFrame) -> list[dict]:
-    """Each (protocol, dataset, split, variant, metric) measured under > 1 fingerprint."""
-    flat = records if isinstance(records, pd.DataFrame) and "sha" in records.columns else _flatten(records)
-    out = []
-    keys = ["protocol", "dataset", "split", "variant", "metric"]
-    for key, grp in flat.groupby(keys, sort=True):
-        fps = sorted(grp["fingerprint"].unique())
-        if len(fps) > 1:
-            out.append({**dict(zip(keys, key)), "fingerprints": fps,
-                        "models": {fp: sorted(grp.loc[grp["fingerprint"] == fp, "model"].unique())
-                                   for fp in fps}})
-    return out
-
-
-def _conflict_message(c: dict) -> str:
-    label = column_label((c["protocol"], c["dataset"], c["split"], c["variant"], c["metric"], ""))
-    per_fp = "; ".join(f"@{fp[:SHORT_FP]}: {', '.join(models)}" for fp, models in c["models"].items())
-    return (f"{label}: records were measured under {len(c['fingerprints'])} different protocol "
-            f"fingerprints and cannot be compared ({per_fp}). They are shown as separate columns; "
-            f"re-run the models with one protocol configuration to compare them.")
 
 
 # ----------------------------------------------------------------------------- build
@@ -164,7 +60,7 @@ def build_leaderboard(records: list[dict] | pd.DataFrame | None = None,
     """
     if records is None:
         records = list(iter_records(Path(runs_dir) if runs_dir else None))
-    flat = _disambiguate_data(_disambiguate_models(_flatten(records)))
+    flat = disambiguate_data(disambiguate_models(flatten_records(records)))
     conflicts = fingerprint_conflicts(flat)
     if flat.empty:
         df = pd.DataFrame(index=pd.Index([], name="model"),
@@ -189,7 +85,7 @@ def build_leaderboard(records: list[dict] | pd.DataFrame | None = None,
         models[name] = {k: (None if pd.isna(first[k]) else first[k])
                         for k in ("method", "context", "arch", "pretrain_data", "epochs", "sha")}
     wide.attrs.update(
-        messages=[_conflict_message(c) for c in conflicts], conflicts=conflicts, models=models,
+        messages=[conflict_message(c) for c in conflicts], conflicts=conflicts, models=models,
         fingerprints={column_label(c): c[5] for c in order})
     return wide
 
@@ -208,7 +104,7 @@ def compare(records: list[dict], strict: bool = True) -> pd.DataFrame:
     if strict and conflicts:
         raise IncomparableResultsError(
             "cannot put these records in one leaderboard cell:\n  "
-            + "\n  ".join(_conflict_message(c) for c in conflicts)
+            + "\n  ".join(conflict_message(c) for c in conflicts)
             + "\nCompare only records measured with the same protocol settings, "
               "or call compare(records, strict=False) to see them as separate columns.")
     return build_leaderboard(records)
@@ -461,26 +357,6 @@ def to_markdown(df: pd.DataFrame) -> str:
     return "\n".join(out) + "\n"
 
 
-_SORT_JS = """
-document.querySelectorAll('th.sort').forEach(function (th) {
-  th.addEventListener('click', function () {
-    var table = th.closest('table'), body = table.tBodies[0], col = +th.dataset.col;
-    var asc = th.dataset.asc !== '1'; th.dataset.asc = asc ? '1' : '0';
-    var rows = Array.prototype.slice.call(body.rows);
-    rows.sort(function (a, b) {
-      var x = a.cells[col].dataset.v, y = b.cells[col].dataset.v;
-      if (col === 0) return asc ? x.localeCompare(y) : y.localeCompare(x);
-      var nx = parseFloat(x), ny = parseFloat(y);
-      if (isNaN(nx) && isNaN(ny)) return asc ? x.localeCompare(y) : y.localeCompare(x);
-      if (isNaN(nx)) return 1; if (isNaN(ny)) return -1;
-      return asc ? nx - ny : ny - nx;
-    });
-    rows.forEach(function (r) { body.appendChild(r); });
-  });
-});
-"""
-
-
 def to_html(df: pd.DataFrame, title: str = "ssl-bench leaderboard") -> str:
     keys = column_keys(df)
     labels = display_labels(df)
@@ -505,20 +381,13 @@ def to_html(df: pd.DataFrame, title: str = "ssl-bench leaderboard") -> str:
     fp_rows = "".join(f"<tr><td>{esc(labels[c])}</td><td><code>{esc(c[5])}</code></td></tr>" for c in keys)
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{esc(title)}</title>
-<style>
-body {{ font-family: sans-serif; margin: 1.5em; }}
-table {{ border-collapse: collapse; font-size: 0.9em; }}
-th, td {{ border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }}
-td:first-child, th:first-child {{ text-align: left; }}
-th.sort {{ cursor: pointer; background: #eef; }}
-tr.fp th {{ font-weight: normal; background: #f7f7f7; }}
-</style></head><body>
+<style>{html_assets.table_stylesheet()}</style></head><body>
 <h1>{esc(title)}</h1>
 <p>Cells: mean ± std over seeds (n shown when &gt; 1). Click a column header to sort.</p>
 <table id="leaderboard"><thead>{''.join(head)}</thead><tbody>{''.join(body)}</tbody></table>
 {msg_html}
 <h2>Fingerprints</h2><table><tr><th>column</th><th>fingerprint</th></tr>{fp_rows}</table>
-<script>{_SORT_JS}</script>
+<script>{html_assets.sortable_table_script()}</script>
 </body></html>
 """
 

@@ -6,7 +6,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from harness.config import fingerprint, from_dict, to_dict
+from harness.errors import ConfigError, NotApplicable
 from harness.models import ModelHandle
+from harness.paths import results_dir
 
 
 @dataclass
@@ -20,10 +22,25 @@ class ProtocolResult:
     variant: dict[str, Any] = field(default_factory=dict)  # e.g. {"fraction": "1/8"} or {"k": 20}
     params: dict[str, Any] = field(default_factory=dict)  # extra settings to record
     artifacts: dict[str, str] = field(default_factory=dict)  # paths of files kept beside
+    # seconds by stage of the run (e.g. extract_s, search_s), merged into the record's cost
+    # block beside the harness's own wall time; never part of a fingerprint or a cache key
+    cost: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What keys a protocol request's run on a data root: its records (and the check for
+    earlier ones) and the folder of its artifacts."""
+
+    fingerprint: str  # the settings that can change the number
+    request: str  # the whole request, execution settings included
+    data: dict[str, str]  # the data root, resolved, and its stamp (harness.data.io.data_identity)
 
 
 class Protocol:
-    """Subclasses set ``Config`` (a dataclass) and implement ``run``.
+    """Subclasses set ``Config`` (a dataclass) and implement ``run``; they may override
+    ``chance_results`` (the chance row) and ``conformance_check``, and set the class
+    attributes below.
 
     ``fingerprint()`` hashes every setting in the config except those listed in
     ``NOT_IN_FINGERPRINT`` (settings that cannot change the number, such as batch size
@@ -65,8 +82,6 @@ class Protocol:
         base: dict[str, Any] = {}
         if preset is not None:
             if preset not in cls.PRESETS:
-                from harness.errors import ConfigError
-
                 raise ConfigError(f"unknown preset {preset!r} for protocol {cls.registry_name!r}; "
                                   f"known presets: {', '.join(sorted(cls.PRESETS)) or '(none)'}")
             base = dict(cls.PRESETS[preset])
@@ -90,6 +105,19 @@ class Protocol:
     def fingerprint(self, extra: dict[str, Any] | None = None) -> str:
         return fingerprint({"protocol": self.registry_name, **self.settings(), **(extra or {})})
 
+    def request_hash(self) -> str:
+        """Hash of the whole request, execution settings included: asking for more (e.g. more
+        k values, which are not in the fingerprint since each k is its own record) runs again."""
+        return fingerprint({"protocol": self.registry_name, **to_dict(self.cfg)})
+
+    def identity(self, data_root: Path) -> RunIdentity:
+        """This request's identity on ``data_root``: harness.evaluate computes it once per run,
+        to find earlier records and to key the new ones; ``artifact_dir`` keys its folder by it."""
+        # harness.data imports every reader: the contract loads it only when asked
+        from harness.data.io import data_identity
+
+        return RunIdentity(self.fingerprint(), self.request_hash(), data_identity(data_root))
+
     def precision(self) -> str:
         """The arithmetic the protocol computes in (fp32 | fp16 | bf16), for the records."""
         return getattr(self.cfg, "precision", "fp32")
@@ -100,13 +128,18 @@ class Protocol:
         (resolved root and stamp) and the whole protocol request, so that no other model's,
         data set's or request's run writes there. Within it, files are named by what tells the
         run's records apart (split, seed, variant). ``base``: default results/runs/<protocol>/."""
-        from harness.data.io import data_identity
-        from harness.evaluate import request_hash
-        from harness.paths import results_dir
-
-        key = fingerprint({"weights": model.cache_key, "model": model.name, "data": data_identity(data_root),
-                           "request": request_hash(self)}, length=20)
+        identity = self.identity(data_root)
+        key = fingerprint({"weights": model.cache_key, "model": model.name, "data": identity.data,
+                           "request": identity.request}, length=20)
         return Path(base or results_dir() / "runs" / self.registry_name) / key
 
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
         raise NotImplementedError
+
+    def chance_results(self, data_root: Path) -> list[ProtocolResult]:
+        """What a uniform random guess scores, for the chance row (harness/context/chance.py):
+        the same datasets, splits, variants and seeds as ``run``, with chance-level metrics
+        computed from the evaluation split's labels. A protocol that cannot state it keeps this
+        default, and suites skip the pair."""
+        raise NotApplicable(f"protocol {self.registry_name!r} does not state its chance level "
+                            "(it defines no chance_results(data_root))")

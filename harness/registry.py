@@ -19,7 +19,9 @@ T = TypeVar("T")
 # the registry stays cheap and free of cycles.
 _BUILTIN_MODULES = {
     "method": ["methods"],
-    "protocol": ["benchmarks"],
+    "protocol": ["benchmarks.classification.knn", "benchmarks.classification.linear_probe",
+                 "benchmarks.dense_nn.protocol", "benchmarks.segmentation.seg_linear",
+                 "benchmarks.segmentation.segmenter"],
     "dataset": ["harness.data"],
 }
 _ENTRY_POINT_GROUPS = {"method": "ssl_bench.methods", "protocol": "ssl_bench.protocols"}

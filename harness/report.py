@@ -1,7 +1,7 @@
 """`ssl-bench report`: the result records as one self-contained HTML page.
 
-One file, readable offline: CSS and JavaScript inline, plots embedded as SVG data URIs, no
-request leaves the page. It shows
+One file, readable offline: CSS and JavaScript inline (harness.html_assets, the same as
+leaderboard.html's), plots embedded as SVG data URIs, no request leaves the page. It shows
 
 - one section per protocol: its headline metric (the protocol's ``HEADLINE_METRIC``) per
   model and variant as ``mean ± std (n)``, the best value of each column marked, the
@@ -12,7 +12,7 @@ request leaves the page. It shows
   fingerprint, the checkpoint's training config when its .json is readable, git commit,
   device, dates and record ids;
 - a paper section: the published numbers (results/paper) beside the records of the zoo
-  checkpoints they name, with delta and verdict (harness.paper.compare_cells); records
+  checkpoints they name, with delta and verdict (harness.paper_verdict.compare_cells); records
   measured under other settings than the table's are refused, as the leaderboard refuses
   to mix fingerprints;
 - the fingerprint conflicts the leaderboard reports.
@@ -30,16 +30,17 @@ import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterable
 
 import pandas as pd
 
-from harness.leaderboard import (SHORT_FP, _disambiguate_models, _flatten, build_leaderboard, column_keys,
-                                 declared_headline, display_labels, format_cell, headline_metric)
+from harness import html_assets
+from harness.leaderboard import build_leaderboard, column_keys, display_labels, format_cell
+from harness.protocol_info import declared_headline, headline_metric
 from harness.results import fraction_value, load_results, parse_variant, runs_dir, to_records, variant_label
+from harness.results_table import SHORT_FP, disambiguate_models, flatten_records
 
 RANDOM_INIT = "random_init"  # ModelHandle.random_init's method: the baseline of the deltas
 esc = html.escape
@@ -260,7 +261,8 @@ def paper_cells(table: str, records: list[dict]) -> pd.DataFrame:
     (model name = zoo name, as ``ssl-bench reproduce`` names them): measured, delta, verdict.
     Only records measured under the table's protocol settings count; a cell whose checkpoint
     has records of other settings says so instead (``other settings``)."""
-    from harness.paper import compare_cells, load_table
+    from harness.paper_spec import load_table
+    from harness.paper_verdict import compare_cells
     from harness.registry import PROTOCOLS
 
     tab = load_table(table)
@@ -298,7 +300,7 @@ def paper_cells(table: str, records: list[dict]) -> pd.DataFrame:
 
 def all_paper_cells(records: list[dict], tables: Iterable[str] | None = None) -> pd.DataFrame:
     """paper_cells of every table (or of ``tables``), for the cells a record speaks to."""
-    from harness.paper import list_tables
+    from harness.paper_spec import list_tables
 
     frames = [paper_cells(t, records) for t in (list_tables() if tables is None else tables)]
     frames = [f for f in frames if len(f)]
@@ -314,103 +316,6 @@ def _verdict_class(v: str) -> str:
 
 
 # ----------------------------------------------------------------------------- HTML
-_CSS = """
-:root { --fg:#1d2330; --muted:#667; --line:#d5d9e0; --head:#eef1f7; --best:#d8f3dc; --ok:#d8f3dc;
-        --bad:#fde2e1; --none:#eceef2; --accent:#2b59c3; }
-* { box-sizing: border-box; }
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg);
-       margin: 0; background: #fafbfc; }
-header { background: #1d2330; color: #fff; padding: 14px 24px; position: sticky; top: 0; z-index: 5;
-         display: flex; flex-wrap: wrap; gap: 12px 24px; align-items: center; }
-header h1 { font-size: 18px; margin: 0; }
-header .meta { color: #c5cbd8; font-size: 12px; }
-header input { font-size: 14px; padding: 5px 9px; border-radius: 5px; border: 0; width: 260px; }
-header nav a { color: #b9cdfc; margin-right: 12px; font-size: 13px; text-decoration: none; }
-main { padding: 8px 24px 40px; max-width: 1500px; }
-section { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 8px 18px 16px;
-          margin: 18px 0; }
-h2 { font-size: 17px; margin: 10px 0 4px; }
-h3 { font-size: 14px; margin: 14px 0 6px; color: #334; }
-p.note { color: var(--muted); margin: 4px 0 10px; font-size: 13px; }
-table { border-collapse: collapse; font-size: 13px; margin: 6px 0; }
-th, td { border: 1px solid var(--line); padding: 4px 8px; text-align: right; vertical-align: top; }
-th { background: var(--head); font-weight: 600; }
-th.sort { cursor: pointer; user-select: none; white-space: nowrap; }
-th.sort::after { content: " \\2195"; color: #99a; font-size: 11px; }
-th[aria-sort=ascending]::after { content: " \\25B2"; color: var(--accent); }
-th[aria-sort=descending]::after { content: " \\25BC"; color: var(--accent); }
-td.name, th.name, td.text { text-align: left; }
-tr.fp th { font-weight: normal; background: #f7f8fa; font-size: 11px; color: var(--muted); }
-td.best { background: var(--best); font-weight: 700; }
-td.best::before { content: "\\2605 "; color: #2d8a4e; font-weight: normal; }
-.delta { display: block; font-size: 11px; color: var(--muted); font-weight: normal; }
-.delta.pos { color: #2d8a4e; } .delta.neg { color: #c0392b; }
-button.prov { border: 1px solid var(--line); background: #fff; border-radius: 4px; cursor: pointer;
-              font-size: 11px; padding: 0 5px; margin-right: 6px; }
-tr.prov td { background: #f7f8fa; text-align: left; font-size: 12px; }
-tr.prov dl { display: grid; grid-template-columns: max-content auto; gap: 2px 14px; margin: 4px 0; }
-tr.prov dt { color: var(--muted); } tr.prov dd { margin: 0; word-break: break-all; }
-tr.prov pre { font-size: 11px; max-height: 260px; overflow: auto; background: #fff; padding: 6px;
-              border: 1px solid var(--line); }
-td.verdict.ok { background: var(--ok); } td.verdict.differs { background: var(--bad); font-weight: 700; }
-td.verdict.none { background: var(--none); color: var(--muted); }
-.plots { display: flex; flex-wrap: wrap; gap: 10px; }
-.plots figure { margin: 0; border: 1px solid var(--line); border-radius: 6px; padding: 4px; background: #fff; }
-.plots img { display: block; width: 500px; max-width: 100%; }
-.plots figcaption { font-size: 11px; color: var(--muted); text-align: center; }
-ul.messages li { color: #8a3b12; }
-code { font-size: 12px; }
-.hidden-count { color: #c5cbd8; font-size: 12px; }
-"""
-
-_JS = """
-(function () {
-  function key(cell) { return cell ? cell.getAttribute('data-v') || '' : ''; }
-  function compare(a, b, asc) {
-    var ea = a.trim() === '', eb = b.trim() === '';
-    if (ea && eb) return 0;
-    if (ea) return 1;               // empty cells last, either direction
-    if (eb) return -1;
-    var na = Number(a), nb = Number(b);
-    if (!isNaN(na) && !isNaN(nb)) return asc ? na - nb : nb - na;
-    return asc ? a.localeCompare(b) : b.localeCompare(a);
-  }
-  document.querySelectorAll('table.sortable').forEach(function (table) {
-    table.querySelectorAll('th.sort').forEach(function (th) {
-      th.addEventListener('click', function () {
-        var col = +th.getAttribute('data-col');
-        var asc = th.getAttribute('aria-sort') !== 'ascending';
-        table.querySelectorAll('th.sort').forEach(function (o) { o.removeAttribute('aria-sort'); });
-        th.setAttribute('aria-sort', asc ? 'ascending' : 'descending');
-        var groups = Array.prototype.slice.call(table.tBodies);
-        groups.sort(function (x, y) { return compare(key(x.rows[0].cells[col]), key(y.rows[0].cells[col]), asc); });
-        groups.forEach(function (g) { table.appendChild(g); });
-      });
-    });
-  });
-  document.querySelectorAll('button.prov').forEach(function (b) {
-    b.addEventListener('click', function () {
-      var row = b.closest('tbody').querySelector('tr.prov');
-      row.hidden = !row.hidden;
-      b.textContent = row.hidden ? '+' : '\\u2212';
-      b.setAttribute('aria-expanded', String(!row.hidden));
-    });
-  });
-  var input = document.getElementById('filter'), count = document.getElementById('shown');
-  function applyFilter() {
-    var q = input.value.trim().toLowerCase(), shown = 0, all = 0;
-    document.querySelectorAll('tbody.item').forEach(function (g) {
-      var hit = !q || g.getAttribute('data-text').indexOf(q) >= 0;
-      g.hidden = !hit; all += 1; if (hit) shown += 1;
-    });
-    count.textContent = q ? shown + ' of ' + all + ' rows shown' : '';
-  }
-  input.addEventListener('input', applyFilter);
-  applyFilter();
-})();
-"""
-
-
 def _th_sort(col: int, label: str, title: str = "", cls: str = "") -> str:
     t = f' title="{esc(title)}"' if title else ""
     return f'<th class="sort {cls}" data-col="{col}"{t}>{label}</th>'
@@ -520,7 +425,7 @@ def _paper_section(cells: pd.DataFrame, tables_checked: list[str]) -> str:
         return "\n".join(out)
     out.append('<p class="note">Cells of the published tables whose checkpoint has records here. delta = '
                'measured − paper; verdict: ok within 2 std of the seeds or the table\'s tolerance, else DIFFERS '
-               '(harness.paper.verdict). Only records measured under the table\'s protocol settings count.</p>')
+               '(harness.paper_verdict.verdict). Only records measured under the table\'s protocol settings count.</p>')
     head = ["table", "row", "model", "zoo", "protocol", "dataset", "variant", "metric", "paper", "measured",
             "delta", "verdict"]
     ths = "".join(_th_sort(j, h, cls="name" if j < 8 or j == 11 else "") for j, h in enumerate(head))
@@ -560,7 +465,7 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
     frame = source if isinstance(source, pd.DataFrame) else load_results(source)
     records = to_records(frame) if len(frame) else []
     df = build_leaderboard(frame)
-    flat = _disambiguate_models(_flatten(frame))
+    flat = disambiguate_models(flatten_records(frame))
     row_of = {rid: (m, p, d, s) for rid, m, p, d, s in
               zip(flat["id"], flat["model"], flat["protocol"], flat["dataset"], flat["split"])}
     records_by_row: dict[tuple, list[dict]] = defaultdict(list)
@@ -572,7 +477,7 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
     by_protocol: dict[str, list[Group]] = defaultdict(list)
     for g in groups:
         by_protocol[g.protocol].append(g)
-    from harness.paper import list_tables
+    from harness.paper_spec import list_tables
 
     tables = list_tables() if paper_tables is None else list(paper_tables)
     cells = all_paper_cells(records, tables) if tables else pd.DataFrame()
@@ -593,7 +498,7 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{esc(title)}</title><style>{_CSS}</style></head><body>
+<title>{esc(title)}</title><style>{html_assets.table_stylesheet()}</style></head><body>
 <header><h1>{esc(title)}</h1>
 <span class="meta">{len(records)} records · {n_models} models · {len(by_protocol)} protocols · generated {esc(generated)}</span>
 <input id="filter" type="search" placeholder="filter rows (model, method, arch, ...)" aria-label="filter rows">
@@ -602,7 +507,7 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
 <main>
 {chr(10).join(sections)}
 </main>
-<script>{_JS}</script>
+<script>{html_assets.sortable_table_script()}</script>
 </body></html>
 """
 

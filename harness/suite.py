@@ -295,7 +295,8 @@ def evaluate_entry(model: ModelHandle, entry: ProtocolEntry, data: SuiteData, so
 
 def suite_checks(suite: SuiteConfig | None, records: list[dict]) -> tuple[list[str], list[str]]:
     """(text blocks, failures) of the suite's margins and reproduced paper tables."""
-    from harness.paper import exit_status, format_comparison, load_table, tolerance_lines
+    from harness.paper_spec import load_table
+    from harness.paper_verdict import exit_status, format_comparison, tolerance_lines
     from harness.report import paper_cells
 
     blocks, failed = [], []

@@ -155,7 +155,7 @@ def register(args) -> None:
 def table(args) -> None:
     import pandas as pd
 
-    from harness.paper import CSV_COLUMNS, PAPER_DIR, load_table
+    from harness.paper_spec import CSV_COLUMNS, PAPER_DIR, load_table
     from harness.registry import PROTOCOLS
     from harness.results import iter_records
     from harness.zoo import load_zoo

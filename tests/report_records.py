@@ -52,7 +52,7 @@ def suite_records() -> list[dict]:
 
 def knn_fingerprint(table: str = "dino-imagenet") -> str:
     """The fingerprint the published table's k-NN settings give (as harness.report computes it)."""
-    from harness.paper import load_table
+    from harness.paper_spec import load_table
     from harness.registry import PROTOCOLS
 
     tab = load_table(table)

@@ -117,7 +117,7 @@ def test_dense_nn_fraction_below_one_image_is_refused(isolated_home, synth_tiny,
 
 
 def test_dense_nn_generated_subsets_are_floor_n_over_d():
-    from benchmarks.dense_nn_subsets import generate_subsets, plan_subsets
+    from benchmarks.dense_nn.subsets import generate_subsets, plan_subsets
 
     stems = [f"s{i:03d}" for i in range(130)]
     lists = generate_subsets(stems, [8, 64, 128], seed=42)

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-import benchmarks.dense_nn_index as dense_nn_index
-from benchmarks.dense_nn import PRESETS, Config, DenseNN, dense_nn_from_features, summary
-from benchmarks.dense_nn_aug import HbirdAugment, torch_nearest_resize
-from benchmarks.dense_nn_core import (Bank, CoreSettings, aggregate, build_bank, image_labels,
+import benchmarks.dense_nn.index as dense_nn_index
+from benchmarks.dense_nn.protocol import PRESETS, Config, DenseNN, dense_nn_from_features, format_table, summary
+from benchmarks.dense_nn.aug import HbirdAugment, torch_nearest_resize
+from benchmarks.dense_nn.core import (Bank, CoreSettings, aggregate, build_bank, image_labels,
                                       memory_per_image, predict_image, rarity_select)
-from benchmarks.dense_nn_index import BankIndex, IndexSpec
-from benchmarks.dense_nn_metric import ConfusionMatrix, compute_miou
-from benchmarks.dense_nn_subsets import (check_nested, generate_subsets, list_sha256, parse_fraction,
+from benchmarks.dense_nn.index import BankIndex, IndexSpec
+from benchmarks.dense_nn.metric import ConfusionMatrix, compute_miou
+from benchmarks.dense_nn.subsets import (check_nested, generate_subsets, list_sha256, parse_fraction,
                                          plan_subsets)
 from harness.errors import ConfigError, DataError
 
@@ -357,10 +357,28 @@ def test_protocol_cribo_on_synthscenes(synth_root, tiny_model, tmp_path, capsys)
     listed = Path(results[1].artifacts["subset_list"]).read_text().split()
     assert list_sha256(listed) == results[1].params["subset_sha256"]
     assert results[1].params["run_fingerprint"] != results[2].params["run_fingerprint"]
-    out = capsys.readouterr().out
-    assert "mean +- std" in out and "1/8" in out
+    assert capsys.readouterr().out == ""  # whoever prints formats the results
+    table = format_table(results)
+    assert "mean +- std" in table and "1/8" in table
     df = summary(results)
     assert df.loc[df.fraction == "1/8", "n_seeds"].item() == 2
+
+
+def test_each_record_carries_the_stage_seconds_in_its_cost(synth_root, tiny_model):
+    """The run's seconds by stage are in every record's cost block, beside the harness's wall
+    time; they key nothing (the fingerprint and the record id are the settings' and variant's)."""
+    from harness.evaluate import evaluate
+
+    proto = DenseNN.from_preset("cribo", {"dataset": "voc", "k": 5, **FAST, "seeds": [42]})
+    records, skipped = evaluate(tiny_model, proto, synth_root)
+    stages = ("extract_s", "labels_s", "bank_s", "search_s")
+    assert not skipped and len(records) == 2
+    for rec in records:
+        assert {*stages, "wall_s", "peak_rss_mb", "device_type"} <= set(rec["cost"])
+        assert all(rec["cost"][k] >= 0 for k in stages)
+        assert sum(rec["cost"][k] for k in stages) <= rec["cost"]["wall_s"] + 0.01  # each rounded to ms
+        assert rec["protocol"]["fingerprint"] == proto.fingerprint()
+    assert records[0]["cost"] == records[1]["cost"]  # one run's split, copied into each record
 
 
 @pytest.mark.parametrize("artifacts_dir", [None, "art"])
@@ -368,7 +386,7 @@ def test_each_record_owns_its_artifacts(synth_root, tmp_path, artifacts_dir):
     """Two models' runs of one protocol request: each record points to its own confusion
     matrix (they used to share one file per protocol fingerprint, the last run's), and each
     file gives back its record's number."""
-    from benchmarks.dense_nn import metrics_from_confusion
+    from benchmarks.dense_nn.protocol import metrics_from_confusion
     from harness.evaluate import evaluate
     from harness.models import ModelHandle
 
@@ -485,7 +503,7 @@ def test_memory_budget_is_checked_before_the_bank_is_built():
 def test_search_device_auto_follows_the_model():
     """search_device 'auto' is the model's device type, so a CPU run on a GPU host searches on
     the CPU; an explicit choice wins; without a model it stays 'auto' (CUDA when torch sees one)."""
-    from benchmarks.dense_nn import core_settings
+    from benchmarks.dense_nn.protocol import core_settings
     from harness.config import from_dict
 
     cfg = from_dict(Config, PRESETS["cribo"])

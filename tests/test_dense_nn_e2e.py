@@ -7,14 +7,41 @@ session-scoped ``dino_cpu_checkpoint`` fixture of tests/conftest.py: pretrained 
 the repository and CI runs it with ``pytest -m slow``."""
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 pytestmark = pytest.mark.slow
 
 
+def pretrained_vs_random(checkpoint: Path, data_root: Path, *, preset: str,
+                         values: dict[str, Any], init_seed: int = 0):
+    """The protocol on a checkpoint and on a random init of the same architecture: a pandas
+    DataFrame, one row per fraction, with mean/std of both, their difference and whether the
+    pretrained model beats random init."""
+    import pandas as pd
+
+    from benchmarks.dense_nn.protocol import DenseNN, summary
+    from harness.models import ModelHandle
+
+    pretrained = ModelHandle.from_checkpoint(checkpoint)
+    bb = pretrained.backbone
+    random_model = ModelHandle.random_init(bb.arch, seed=init_seed, **bb.arch_kwargs)
+    rows = {}
+    for tag, model in (("pretrained", pretrained), ("random", random_model)):
+        df = summary(DenseNN.from_preset(preset, values).run(model, data_root))
+        for _, r in df.iterrows():
+            row = rows.setdefault(r["fraction"], {"fraction": r["fraction"]})
+            row[f"{tag}_mean"], row[f"{tag}_std"] = r["mean"], r["std"]
+    table = pd.DataFrame(list(rows.values()))
+    table["delta"] = table["pretrained_mean"] - table["random_mean"]
+    table["pretrained_beats_random"] = table["delta"] > 0
+    return table
+
+
 @pytest.mark.parametrize("preset", ["cribo", "hbird"])
 def test_pretrained_beats_random_init_at_every_fraction(preset, dino_cpu_checkpoint, tmp_path_factory):
-    from benchmarks.dense_nn import pretrained_vs_random
     from harness.data.synthetic import default_root, generate
 
     root = generate(default_root("small", 0), "small", 0, progress=False)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.dense_nn import PRESETS, dense_nn_from_features
+from benchmarks.dense_nn.protocol import PRESETS, dense_nn_from_features
 
 FIXTURE = Path(__file__).parent / "fixtures" / "hbird_golden.json"
 

@@ -116,8 +116,8 @@ def test_a_cpu_record_says_cpu_and_the_precision_it_ran(isolated_home, synth_tin
 
 
 def test_evaluation_precision_is_part_of_the_fingerprint():
-    from benchmarks.dense_nn import DenseNN
-    from benchmarks.knn import KNNProtocol
+    from benchmarks.dense_nn.protocol import DenseNN
+    from benchmarks.classification.knn import KNNProtocol
 
     for cls in (KNNProtocol, DenseNN):
         fps = {cls.from_preset(None, {"precision": p}).fingerprint() for p in ("fp32", "fp16", "bf16")}
@@ -125,7 +125,7 @@ def test_evaluation_precision_is_part_of_the_fingerprint():
 
 
 def test_search_on_the_device_equals_faiss_on_cpu():
-    from benchmarks.knn import cosine_topk
+    from benchmarks.classification.knn import cosine_topk
 
     g = torch.Generator().manual_seed(0)
     train, test = torch.randn(300, 16, generator=g), torch.randn(40, 16, generator=g)

@@ -128,7 +128,6 @@ def test_device_type_of_a_spec_asks_no_gpu(monkeypatch):
 def test_peak_gpu_memory_is_reset_before_each_measurement(tiny_model, fake_gpus, tf32_flags, monkeypatch,
                                                            tmp_path):
     devices.prepare(torch.device("cuda", 0))
-    from harness import evaluate as ev
     from harness.evaluate import build_protocol, evaluate
     from harness.models import ModelHandle
     from harness.protocol import ProtocolResult
@@ -141,7 +140,7 @@ def test_peak_gpu_memory_is_reset_before_each_measurement(tiny_model, fake_gpus,
     model.measure = lambda protocol, root: calls.append(("measure", None)) or [
         ProtocolResult(metrics={"top1": 1.0}, dataset="imagefolder", split="val")]
     protocol = build_protocol("knn", "synth", {"dataset": "imagefolder"})
-    monkeypatch.setattr(ev, "request_hash", lambda p: "req")
+    monkeypatch.setattr(protocol, "request_hash", lambda: "req")
     (tmp_path / "data").mkdir()
     records, _ = evaluate(model, protocol, tmp_path / "data", runs_dir=tmp_path / "runs", force=True)
     assert [c[0] for c in calls] == ["reset", "measure", "peak"]

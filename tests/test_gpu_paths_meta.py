@@ -27,9 +27,9 @@ def test_protocol_cores_create_every_tensor_on_their_inputs_device():
     batched heads, dense NN's bank, aggregation and prediction, on CPU inputs."""
     import numpy as np
 
-    from benchmarks.dense_nn_core import aggregate, build_bank, image_labels, predict_image
-    from benchmarks.knn import weighted_knn
-    from benchmarks.linear_heads import GridSGD, LinearHeads, train_grid
+    from benchmarks.dense_nn.core import aggregate, build_bank, image_labels, predict_image
+    from benchmarks.classification.knn import weighted_knn
+    from benchmarks.classification.linear_heads import GridSGD, LinearHeads, train_grid
     from test_dense_nn import MASK, settings
 
     g = torch.Generator().manual_seed(0)

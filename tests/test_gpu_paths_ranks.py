@@ -13,6 +13,7 @@ import torch.multiprocessing as mp
 
 from harness import distributed as D
 from harness import features
+from harness.protocol import Protocol, ProtocolResult
 
 
 class _Source:
@@ -67,8 +68,9 @@ class _Cfg:
     dataset: str = "four"
 
 
-class _CountingProtocol:
+class _CountingProtocol(Protocol):
     """Extracts features, then writes which rank computed the number."""
+    Config = _Cfg
     registry_name = "counting"
     cfg = _Cfg()
 
@@ -78,6 +80,9 @@ class _CountingProtocol:
     def fingerprint(self):
         return "counting"
 
+    def request_hash(self):
+        return "req"
+
     def settings(self):
         return {}
 
@@ -85,8 +90,6 @@ class _CountingProtocol:
         return "fp32"
 
     def run(self, model, data_root):
-        from harness.protocol import ProtocolResult
-
         fs = features.extract_features(model, _Source(), _transform(), progress=False, engine="plain")
         (self.out / f"computed_by_rank{D.rank()}").touch()
         return [ProtocolResult(metrics={"mean": float(np.asarray(fs.cls).mean())}, dataset="four", split="val")]
@@ -101,7 +104,6 @@ def _evaluate_on_rank(rank: int, world: int, tmp: str) -> None:
     tdist.init_process_group("gloo", init_method=f"file://{tmp}/rdzv", rank=rank, world_size=world,
                              timeout=timedelta(seconds=60))
     try:
-        ev.request_hash = lambda p: "req"
         model = ModelHandle.random_init("vit_cpu_tiny", seed=0)
         records, _ = ev.evaluate(model, _CountingProtocol(Path(tmp)), Path(tmp), runs_dir=Path(tmp) / "runs",
                                  force=True)

@@ -86,7 +86,7 @@ def test_mmseg_resizes_from_the_trained_table(tmp_path):
     """The mmseg bridge resizes pos_embed itself for its crop: it gets the trained table too, so
     that a crop of a third size is resized once, from the trained grid."""
     pytest.importorskip("mmseg")
-    import benchmarks.mmseg_bridge as mb
+    import benchmarks.segmentation.mmseg_bridge as mb
     from mmseg.registry import MODELS
 
     sd = torch.load(official_file(tmp_path, registers=False), weights_only=True)

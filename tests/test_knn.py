@@ -1,4 +1,4 @@
-"""Weighted k-NN (benchmarks/knn.py): parity with DINO's knn_classifier on committed golden
+"""Weighted k-NN (benchmarks/classification/knn.py): parity with DINO's knn_classifier on committed golden
 numbers, the vote weighting and the tie rules by hand, chunking, and the protocol end to end."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from benchmarks.knn import KNNProtocol, Rows, class_scores, cosine_topk, weighted_knn
+from benchmarks.classification.knn import KNNProtocol, Rows, class_scores, cosine_topk, weighted_knn
 from harness.models import ModelHandle
 from image_folders import make_image_folder
 

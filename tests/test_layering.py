@@ -1,60 +1,275 @@
-"""The core's layering: no module of harness/ imports a method or a protocol (only the
-registry's lazy loader names the built-in packages, by string), and the harness modules
-import one another without a cycle (imports inside functions count too)."""
+"""The layering of the three packages: harness/ (the core), benchmarks/ (the protocols) and
+methods/ (the pretraining methods).
+
+- The core imports no method and no protocol: only the registry's lazy loader names the
+  built-in packages, by string. benchmarks/ and methods/ import the core.
+- No import cycle among their modules, counting imports inside functions and type-only ones
+  under ``if TYPE_CHECKING:``: a cycle that Python happens to resolve is still two modules
+  that cannot be read, tested or moved one without the other.
+- No module imports another module's private name (``from a import _x``, a package's
+  ``__init__`` included): what crosses a module boundary is public.
+
+An import names the module it binds: ``import a.b``: a.b; ``from a import b``: a.b where b is
+a submodule, else a; relative imports are resolved against the importing module's package.
+The parent packages Python runs on the way are not counted (a package's ``__init__`` that
+imports its own submodules to register them is no cycle). Modules are found by walking the
+folders, subpackages included, so new modules are checked without editing this file; every
+check reads the imports under a root folder, and the last tests give it a synthetic tree to
+show that it can fail.
+"""
+from __future__ import annotations
+
 import ast
+from dataclasses import dataclass, field
 from pathlib import Path
 
-HARNESS = Path(__file__).resolve().parent.parent / "harness"
-PLUGIN_PACKAGES = ("methods", "benchmarks")
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("harness", "benchmarks", "methods")
+CORE = "harness"
+PLUGIN_PACKAGES = ("benchmarks", "methods")
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(HARNESS.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+@dataclass(frozen=True)
+class ImportEdge:
+    """One name an import statement binds, resolved against the modules found."""
+
+    importer: str  # the importing module
+    target: str  # the module the statement binds (see the module docstring)
+    source: str  # the module a `from` import reads from (`a` in `from a import b`); the target otherwise
+    name: str | None  # the name a `from` import takes (`b`); None for `import a.b`
+    where: str  # file:line of the statement
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module an import statement of ``path`` names (``from a import b`` gives a.b when
-    b is a module, else a)."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            base = HARNESS.parent.joinpath(*node.module.split("."))
-            for alias in node.names:
-                if (base / f"{alias.name}.py").is_file() or (base / alias.name / "__init__.py").is_file():
-                    names.add(f"{node.module}.{alias.name}")
-    return names
+def find_modules(root: Path, packages=PACKAGES) -> dict[str, Path]:
+    """Module name -> file, for every .py file of ``packages`` under ``root`` that sits in a
+    chain of folders with an ``__init__.py`` (a subpackage's modules included)."""
+    modules: dict[str, Path] = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            folders = path.relative_to(root).parents
+            if all((root / folder / "__init__.py").is_file() for folder in folders if folder != Path(".")):
+                parts = path.relative_to(root).with_suffix("").parts
+                modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
 
 
-def _graph() -> dict[str, set[str]]:
-    modules = {_module_name(p): p for p in HARNESS.rglob("*.py")}
-    return {name: {m for m in _imports(path) if m in modules and m != name} for name, path in modules.items()}
+def _absolute(module: str, path: Path, node: ast.ImportFrom) -> str:
+    """The module a `from` import reads from, its relative dots resolved."""
+    if not node.level:
+        return node.module
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    base = package[:len(package) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
 
 
-def test_harness_imports_no_method_or_protocol():
-    offenders = sorted(f"{_module_name(p)} imports {m}" for p in HARNESS.rglob("*.py") for m in _imports(p)
-                       if m.split(".")[0] in PLUGIN_PACKAGES)
-    assert not offenders, offenders
+@dataclass(frozen=True)
+class ImportGraph:
+    """The modules found under a root (name -> file) and the import edges between them."""
+
+    modules: dict[str, Path] = field(repr=False)
+    edges: list[ImportEdge] = field(repr=False)
 
 
-def test_harness_modules_import_without_cycles():
-    graph = _graph()
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    cycles = []
+def read_imports(root: Path, packages=PACKAGES) -> ImportGraph:
+    """The modules and every name bound by an import statement anywhere in them (function
+    bodies and ``if TYPE_CHECKING:`` blocks included)."""
+    modules = find_modules(root, packages)
+    edges = []
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                where = f"{path.relative_to(root).as_posix()}:{node.lineno}"
+            if isinstance(node, ast.Import):
+                edges += [ImportEdge(module, alias.name, alias.name, None, where) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                source = _absolute(module, path, node)
+                for alias in node.names:
+                    submodule = f"{source}.{alias.name}"
+                    target = submodule if submodule in modules else source
+                    edges.append(ImportEdge(module, target, source, alias.name, where))
+    return ImportGraph(modules, edges)
 
-    def visit(node: str, path: list[str]) -> None:
-        state[node] = 1
+
+def plugin_imports_of_core(imports: ImportGraph, core: str = CORE, plugins=PLUGIN_PACKAGES) -> list[str]:
+    """The core's imports of a plugin package, as `module imports target (file:line)`."""
+    return sorted(f"{e.importer} imports {e.target} ({e.where})" for e in imports.edges
+                  if e.importer.split(".")[0] == core and e.target.split(".")[0] in plugins)
+
+
+def is_private(name: str | None) -> bool:
+    """A leading underscore, not a dunder (``__version__`` and the like are public)."""
+    return bool(name) and name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_imports(imports: ImportGraph) -> list[str]:
+    """`from a import _x` where a is one of the modules and not the importer itself."""
+    return sorted(f"{e.importer} imports {e.name} from {e.source} ({e.where})" for e in imports.edges
+                  if is_private(e.name) and e.source in imports.modules and e.source != e.importer)
+
+
+def import_cycles(imports: ImportGraph) -> list[str]:
+    """One line per knot of modules that import one another (a strongly connected component
+    of the import graph): its shortest cycle through its first module, each step with the file
+    and line of its import, then every module of the knot."""
+    # importer -> imported module -> file:line of its first import
+    graph: dict[str, dict[str, str]] = {m: {} for m in imports.modules}
+    for e in imports.edges:
+        if e.target in imports.modules and e.target != e.importer:
+            graph[e.importer].setdefault(e.target, e.where)
+    lines = []
+    for knot in _strongly_connected(graph):
+        if len(knot) < 2:
+            continue
+        start = min(knot)
+        cycle = _shortest_cycle(graph, start, set(knot))
+        steps = " -> ".join(f"{a} ({graph[a][b]})" for a, b in zip(cycle, cycle[1:]))
+        lines.append(f"{steps} -> {start}; modules in this knot: {', '.join(sorted(knot))}")
+    return sorted(lines)
+
+
+def _strongly_connected(graph: dict[str, dict[str, str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
         for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                cycles.append(path[path.index(nxt):] + [nxt])
-            elif nxt not in state:
-                visit(nxt, path + [nxt])
-        state[node] = 2
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            components.append(component)
 
-    for start in sorted(graph):
-        if start not in state:
-            visit(start, [start])
-    assert not cycles, [" -> ".join(c) for c in cycles]
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def _shortest_cycle(graph: dict[str, dict[str, str]], start: str, knot: set[str]) -> list[str]:
+    """Breadth-first from ``start`` back to it, within the knot: [start, ..., last] where last
+    imports start."""
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for nxt in sorted(graph[node]):
+                if nxt == start:
+                    return paths[node] + [start]
+                if nxt in knot and nxt not in paths:
+                    paths[nxt] = paths[node] + [nxt]
+                    following.append(nxt)
+        frontier = following
+    raise AssertionError(f"{start} is in a knot but on no cycle")
+
+
+def _report(title: str, offenders: list[str]) -> str:
+    return f"{title} ({len(offenders)}):\n  " + "\n  ".join(offenders)
+
+
+# ---------------------------------------------------------------------------- the repository
+@pytest.fixture(scope="module")
+def repo() -> ImportGraph:
+    return read_imports(REPO)
+
+
+def test_the_packages_are_found_with_their_subpackages(repo):
+    assert {"harness.protocol", "harness.evaluate", "harness.data.io", "methods.dino"} <= set(repo.modules)
+    assert {m.split(".")[0] for m in repo.modules} == set(PACKAGES)
+
+
+def test_harness_imports_no_method_or_protocol(repo):
+    offenders = plugin_imports_of_core(repo)
+    assert not offenders, _report("harness/ imports a method or a protocol package", offenders)
+
+
+def test_modules_import_without_cycles(repo):
+    cycles = import_cycles(repo)
+    assert not cycles, _report("import cycles among harness/, benchmarks/ and methods/", cycles)
+
+
+def test_no_private_name_crosses_a_module_boundary(repo):
+    offenders = private_imports(repo)
+    assert not offenders, _report("private names imported from another module (make them public, "
+                                  "or keep them where they are used)", offenders)
+
+
+# ---------------------------------------------------------------------------- the checks can fail
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_a_cycle_through_type_only_and_function_imports_is_reported(tmp_path):
+    root = _tree(tmp_path, {
+        "pkg/__init__.py": "from pkg import a  # registers, as the plugin packages do\n",
+        "pkg/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n",
+        "pkg/b.py": "class B:\n    def f(self):\n        from . import a\n",
+        "pkg/leaf.py": "import pkg.a\n",
+    })
+    assert import_cycles(read_imports(root, ("pkg",))) == [
+        "pkg.a (pkg/a.py:3) -> pkg.b (pkg/b.py:3) -> pkg.a; modules in this knot: pkg.a, pkg.b"]
+
+
+def test_a_cycle_across_subpackages_is_reported_and_registration_is_none(tmp_path):
+    """`from pkg import a` names the module pkg.a, `from .. import x` the package above: the
+    knot is a <-> sub.c, never the __init__ files that import their submodules."""
+    root = _tree(tmp_path, {
+        "pkg/__init__.py": "from pkg import a\n",
+        "pkg/a.py": "from .sub.c import helper\n",
+        "pkg/sub/__init__.py": "from pkg.sub import c\n",
+        "pkg/sub/c.py": "def helper():\n    from .. import a\n",
+        "pkg/notes/plain.py": "import pkg.a  # not a package: no __init__.py, not a module\n",
+    })
+    assert "pkg.notes.plain" not in find_modules(root, ("pkg",))
+    [cycle] = import_cycles(read_imports(root, ("pkg",)))
+    assert cycle.endswith("modules in this knot: pkg.a, pkg.sub.c")
+    (root / "pkg/sub/c.py").write_text("def helper():\n    pass\n")
+    assert import_cycles(read_imports(root, ("pkg",))) == []
+
+
+def test_a_private_name_from_another_module_is_reported(tmp_path):
+    root = _tree(tmp_path, {
+        "pkg/__init__.py": "_shared = 1\n__version__ = '1'\n",
+        "pkg/a.py": "_hidden = public = 2\n",
+        "pkg/b.py": "from pkg.a import _hidden, public\nfrom pkg import __version__\nfrom os import _exit\n",
+        "pkg/sub/__init__.py": "",
+        "pkg/sub/c.py": "def f():\n    from .. import _shared\n",
+    })
+    assert private_imports(read_imports(root, ("pkg",))) == [
+        "pkg.b imports _hidden from pkg.a (pkg/b.py:1)",
+        "pkg.sub.c imports _shared from pkg (pkg/sub/c.py:2)",
+    ]
+
+
+def test_a_core_module_importing_a_plugin_is_reported(tmp_path):
+    root = _tree(tmp_path, {
+        "core/__init__.py": "",
+        "core/run.py": "def f():\n    from plugins.p import P\n",
+        "plugins/__init__.py": "",
+        "plugins/p.py": "import core.run\nP = 1\n",
+    })
+    imports = read_imports(root, ("core", "plugins"))
+    assert plugin_imports_of_core(imports, "core", ("plugins",)) == [
+        "core.run imports plugins.p (core/run.py:2)"]

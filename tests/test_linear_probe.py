@@ -1,4 +1,4 @@
-"""Linear probe (benchmarks/linear_probe.py, linear_heads.py, linear_data.py): the batched
+"""Linear probe (benchmarks/classification/linear_probe.py, linear_heads.py, linear_data.py): the batched
 lr grid equals independent SGD heads, best-head selection, the frozen backbone stays
 bit-identical, seeded augmentation, feature layouts, presets and fingerprints."""
 from __future__ import annotations
@@ -12,10 +12,11 @@ import torchvision.transforms as T
 from PIL import Image
 from torch import nn
 
-from benchmarks.classification_common import assemble
-from benchmarks.linear_data import RandomResizedCropFlip, epoch_batches
-from benchmarks.linear_heads import GridSGD, LinearHeads, cosine_factor, evaluate_heads, select_best, train_grid
-from benchmarks.linear_probe import IBOT_BASE_LRS, LinearProbe, arch_feature_defaults
+from benchmarks.classification.common import assemble
+from benchmarks.classification.linear_data import RandomResizedCropFlip, epoch_batches
+from benchmarks.classification.linear_heads import (GridSGD, LinearHeads, cosine_factor, evaluate_heads, select_best,
+                                                    train_grid)
+from benchmarks.classification.linear_probe import IBOT_BASE_LRS, LinearProbe, arch_feature_defaults
 from harness.backbone import ARCHS
 from harness.models import ModelHandle
 from image_folders import make_image_folder

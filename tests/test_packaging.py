@@ -50,7 +50,8 @@ def test_the_wheel_lists_every_shipped_file_and_every_module(monkeypatch):
     packaged = PACKAGED_DATA.relative_to(PACKAGE_DIR.parent)
     want = {packaged / folder / rel for folder in SHIPPED_FOLDERS for rel in _files(REPO / folder)}
     want |= {Path(top) / rel for top in CODE_PACKAGES for rel in _files(REPO / top) if rel.suffix == ".py"}
-    want |= {Path("harness", "templates") / rel for rel in _files(REPO / "harness" / "templates")}
+    want |= {Path("harness", folder) / rel for folder in ("templates", "static")
+             for rel in _files(REPO / "harness" / folder)}
     want.add(Path("run_benchmark.py"))  # the console script's module
     missing = sorted(map(str, want - in_wheel))
     assert not missing, (f"files the wheel would leave out: {missing}; list their package in "

@@ -16,7 +16,8 @@ from harness.checkpoints import save_checkpoint
 from harness.flops import arch_flops as vit_flops
 from harness.leaderboard import build_leaderboard
 from harness.models import ModelHandle
-from harness.paper import CSV_COLUMNS, PAPER_DIR, list_tables, load_table, paper_numbers, read_paper_csv, reproduce
+from harness.paper_reproduce import reproduce
+from harness.paper_spec import CSV_COLUMNS, PAPER_DIR, list_tables, load_table, paper_numbers, read_paper_csv
 from harness.protocol import Protocol, ProtocolResult
 from harness.registry import DATASETS, register_protocol
 from harness.results import iter_records
@@ -137,18 +138,18 @@ def test_dry_run_settings_by_patch_and_variant(tmp_path):
     assert "dense_nn[hbird] memory_size=1024000" in res.text
     # the records do not carry memory_size: the run's setting is dropped from what they must
     # match (cell_variant), the cell matches on its fraction only
-    from harness.paper import _measure, cell_variant, compare_cells
+    from harness.paper_verdict import cell_variant, compare_cells, measure_cell
     ps = res.table.spec.protocols["dense_nn"]
     cell = res.table.rows.loc[j14.cells[0]]
     assert cell_variant(cell, ps, j14.variant) == {"fraction": "1/1"}
     assert cell_variant(cell, ps) == {"fraction": "1/1", "memory_size": "102400"}
     rec = {"variant": {"fraction": "1/1"}, "metrics": {"mIoU": 70.0}}
-    assert _measure(cell, [rec], ps, j14.variant)["measured"] == 70.0
-    assert _measure(cell, [rec], ps)["status"] == "not measured"  # without the run's settings
+    assert measure_cell(cell, [rec], ps, j14.variant)["measured"] == 70.0
+    assert measure_cell(cell, [rec], ps)["status"] == "not measured"  # without the run's settings
     # dropping the setting keys never reopens best-group picking: records that vary in a key
     # neither the cell nor the table pins are still ambiguous
     two = [rec, {"variant": {"fraction": "1/1", "k": 50}, "metrics": {"mIoU": 75.0}}]
-    m = _measure(cell, two, ps, j14.variant)
+    m = measure_cell(cell, two, ps, j14.variant)
     assert m["status"] == "ambiguous" and "measured" not in m
     # through compare_cells: each run's records decide its own memory size's cells only
     jobs = [j for j in res.jobs if j.zoo_name == "dinov2_vitb14"]
@@ -169,21 +170,21 @@ def test_every_table_protocol_states_tolerance_reason_and_variant(tmp_path):
     import yaml
 
     from harness.errors import ConfigError
-    from harness.paper import _spec_path
+    from harness.paper_spec import spec_path
 
     for name in list_tables():
-        raw = yaml.safe_load(_spec_path(name).read_text())
+        raw = yaml.safe_load(spec_path(name).read_text())
         for proto, ps in raw["protocols"].items():
             assert isinstance(ps.get("tolerance"), (int, float)) and ps["tolerance"] >= 0, (name, proto)
             assert isinstance(ps.get("tolerance_reason"), str) and len(ps["tolerance_reason"].split()) >= 10, (name, proto)
             assert isinstance(ps.get("variant"), dict), (name, proto)
-    spec = _spec_path("neco-readme")
+    spec = spec_path("neco-readme")
     bad = tmp_path / "bad.yaml"
     bad.write_text(spec.read_text().replace("tolerance_reason:", "tolerance_reason_was:"))
     with pytest.raises(ConfigError, match="tolerance_reason"):
         load_table(bad)
     # a settings variant that is also a record variant key, or a cell no settings variant covers
-    hb = _spec_path("hbird-readme").read_text()
+    hb = spec_path("hbird-readme").read_text()
     clash = tmp_path / "clash.yaml"
     clash.write_text(hb.replace("    variant: {}", "    variant: {memory_size: 102400}"))
     with pytest.raises(ConfigError, match="run settings"):
@@ -197,7 +198,7 @@ def test_every_table_protocol_states_tolerance_reason_and_variant(tmp_path):
 def test_new_tables_pin_what_their_records_vary_in():
     """dinov2-imagenet / hbird-readme / neco-readme with records shaped as their protocols
     write them: every cell gets one group (never the best of several)."""
-    from harness.paper import _measure
+    from harness.paper_verdict import measure_cell
 
     def records(variants, metric, values):
         return [{"variant": v, "metrics": {metric: x}} for v, x in zip(variants, values)]
@@ -207,18 +208,18 @@ def test_new_tables_pin_what_their_records_vary_in():
     # knn writes one record per k (ks 10 / 20 / 100 / 200): the table pins k = 20, even when
     # another k is closer to the paper's 79.0
     knn = records([{"k": k, "feature": "cls"} for k in (10, 20, 100, 200)], "top1", [79.0, 78.1, 77.0, 76.0])
-    m = _measure(knn_cell, knn, d2.spec.protocols["knn"])
+    m = measure_cell(knn_cell, knn, d2.spec.protocols["knn"])
     assert m["status"] == "measured" and m["measured"] == 78.1
     lin_cell = d2.rows[(d2.rows["protocol"] == "linear") & (d2.rows["zoo_name"] == "dinov2_vits14")].iloc[0]
     lin = records([{"recipe": "dino"}, {"recipe": "dino", "cached_features": True}], "top1", [80.5, 81.1])
-    m = _measure(lin_cell, lin, d2.spec.protocols["linear"])
+    m = measure_cell(lin_cell, lin, d2.spec.protocols["linear"])
     assert m["status"] == "measured" and m["measured"] == 80.5  # never the cached-feature shortcut
     for name in ("hbird-readme", "neco-readme"):
         tab = load_table(name)
         ps = tab.spec.protocols["dense_nn"]
         cell = tab.rows.iloc[0]
         settings = next(iter(ps.variants), "")
-        m = _measure(cell, records([{"fraction": "1/1"}], "mIoU", [60.0]), ps, settings)
+        m = measure_cell(cell, records([{"fraction": "1/1"}], "mIoU", [60.0]), ps, settings)
         assert m["status"] == "measured" and m["measured"] == 60.0, name
 
 
@@ -342,10 +343,10 @@ def test_reproduce_pipeline_with_fake_protocol(tmp_path, synth_root, capsys):
 
 
 def test_reproduce_cli(tmp_path, capsys):
-    from harness import paper
+    from harness import paper_reproduce
 
     parser = argparse.ArgumentParser()
-    paper.add_cli(parser.add_subparsers(dest="command"))
+    paper_reproduce.add_cli(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["reproduce", "cribo-table1", "--dry-run", "--zoo-dir", str(tmp_path)])
     assert args.func(args) == 0
     assert "CrIBo Table 1" in capsys.readouterr().out
@@ -357,7 +358,7 @@ def test_reproduce_cli(tmp_path, capsys):
 # ----------------------------------------------------------------------------- the verdict rule
 def _table_in_code(cells, tolerance=1.0, variant=None):
     """A one-protocol Table built in code: ``cells`` = [(variant, paper value, zoo name)]."""
-    from harness.paper import DatasetSpec, ProtocolSpec, Table, TableSpec
+    from harness.paper_spec import DatasetSpec, ProtocolSpec, Table, TableSpec
 
     rows = pd.DataFrame([dict(paper="Fake", table="T", row=str(i + 1), method="M", arch="A", pretrain_data="D",
                               epochs="1", protocol="p", dataset="d", variant=v, metric="mIoU", value=val,
@@ -370,7 +371,7 @@ def _table_in_code(cells, tolerance=1.0, variant=None):
 
 
 def _job(tab, zoo, records, status="done"):
-    from harness.paper import Cost, Job
+    from harness.paper_plan import Cost, Job
 
     cells = [i for i in tab.rows.index if tab.rows.at[i, "zoo_name"] == zoo]
     return Job(zoo, "p", "d", cells, None, None, None, None, "found", "ok", Cost(None, None, None, None, None),
@@ -382,7 +383,7 @@ def _records(variant, values):
 
 
 def test_a_wide_seed_spread_never_loosens_the_tolerance():
-    from harness.paper import compare_cells, verdict
+    from harness.paper_verdict import compare_cells, verdict
 
     tab = _table_in_code([("fraction=1/2", 50.0, "z"), ("fraction=1/8", 50.0, "z")], tolerance=0.3)
     recs = (_records({"fraction": "1/2"}, [50.1, 50.5, 50.9])     # delta +0.5 > 0.3, inside 2 std (0.8)
@@ -397,7 +398,7 @@ def test_a_wide_seed_spread_never_loosens_the_tolerance():
 
 
 def test_variant_groups_the_cell_does_not_pin_are_ambiguous_never_the_best():
-    from harness.paper import compare_cells
+    from harness.paper_verdict import compare_cells
 
     recs = _records({"fraction": "1/1", "lr": 0.1}, [50.0]) + _records({"fraction": "1/1", "lr": 0.01}, [55.0])
     tab = _table_in_code([("fraction=1/1", 55.0, "z")])  # the better group would match the paper exactly
@@ -423,7 +424,8 @@ def test_variant_groups_the_cell_does_not_pin_are_ambiguous_never_the_best():
 @pytest.mark.parametrize("case, expected", [("nothing measured", 1), ("a cell differs", 1),
                                             ("every measured cell passes", 0)])
 def test_reproduce_exit_status(monkeypatch, case, expected):
-    from harness import paper
+    from harness import paper_reproduce
+    from harness.paper_verdict import compare_cells
 
     tab = _table_in_code([("fraction=1/1", 50.0, "z"), ("fraction=1/2", 50.0, "z"), ("fraction=1/1", 50.0, "gone")])
     gone = _job(tab, "gone", [], status="missing checkpoint")  # not run: fails nothing by itself
@@ -434,10 +436,10 @@ def test_reproduce_exit_status(monkeypatch, case, expected):
         if case == "a cell differs":
             recs = _records({"fraction": "1/1"}, [52.0]) + recs[1:]
         jobs = [_job(tab, "z", recs), gone]
-    res = paper.ReproduceResult(tab, jobs, paper.compare_cells(tab, jobs), "")
-    monkeypatch.setattr(paper, "reproduce", lambda *a, **k: res)
+    res = paper_reproduce.ReproduceResult(tab, jobs, compare_cells(tab, jobs), "")
+    monkeypatch.setattr(paper_reproduce, "reproduce", lambda *a, **k: res)
     parser = argparse.ArgumentParser()
-    paper.add_cli(parser.add_subparsers(dest="command"))
+    paper_reproduce.add_cli(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["reproduce", "fake"])
     assert args.func(args) == expected, res.cells[["zoo_name", "variant", "verdict"]]
 
@@ -445,12 +447,12 @@ def test_reproduce_exit_status(monkeypatch, case, expected):
 def test_reproduce_cli_exit_status_end_to_end(tmp_path, synth_root, capsys):
     """The real pipeline and CLI: pass -> 0, nothing measured -> 1, an ambiguous cell -> 1, a
     table variant that pins the sweep -> that group's number decides."""
-    from harness import paper
+    from harness import paper_reproduce
 
     zoo_dir = tmp_path / "zoo"
     a = _tiny_checkpoint(zoo_dir, "tiny_a", 0.0)
     parser = argparse.ArgumentParser()
-    paper.add_cli(parser.add_subparsers(dest="command"))
+    paper_reproduce.add_cli(parser.add_subparsers(dest="command"))
 
     def cli(cells, fake_probe=""):
         table = _write_table(tmp_path, cells, fake_probe)

@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 import pytest
 
 from harness.cli import main
-from harness.leaderboard import declared_headline, headline_metric
+from harness.protocol_info import declared_headline, headline_metric
 from harness.report import build_report, paper_cells
 from harness.results import write_record
 from report_records import BASE, all_records, paper_records, suite_records

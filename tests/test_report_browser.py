@@ -2,7 +2,8 @@
 Playwright pointed at that executable; no browser download) renders the tables, sorts on a
 header click, hides rows with the filter, opens a provenance panel, loads every embedded
 plot, makes no network request and logs no console error. Two sabotaged pages prove that
-the check fails when the table does not render or sorting breaks.
+the check fails when the table does not render or sorting breaks. leaderboard.html, which
+inlines the same script, sorts its rows too.
 
 Skips only where no Chromium is installed; `.ci/run` installs it and sets
 SSL_BENCH_REQUIRE_BROWSER=1, under which a missing Chromium fails instead."""
@@ -12,7 +13,8 @@ import os
 
 import pytest
 
-from harness import report
+from harness import html_assets
+from harness.leaderboard import build_leaderboard, to_html
 from harness.report import build_report, chromium_executable
 from report_records import all_records
 
@@ -127,8 +129,10 @@ def test_report_renders_sorts_filters_in_chromium(browser, tmp_path, page_html):
 
 
 def test_the_check_fails_when_sorting_breaks(browser, tmp_path, monkeypatch):
-    monkeypatch.setattr(report, "_JS", report._JS.replace("groups.forEach(function (g) { table.appendChild(g); });",
-                                                          ""))
+    script = html_assets.sortable_table_script()
+    moves = "units.forEach(function (u) { parent.appendChild(u); });"
+    assert moves in script
+    monkeypatch.setattr(html_assets, "sortable_table_script", lambda: script.replace(moves, ""))
     page, errors, requests = _open(browser, tmp_path, build_report(all_records()))
     try:
         with pytest.raises(AssertionError, match="sorting did not reorder"):
@@ -143,5 +147,24 @@ def test_the_check_fails_when_the_table_does_not_render(browser, tmp_path, page_
     try:
         with pytest.raises(AssertionError, match="not rendered"):
             check_page(page, errors, requests)
+    finally:
+        page.close()
+
+
+def test_leaderboard_page_sorts_in_chromium(browser, tmp_path):
+    page, errors, requests = _open(browser, tmp_path, to_html(build_leaderboard(all_records())))
+    try:
+        table = page.locator("table#leaderboard")
+        models = lambda: [r.locator("td").first.inner_text() for r in table.locator("tbody tr").all()]  # noqa: E731
+        header = table.locator("th.sort", has_text="dense_nn | voc/val | fraction=1/8 | mIoU")
+        header.click()
+        assert header.get_attribute("aria-sort") == "ascending"
+        assert models()[:3] == ["random_init", "dino", "ibot"]  # the rows without a number last
+        header.click()
+        assert models()[:3] == ["ibot", "dino", "random_init"]
+        table.locator("th.sort", has_text="model").first.click()
+        assert models() == ["dino", "dino_vits16", "dino_vits8", "ibot", "ibot_vits16", "random_init"]
+        assert errors == [], f"console errors: {errors}"
+        assert all(u.startswith(("file:", "data:")) for u in requests), f"network requests: {requests}"
     finally:
         page.close()

@@ -109,7 +109,6 @@ def test_old_records_without_the_new_fields_still_load(isolated_home):
     """A record written before the data root, weights key and init seed were in the key: it
     cannot tell which init seed it measured, so it proves nothing (the run happens), and the
     leaderboard still reads it."""
-    from harness.evaluate import request_hash
     from harness.leaderboard import build_leaderboard
 
     model = ModelHandle.random_init("vit_cpu_tiny", seed=0)
@@ -118,7 +117,7 @@ def test_old_records_without_the_new_fields_still_load(isolated_home):
            "model": {"name": model.name, "method": "random_init", "arch": "vit_cpu_tiny",
                      "checkpoint": None, "checkpoint_sha256": None},
            "protocol": {"name": "counting", "dataset": "toy", "split": "val", "params": {},
-                        "fingerprint": proto.fingerprint(), "request": request_hash(proto),
+                        "fingerprint": proto.fingerprint(), "request": proto.request_hash(),
                         "data_root": str(isolated_home)},
            "metrics": {"acc": 1.0}, "cost": {}, "artifacts": {}}
     results.runs_dir().mkdir(parents=True)

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import mmseg_bridge as mb
-from benchmarks import seg_protocol, seg_smoke
+from benchmarks.segmentation import mmseg_bridge as mb
+from benchmarks.segmentation import seg_protocol
 from harness.backbone import create_backbone
 from harness.errors import CheckpointError, ConfigError, DataError, MissingDependencyError
+from seg_smoke import smoke
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -96,8 +97,8 @@ def test_backbone_kwargs_read_off_the_weights():
 
 # ============================================================================ config
 def test_config_defaults_and_fingerprint():
-    from benchmarks.seg_linear import SegLinear
-    from benchmarks.segmenter import Segmenter
+    from benchmarks.segmentation.seg_linear import SegLinear
+    from benchmarks.segmentation.segmenter import Segmenter
 
     lin = SegLinear.from_preset("paper", {"dataset": "ade20k"})
     assert lin.cfg.iters == 160_000 and lin.cfg.lrs == [8e-4, 3e-4, 1e-4, 8e-5]
@@ -128,8 +129,8 @@ def _mm_config(cfg, data, tmp_path, backbone: dict | None = None):
 def test_paper_presets_total_batch_is_the_official_launchers(tmp_path, monkeypatch):
     """CrIBo's eval_launcher.py runs train.py in one process (launcher 'none'; its own parser
     refuses --launcher) with --mmseg_samples_per_gpu 4: a total batch of 4."""
-    from benchmarks.seg_linear import SegLinear
-    from benchmarks.segmenter import Segmenter
+    from benchmarks.segmentation.seg_linear import SegLinear
+    from benchmarks.segmentation.segmenter import Segmenter
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     data = mb.resolve_data("synth_ade", _synth_root(tmp_path))
@@ -151,8 +152,8 @@ def test_paper_presets_total_batch_is_the_official_launchers(tmp_path, monkeypat
 def test_schedule_is_a_named_setting(tmp_path, monkeypatch):
     """long (160k / 80k, the paper's text) by default; short = CrIBo's 40k / 20k mask configs,
     with their validation / checkpoint interval of iters / 10."""
-    from benchmarks.seg_linear import SegLinear
-    from benchmarks.segmenter import Segmenter
+    from benchmarks.segmentation.seg_linear import SegLinear
+    from benchmarks.segmentation.segmenter import Segmenter
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     want = {"ade20k": (160_000, 40_000), "coco_stuff164k": (160_000, 40_000),
@@ -182,8 +183,8 @@ def test_lr_sweep_is_named_and_every_record_names_its_lr():
     """The paper's sweep by default (its text; the official code runs one lr per launch),
     CrIBo's launcher default (0.01) by name, and every record -- the best one included --
     says which lr its number comes from."""
-    from benchmarks.seg_linear import LINEAR_LRS, SegLinear
-    from benchmarks.segmenter import SEGMENTER_LRS, Segmenter
+    from benchmarks.segmentation.seg_linear import LINEAR_LRS, SegLinear
+    from benchmarks.segmentation.segmenter import SEGMENTER_LRS, Segmenter
 
     lin = SegLinear.from_preset("paper", {"dataset": "ade20k"})
     assert (lin.cfg.lr_sweep, lin.cfg.lrs) == ("paper", LINEAR_LRS)
@@ -228,7 +229,7 @@ def test_dataset_layouts_resolve(tmp_path):
 
 # ============================================================================ dependency
 def test_missing_mmcv_ops_is_a_clear_error(monkeypatch, tmp_path):
-    from benchmarks.seg_linear import SegLinear
+    from benchmarks.segmentation.seg_linear import SegLinear
     from harness.models import ModelHandle
 
     monkeypatch.setitem(sys.modules, "mmcv.ops", None)  # as if the compiled ops were absent
@@ -240,7 +241,8 @@ def test_missing_mmcv_ops_is_a_clear_error(monkeypatch, tmp_path):
 
 
 def test_harness_never_imports_mmseg():
-    code = ("import sys, harness.cli, harness.evaluate, benchmarks.seg_linear, benchmarks.segmenter;"
+    code = ("import sys, harness.cli, harness.evaluate, benchmarks.segmentation.seg_linear,"
+            " benchmarks.segmentation.segmenter;"
             "from harness.registry import PROTOCOLS;"
             "p = PROTOCOLS.get('seg_linear').from_preset('paper', {'dataset': 'ade20k'}); p.fingerprint();"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('mmseg', 'mmcv', 'mmengine'));"
@@ -356,8 +358,8 @@ def test_frozen_backbone_mode_train_keeps_drop_path_on_as_cribo():
 def test_frozen_backbone_mode_is_a_setting():
     """seg_linear paper: the official behaviour (DropPath 0.1 on in the frozen backbone while
     the head trains); frozen_backbone_mode eval is the deterministic opt-in."""
-    from benchmarks.seg_linear import SegLinear
-    from benchmarks.segmenter import Segmenter
+    from benchmarks.segmentation.seg_linear import SegLinear
+    from benchmarks.segmentation.segmenter import Segmenter
 
     sd = _tiny_backbone().backbone_state_dict()
     paper = SegLinear.from_preset("paper", {"dataset": "ade20k", "crop_size": 64})
@@ -420,7 +422,7 @@ def test_linear_training_keeps_backbone_bit_identical_and_resumes_weights_only(t
     - after training, every backbone weight equals the converted pretrained weight
       bit for bit, while the head has moved.
     """
-    from benchmarks.seg_linear import SegLinear
+    from benchmarks.segmentation.seg_linear import SegLinear
 
     _register_stop_hook()
     data = _small_ade(tmp_path)
@@ -469,7 +471,7 @@ def test_linear_training_keeps_backbone_bit_identical_and_resumes_weights_only(t
 def test_every_validation_is_recorded_and_the_last_is_reported(tmp_path, monkeypatch):
     """CrIBo's schedules validate every iters/10 and at the end, and its train.py reports
     nothing else: every validation is kept (iteration, mIoU), the number is the last one."""
-    from benchmarks.seg_linear import SegLinear
+    from benchmarks.segmentation.seg_linear import SegLinear
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     data = _small_ade(tmp_path)
@@ -510,8 +512,8 @@ def test_every_validation_is_recorded_and_the_last_is_reported(tmp_path, monkeyp
 def test_smoke_linear_pretrained_beats_random_init(layout, dino_cpu_checkpoint):
     # the synth preset (600 iterations of 16, pretraining normalisation) on the DINO CPU
     # preset's checkpoint vs the random-init vit_cpu_tiny; measured margins: docs/BENCHMARKS.md
-    rnd = seg_smoke.smoke(None, layout)
-    pre = seg_smoke.smoke(dino_cpu_checkpoint, layout)
+    rnd = smoke(None, layout)
+    pre = smoke(dino_cpu_checkpoint, layout)
     print(f"seg_linear {layout}: pretrained mIoU {pre:.2f} vs random init {rnd:.2f}")
     assert 0.0 <= rnd <= 100.0 and pre > rnd
 
@@ -519,13 +521,13 @@ def test_smoke_linear_pretrained_beats_random_init(layout, dino_cpu_checkpoint):
 @pytest.mark.slow
 @needs_mmseg
 def test_smoke_segmenter_runs():
-    miou = seg_smoke.smoke(None, "ade", protocol="segmenter", iters=50)
+    miou = smoke(None, "ade", protocol="segmenter", iters=50)
     assert 0.0 <= miou <= 100.0
 
 
 # ============================================================================ installer
 def test_installer_patch_and_wheel_lookup(tmp_path, monkeypatch):
-    from harness import install_mmcv as im
+    from scripts import install_mmcv as im
 
     setup = tmp_path / "setup.py"
     setup.write_text("a = ['-std=c++14']\nb = ['-Wall', '-std=c++17']\nc = '-std=c++14'\n")

@@ -13,8 +13,8 @@ computed from the evaluation split's labels. The definitions, one per kind of me
   present; pixel accuracy 1 / C (`uniform_segmentation`). The expectation is taken of the
   confusion matrix (the ratio of expectations, exact as the pixel count grows).
 
-A protocol that does not define ``chance_results`` raises harness.errors.NotApplicable and the
-suite skips the pair.
+A protocol that does not override ``Protocol.chance_results`` keeps the contract's default,
+which raises harness.errors.NotApplicable, and the suite skips the pair.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import numpy as np
 from torch import nn
 
 from harness.models import ModelHandle
+from harness.protocol import Protocol, ProtocolResult
 
 CHANCE_VERSION = 1  # part of the identity: a change of definition must not reuse records
 
@@ -62,14 +63,8 @@ class ChanceModel(ModelHandle):
     def cache_key(self) -> str:
         return self.meta["identity"]
 
-    def measure(self, protocol, data_root: Path) -> list:
-        from harness.errors import NotApplicable
-
-        stated = getattr(protocol, "chance_results", None)
-        if stated is None:
-            raise NotApplicable(f"protocol {protocol.registry_name!r} does not state its chance level "
-                                "(it defines no chance_results(data_root))")
-        return stated(Path(data_root))
+    def measure(self, protocol: Protocol, data_root: Path) -> list[ProtocolResult]:
+        return protocol.chance_results(Path(data_root))
 
     def record_info(self) -> dict[str, Any]:
         return {"name": self.name, "method": "chance", "arch": None, "patch_size": None, "pretrain_data": None,

@@ -240,7 +240,7 @@ def main(argv=None) -> None:
         random.seed(0)
         torch.manual_seed(0)
         noaug[name] = run_official(off, model, data["hbird_root"], name)
-    from benchmarks.dense_nn import DenseNN
+    from benchmarks.dense_nn.protocol import DenseNN
 
     replay = {}
     for seed in REPLAY_SEEDS:

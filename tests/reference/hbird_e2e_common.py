@@ -143,7 +143,7 @@ def run_harness(data_root: Path, model, bank_augment: str, seed: int, artifacts_
     """The harness's hbird preset through the protocol's own entry (DenseNN.run: dataset
     readers, transforms, feature extraction, bank, search, metric): {"miou" (fraction, as the
     reference returns it), "confusion" (21 x 21 pixel counts), "bank_size"}."""
-    from benchmarks.dense_nn import DenseNN
+    from benchmarks.dense_nn.protocol import DenseNN
 
     values = dict(harness_values(bank_augment, seed), artifacts_dir=str(artifacts_dir))
     (res,) = DenseNN.from_preset("hbird", values).run(model, data_root)

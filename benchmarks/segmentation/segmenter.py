@@ -7,7 +7,8 @@ L2-normalised patch / class projections, mask norm. The backbone trains too (dro
 iters/10 (the last one reported); schedule ``long`` (160k / 80k; ``short``: CrIBo's 40k / 20k
 configs) and lr sweep {8e-5, 3e-5, 1e-5, 8e-6} from the paper's text (``lr_sweep:
 launcher_default``: CrIBo's launcher default 0.01), best mIoU reported and every lr kept as
-its own record. Shared machinery in benchmarks/seg_protocol.py and benchmarks/mmseg_bridge.py; sources and differences in
+its own record. Shared machinery in this folder: config.py (settings), seg_protocol.py (records,
+protocol base), mmseg_bridge.py (mmseg config and run); sources and differences in
 docs/PROTOCOLS.md (segmentation section).
 
     ssl-bench eval --protocol segmenter --dataset ade20k --data-root DIR --checkpoint CKPT
@@ -17,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from benchmarks.seg_protocol import SegConfig, SegProtocolBase
+from benchmarks.segmentation.config import SegConfig
+from benchmarks.segmentation.seg_protocol import SegProtocolBase
 from harness.presets import load_presets
 from harness.protocol import Protocol
 from harness.registry import register_protocol

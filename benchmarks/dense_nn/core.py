@@ -1,6 +1,6 @@
 """The dense NN classifier itself, independent of models and datasets: patch labels from
 masks, the memory bank (with the optional memory cap), neighbour aggregation, upsampling
-and the confusion matrix. `benchmarks/dense_nn.py` feeds it extracted features; tests
+and the confusion matrix. `benchmarks/dense_nn/protocol.py` feeds it extracted features; tests
 and `dense_nn_from_features` feed it arrays.
 
 Where a step reproduces open-hummingbird-eval v2.0.0 (`hbird/hbird_eval.py`), the same
@@ -16,8 +16,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchmarks.dense_nn_index import BankIndex, IndexSpec
-from benchmarks.dense_nn_metric import ConfusionMatrix
+from benchmarks.dense_nn.index import BankIndex, IndexSpec
+from benchmarks.dense_nn.metric import ConfusionMatrix
 from harness.errors import ConfigError, DataError
 
 # How ignore pixels of a training mask enter the bank's patch labels.

@@ -8,9 +8,10 @@ training (tested). Its mode while the head trains is a setting, ``frozen_backbon
 "train" (the ``paper`` preset) is CrIBo's behaviour -- its FreezableVisionTransformer is put
 in eval mode once, and mmengine's ``model.train()`` turns the backbone's DropPath (rate 0.1
 in its model config) back on, so the head learns from stochastic-depth features; "eval"
-gives deterministic features. Everything else -- data, schedule, sweep, records -- is in
-benchmarks/seg_protocol.py and benchmarks/mmseg_bridge.py; docs/PROTOCOLS.md (segmentation section) lists the sources and
-differences.
+gives deterministic features. Everything else -- data, schedule, sweep, records -- is shared
+with segmenter.py in this folder: config.py (settings), seg_protocol.py (records, protocol base),
+mmseg_bridge.py (mmseg config and run); docs/PROTOCOLS.md (segmentation section) lists the
+sources and differences.
 
     ssl-bench eval --protocol seg_linear --dataset ade20k --data-root DIR --checkpoint CKPT
 """
@@ -19,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from benchmarks.seg_protocol import SegConfig, SegProtocolBase
+from benchmarks.segmentation.config import SegConfig
+from benchmarks.segmentation.seg_protocol import SegProtocolBase
 from harness.presets import load_presets
 from harness.protocol import Protocol
 from harness.registry import register_protocol

@@ -1,6 +1,6 @@
 """Linear probing on a frozen backbone: the DINO, iBOT and SynCLR (StableRep) recipes as
 named presets, every learning rate of a recipe's grid trained at once on one backbone
-forward per batch (benchmarks/linear_heads.py).
+forward per batch (benchmarks/classification/linear_heads.py).
 
 The backbone is frozen in the strict sense: eval mode (no dropout, no drop-path, no
 BatchNorm statistics updates) and torch.no_grad for its forward; the tests check that its
@@ -34,10 +34,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from benchmarks.classification_common import Layout, assemble, load_splits
-from benchmarks.linear_data import (_STREAM_INIT, AugmentedImages, RandomResizedCropFlip, augmented_loader,
-                                    epoch_batches, seeded_generator, steps_per_epoch)
-from benchmarks.linear_heads import GridHistory, GridSGD, LinearHeads, Schedule, select_best, train_grid
+from benchmarks.classification.common import Layout, assemble, load_splits
+from benchmarks.classification.linear_data import (STREAM_INIT, AugmentedImages, RandomResizedCropFlip,
+                                                   augmented_loader, epoch_batches, seeded_generator,
+                                                   steps_per_epoch)
+from benchmarks.classification.linear_heads import (GridHistory, GridSGD, LinearHeads, Schedule, select_best,
+                                                    train_grid)
 from harness.context.chance import uniform_topk
 from harness.device import module_device, pin_memory
 from harness.data.transforms import ResizeCenterCrop
@@ -220,7 +222,7 @@ class LinearProbe(Protocol):
 
             lrs = self.lrs()
             heads = LinearHeads(len(lrs), val_x.shape[1], splits.num_classes, batchnorm=c.batchnorm,
-                                init_std=c.init_std, generator=seeded_generator(c.seed, _STREAM_INIT)).to(device)
+                                init_std=c.init_std, generator=seeded_generator(c.seed, STREAM_INIT)).to(device)
             opt = GridSGD(heads, torch.tensor(lrs, dtype=torch.float64, device=device), momentum=c.momentum,
                           weight_decay=c.weight_decay)
             hist = train_grid(heads, opt, batches, val_x, val_y, epochs=c.epochs, steps_per_epoch=steps,

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.classification_common import target_rank
+from benchmarks.classification.common import target_rank
 
 Schedule = Literal["cosine_epoch", "cosine_iter", "constant"]
 

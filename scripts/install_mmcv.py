@@ -1,7 +1,7 @@
 """Install the mmseg stack used by the ``seg_linear`` and ``segmenter`` protocols.
 
-    python -m harness.install_mmcv            # or: bash scripts/install_mmcv.sh
-    python -m harness.install_mmcv --dry-run  # download + patch the sdist, print the build command
+    python -m scripts.install_mmcv            # or: bash scripts/install_mmcv.sh
+    python -m scripts.install_mmcv --dry-run  # download + patch the sdist, print the build command
 
 mmsegmentation 1.2.2 asserts ``mmcv>=2.0.0rc4,<2.2.0`` and needs mmcv's compiled ops.
 No mmcv 2.1 wheel exists for this torch, and the 2.1.0 sdist does not build as it is:
@@ -45,7 +45,7 @@ MMENGINE_VERSION = "0.10.7"
 # ftfy/regex: mmseg.models imports its CLIP tokenizer; opencv 5 is newer than anything
 # mmcv 2.1 was tested with, so keep 4.x.
 EXTRA_REQUIREMENTS = ["ftfy", "regex", "opencv-python>=4,<5"]
-INSTALL_COMMAND = "bash scripts/install_mmcv.sh  (or: python -m harness.install_mmcv)"
+INSTALL_COMMAND = "bash scripts/install_mmcv.sh  (or: python -m scripts.install_mmcv)"
 
 _CHECK_SNIPPET = f"""
 import mmcv, mmengine, mmseg

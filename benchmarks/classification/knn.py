@@ -28,9 +28,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchmarks.classification_common import (FeatureKind, accuracy_metrics, feature_for, load_splits,
+from benchmarks.classification.common import (FeatureKind, accuracy_metrics, feature_for, load_splits,
                                               topk_hits)
-from benchmarks.similarity_buffer import SimilarityBuffer
+from benchmarks.classification.similarity_buffer import SimilarityBuffer
 from harness.context.chance import uniform_topk
 from harness.data.transforms import ResizeCenterCrop
 from harness.device import resolve_device

@@ -35,19 +35,18 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from benchmarks.dense_nn_aug import AugmentedView, HbirdAugment, PreparedTensor, torch_nearest_resize
-from benchmarks.dense_nn_core import (CoreSettings, ImageLabels, build_bank, check_mask, evaluate,
+from benchmarks.dense_nn.aug import AugmentedView, HbirdAugment, PreparedTensor, torch_nearest_resize
+from benchmarks.dense_nn.core import (CoreSettings, ImageLabels, build_bank, check_mask, evaluate,
                                       image_labels, iter_arrays, memory_per_image, seeded_rand)
-from benchmarks.dense_nn_index import IndexSpec
-from benchmarks.dense_nn_metric import compute_miou
-from benchmarks.dense_nn_subsets import Subset, check_nested, plan_subsets, write_subset_list
+from benchmarks.dense_nn.index import IndexSpec
+from benchmarks.dense_nn.metric import compute_miou
+from benchmarks.dense_nn.subsets import Subset, check_nested, plan_subsets, write_subset_list
 from harness.config import from_dict
 from harness.context.chance import uniform_segmentation
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, PatchMultipleResize, SquareResize
 from harness.device import module_device
 from harness.errors import ConfigError, DataError
 from harness.io_utils import atomic_write
-from harness.memory import peak_rss_mb
 from harness.presets import load_presets
 from harness.protocol import Protocol, ProtocolResult
 from harness.registry import DATASETS, register_protocol
@@ -330,7 +329,6 @@ class DenseNN(Protocol):
 
     def run(self, model, data_root) -> list[ProtocolResult]:
         cfg = self.cfg
-        t_start = time.perf_counter()
         threads = cfg.threads or torch.get_num_threads()
         data_root = Path(data_root)
         train_split, val_split = self.splits()
@@ -378,11 +376,9 @@ class DenseNN(Protocol):
 
         results = self._results(runs, train_split, val_split, s, num_classes,
                                 self.artifact_dir(model, data_root, cfg.artifacts_dir))
-        timings["total_s"] = time.perf_counter() - t_start
-        timings["peak_rss_mb"] = peak_rss_mb()
-        self.last_timings = timings
-        print(format_table(results, title=f"dense_nn [{cfg.preset or 'custom'}] {cfg.dataset} "
-                                          f"{val_split} - {model.name}"))
+        # the stages are shared by every (fraction, seed): each record carries the whole run's split
+        for r in results:
+            r.cost = {stage: round(seconds, 3) for stage, seconds in timings.items()}
         return results
 
     def _val_mask_fn(self, val_ds, transform, grids, patch, num_classes, ignore):
@@ -534,32 +530,5 @@ def format_table(results: list[ProtocolResult], title: str = "dense_nn") -> str:
     return "\n".join(lines)
 
 
-def pretrained_vs_random(checkpoint: str | Path, data_root: str | Path, *, preset: str = "cribo",
-                         values: dict[str, Any] | None = None, init_seed: int = 0):
-    """Run the protocol on a checkpoint and on a random init of the same architecture.
-
-    Returns a pandas DataFrame, one row per fraction: mean/std of both, their difference and
-    whether the pretrained model beats random init (the acceptance check on SynthScenes).
-    """
-    import pandas as pd
-
-    from harness.models import ModelHandle
-
-    pretrained = ModelHandle.from_checkpoint(checkpoint)
-    bb = pretrained.backbone
-    random_model = ModelHandle.random_init(bb.arch, seed=init_seed, **bb.arch_kwargs)
-    rows = {}
-    for tag, model in (("pretrained", pretrained), ("random", random_model)):
-        proto = DenseNN.from_preset(preset, values or {})
-        df = summary(proto.run(model, Path(data_root)))
-        for _, r in df.iterrows():
-            row = rows.setdefault(r["fraction"], {"fraction": r["fraction"]})
-            row[f"{tag}_mean"], row[f"{tag}_std"] = r["mean"], r["std"]
-    table = pd.DataFrame(list(rows.values()))
-    table["delta"] = table["pretrained_mean"] - table["random_mean"]
-    table["pretrained_beats_random"] = table["delta"] > 0
-    return table
-
-
 __all__ = ["Config", "PRESETS", "DenseNN", "dense_nn_from_features", "summary", "format_table",
-           "pretrained_vs_random", "resolve_bank_ignore"]
+           "resolve_bank_ignore"]

@@ -4,8 +4,8 @@ and its run, and the learning-rate sweep.
 
 The segmentation protocols are CrIBo's (Tables 2 and 3), which run mmsegmentation 1.x's
 Segmenter configs through mmengine's Runner; so do these, with the configs generated here
-from the protocols' dataclass settings (benchmarks/seg_protocol.py) instead of Python config
-files. Sources of every default: benchmarks/seg_protocol.py and docs/PROTOCOLS.md.
+from the protocols' dataclass settings (benchmarks/segmentation/config.py) instead of Python
+config files. Sources of every default: benchmarks/segmentation/config.py and docs/PROTOCOLS.md.
 
 Weights: the key map is CrIBo's ``segmentation/tools/model_converters/dinovit2mmseg.py`` (a DINO /
 timm-named ViT into mmseg 1.x names), written here as an explicit table so that every key
@@ -49,12 +49,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from benchmarks.segmentation.layouts import mmseg_layout
 from harness.checkpoints import state_mismatch
 from harness.data.segmentation import MmsegLayout
 from harness.errors import CheckpointError, ConfigError, DataError, MissingDependencyError
 
 if TYPE_CHECKING:
-    from benchmarks.seg_protocol import SegConfig
+    from benchmarks.segmentation.config import SegConfig
 
 log = logging.getLogger(__name__)
 
@@ -310,25 +311,6 @@ def require_mmseg() -> None:
 
 
 # ============================================================================ data sets
-# Other names the protocols accept. synth_*: SynthScenes' copies of the layouts (any root with
-# a SynthScenes meta.json is read with its own class names whatever the name used).
-ALIASES = {"ade": "ade20k", "coco_stuff": "coco_stuff164k", "pascal_context_60": "pascal_context",
-           "synth_ade": "ade20k", "synth_voc": "voc12aug"}
-
-
-def mmseg_layout(name: str) -> MmsegLayout:
-    """How mmseg reads the data set ``name`` (a name of ``harness.registry.DATASETS`` or an alias)."""
-    from harness.registry import DATASETS
-
-    key = ALIASES.get(name, name)
-    layout = getattr(DATASETS.get(key), "mmseg", None) if key in DATASETS else None
-    if layout is None:
-        known = [n for n in DATASETS.names() if getattr(DATASETS.get(n), "mmseg", None) is not None]
-        raise ConfigError(f"segmentation dataset {name!r} is unknown; choose one of "
-                          f"{', '.join(known)} (aliases: {', '.join(sorted(ALIASES))})")
-    return layout
-
-
 @dataclass
 class ResolvedData:
     """Where the data is and how mmseg reads it (mmseg dataset dicts, without pipelines)."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmarks.similarity_buffer import SimilarityBuffer
+from benchmarks.classification.similarity_buffer import SimilarityBuffer
 from harness.device import resolve_device
 from harness.errors import ConfigError
 

@@ -26,7 +26,7 @@ def seeded_generator(*keys: int) -> torch.Generator:
 
 
 # Stream ids, so shuffling and augmentation never draw from the same sequence.
-_STREAM_SHUFFLE, _STREAM_AUGMENT, _STREAM_INIT = 1, 2, 3
+STREAM_SHUFFLE, STREAM_AUGMENT, STREAM_INIT = 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -71,12 +71,12 @@ class AugmentedImages(Dataset):
 
     def __getitem__(self, key: tuple[int, int]):
         epoch, i = key
-        g = seeded_generator(self.seed, _STREAM_AUGMENT, epoch, i)
+        g = seeded_generator(self.seed, STREAM_AUGMENT, epoch, i)
         return self.transform(self.source.load_image(i), g), int(self.labels[i])
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
-    return torch.randperm(n, generator=seeded_generator(seed, _STREAM_SHUFFLE, epoch))
+    return torch.randperm(n, generator=seeded_generator(seed, STREAM_SHUFFLE, epoch))
 
 
 def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, drop_last: bool) -> list[torch.Tensor]:

@@ -1,22 +1,12 @@
-"""CPU checks of the segmentation protocols on SynthScenes (docs/PROTOCOLS.md).
+"""CPU checks of the segmentation protocols on SynthScenes, for the tests (tests/test_seg.py)
+and by hand from the repository root (docs/PROTOCOLS.md):
 
-    python -c "from benchmarks.seg_smoke import smoke; smoke(None, 'voc')"
+    PYTHONPATH=tests python -c "from seg_smoke import smoke; smoke(None, 'voc')"
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal
-
-
-def cpu_pretrained_checkpoint(method_config: str = "methods/dino_cpu.yaml", preset: str = "small") -> Path:
-    """The default suite's CPU-pretrained checkpoint on SynthScenes (pretrained once, cached)."""
-    from harness.data.synthetic import default_root, generate
-    from harness.suite import ModelEntry, pretrained_checkpoint
-
-    root = generate(default_root(preset, 0), preset=preset, seed=0, progress=False)
-    name = Path(method_config).stem.split("_")[0]
-    return pretrained_checkpoint(ModelEntry(name=name, pretrain=method_config), root,
-                                 f"synthscenes-{preset}", progress=False)
 
 
 def smoke(checkpoint: str | Path | None, layout: Literal["ade", "voc"] = "ade", *,

@@ -1,0 +1,1 @@
+"""Image-classification protocols on frozen features: weighted k-NN and the linear probe."""

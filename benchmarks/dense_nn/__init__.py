@@ -1,0 +1,1 @@
+"""Dense nearest-neighbour retrieval: patch-level k-NN segmentation on frozen features."""

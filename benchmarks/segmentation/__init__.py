@@ -1,0 +1,1 @@
+"""Segmentation protocols run through mmsegmentation: a linear head and Segmenter."""

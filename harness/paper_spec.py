@@ -1,0 +1,207 @@
+"""Paper tables as data: the published numbers (results/paper/*.csv) and the table specs
+(configs/paper/<table>.yaml) that say how to reproduce them from zoo checkpoints.
+
+A spec names, per protocol, its preset and settings, the tolerance of the verdict rule with
+its reason (harness.paper_verdict), and the variant its records must carry; per dataset, its
+reader and size. A table protocol may give settings by the model's patch size (``by_patch``)
+and CSV variants that are settings of the run (``variants``, e.g. a memory size): each is a
+run of its own. ``load_table`` checks all of it against the CSV before any work.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from harness.config import CONFIG_ROOT, from_dict
+from harness.errors import ConfigError
+from harness.paths import shipped
+from harness.results import fraction_value, parse_variant
+
+PAPER_DIR = shipped("results/paper")
+TABLES_DIR = CONFIG_ROOT / "paper"
+CSV_COLUMNS = ["paper", "table", "row", "method", "arch", "pretrain_data", "epochs", "protocol", "dataset",
+               "variant", "metric", "value", "zoo_name"]
+
+
+@dataclass
+class Passes:
+    train: float = 1.0  # forward passes over the training split
+    val: float = 1.0
+
+
+@dataclass
+class ProtocolSpec:
+    preset: str | None = None
+    values: dict = field(default_factory=dict)  # protocol settings on top of the preset
+    # settings that depend on the model's patch size, on top of `values`: e.g. open-hummingbird-
+    # eval's README runs DINO (patch 16) at 512 and DINOv2 (patch 14) at 504
+    by_patch: dict = field(default_factory=dict)  # {patch size: {setting: value}}
+    # CSV variants that are protocol settings rather than something a record reports, e.g.
+    # "memory_size=102400": {memory_size: 102400}; each such variant is a run of its own, and
+    # its keys are not looked for in the records' variants (cell_variant drops them; the
+    # no-best-group rule of measure_cell still holds for every other key)
+    variants: dict = field(default_factory=dict)  # {"key=value[,key=value]": {setting: value}}
+    # The verdict rule (harness.paper_verdict.verdict): a cell passes iff |measured - paper| <= tolerance,
+    # in the metric's points; the seed spread never widens it. Both are required in a table
+    # YAML, the reason in words (printed beside every comparison).
+    tolerance: float | None = None
+    tolerance_reason: str = ""
+    # The paper's protocol as the variant its result records carry: key -> value for the keys
+    # a cell's own variant does not give (a cell's value wins); null = records must not carry
+    # the key. A record counts for a cell only if it matches all of these and the cell's keys.
+    variant: dict = field(default_factory=dict)
+    input: Any = "native"  # FLOPs estimate: "native" (dataset's typical size), [h, w], an int, or
+    #                        "input_size" (the protocol's square input_size setting)
+    val_input: Any = None  # default: same as input
+    passes: Passes = field(default_factory=Passes)
+    train_crops: dict = field(default_factory=dict)  # dataset -> crops seen in training (iters x batch)
+    sweep: int = 1  # independent runs (e.g. an lr sweep of separate trainings)
+    flop_factor: float = 1.0  # 3 = forward + backward (finetuning)
+    note: str = ""
+
+
+@dataclass
+class DatasetSpec:
+    reader: str  # registered dataset name, passed as the protocol's `dataset`
+    root: str = "."  # relative to data_root
+    train_split: str = "train"
+    val_split: str = "val"
+    n_train: int | None = None
+    n_val: int | None = None
+    native_hw: list[int] | None = None  # typical image size (FLOPs estimate only)
+
+
+@dataclass
+class TableSpec:
+    title: str
+    csv: str
+    protocols: dict[str, ProtocolSpec]
+    datasets: dict[str, DatasetSpec]
+    description: str = ""
+
+
+@dataclass
+class Table:
+    name: str
+    spec: TableSpec
+    source: Path
+    rows: pd.DataFrame  # the paper numbers
+
+
+def list_tables() -> list[str]:
+    """The names of the shipped paper tables (configs/paper/*.yaml)."""
+    return sorted(p.stem for p in TABLES_DIR.glob("*.yaml"))
+
+
+def spec_path(table: str | Path) -> Path:
+    """The YAML of a table: a name from ``list_tables()`` or the path of a table YAML."""
+    p = Path(table)
+    if p.suffix in (".yaml", ".yml") and p.is_file():
+        return p
+    cand = TABLES_DIR / f"{table}.yaml"
+    if cand.is_file():
+        return cand
+    known = list_tables()
+    if not known:
+        raise ConfigError(f"no paper table in {TABLES_DIR}: the configs that ship with ssl-bench are "
+                          f"missing; reinstall it (or give the path of a table YAML)")
+    raise ConfigError(f"unknown paper table {str(table)!r}; known: {', '.join(known)} "
+                      f"(or give the path of a table YAML)")
+
+
+def read_paper_csv(path: str | Path) -> pd.DataFrame:
+    """A results/paper CSV with its schema checked; ``variant``/``zoo_name`` empty -> ''."""
+    path = Path(path)
+    df = pd.read_csv(path, dtype={"variant": str, "zoo_name": str, "epochs": str, "row": str},
+                     keep_default_na=False, na_values={"value": [""]})
+    missing = [c for c in CSV_COLUMNS if c not in df.columns]
+    if missing:
+        raise ConfigError(f"{path}: missing column(s) {missing}; a paper CSV has {CSV_COLUMNS}")
+    if df["value"].isna().any():
+        bad = df.index[df["value"].isna()].tolist()[:5]
+        raise ConfigError(f"{path}: rows {bad} have no value (leave cells the paper does not report out)")
+    df["value"] = df["value"].astype(float)
+    return df[CSV_COLUMNS]
+
+
+def paper_numbers(table: str | None = None) -> pd.DataFrame:
+    """All published numbers (or one table's), with their source columns."""
+    if table is not None:
+        return load_table(table).rows
+    frames = [read_paper_csv(p) for p in sorted(PAPER_DIR.glob("*.csv"))]
+    if not frames:
+        raise ConfigError(f"no published numbers (*.csv) in {PAPER_DIR}: the files that ship with "
+                          f"ssl-bench are missing; reinstall it")
+    return pd.concat(frames, ignore_index=True)
+
+
+def load_table(table: str | Path) -> Table:
+    """A table spec and its published numbers, checked against each other (tolerances with
+    their reasons, settings variants, every CSV protocol and dataset described)."""
+    path = spec_path(table)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    spec = from_dict(TableSpec, raw, str(path))
+    spec.protocols = {k: from_dict(ProtocolSpec, v, str(path), f"protocols.{k}")
+                      for k, v in (spec.protocols or {}).items()}
+    spec.datasets = {k: from_dict(DatasetSpec, v, str(path), f"datasets.{k}")
+                     for k, v in (spec.datasets or {}).items()}
+    csv = Path(spec.csv)
+    if not csv.is_absolute():
+        csv = (path.parent / csv) if (path.parent / csv).is_file() else PAPER_DIR / csv
+    rows = read_paper_csv(csv)
+    for name, ps in spec.protocols.items():
+        if ps.tolerance is None or ps.tolerance < 0 or not ps.tolerance_reason.strip():
+            raise ConfigError(
+                f"{path}: protocols.{name}: tolerance {ps.tolerance!r}, tolerance_reason "
+                f"{ps.tolerance_reason!r}; every protocol of a paper table states the |measured - paper| it "
+                f"accepts (a number >= 0, in the metric's points) and why (tolerance_reason: a sentence)")
+    for name, ps in spec.protocols.items():
+        if not ps.variants:
+            continue
+        settings = {k for key in ps.variants for k in parse_variant(key)}
+        if settings & set(ps.variant or {}):
+            raise ConfigError(
+                f"{path}: protocols.{name}: {sorted(settings & set(ps.variant))} are run settings (variants) and "
+                f"also in `variant` (what the records carry); a key is one or the other")
+        for v in sorted(set(rows.loc[rows["protocol"] == name, "variant"])):
+            hits = matching_settings(v, ps)
+            if len(hits) != 1:
+                raise ConfigError(
+                    f"{path}: protocols.{name}: the CSV variant {v!r} matches {len(hits)} of variants "
+                    f"{sorted(ps.variants)} ({hits}); every cell of a protocol with `variants` is the run of exactly one")
+    unknown_p = sorted(set(rows["protocol"]) - set(spec.protocols))
+    unknown_d = sorted(set(rows["dataset"]) - set(spec.datasets))
+    if unknown_p or unknown_d:
+        raise ConfigError(f"{path}: the CSV {csv.name} uses protocol(s) {unknown_p} / dataset(s) {unknown_d} "
+                          f"that the table spec does not describe")
+    return Table(path.stem, spec, path, rows)
+
+
+def same_variant_value(want: Any, got: Any) -> bool:
+    """Variant values from a CSV/YAML (strings, numbers) against a record's: equal as text
+    (case aside), or as numbers ("1/8" == 0.125, "8e-4" == 0.0008); booleans only as text."""
+    if str(want).lower() == str(got).lower():
+        return True
+    if isinstance(want, bool) or isinstance(got, bool):
+        return False
+    a, b = fraction_value(want), fraction_value(got)
+    return a is not None and b is not None and abs(a - b) <= 1e-12 * max(1.0, abs(a))
+
+
+def matching_settings(variant: str, ps: ProtocolSpec) -> list[str]:
+    """The ProtocolSpec.variants keys whose key=value pairs the CSV variant ``variant`` contains."""
+    have = parse_variant(variant)
+    return [key for key in ps.variants
+            if all(a in have and same_variant_value(b, have[a]) for a, b in parse_variant(key).items())]
+
+
+__all__ = ["PAPER_DIR", "TABLES_DIR", "CSV_COLUMNS", "Passes", "ProtocolSpec", "DatasetSpec", "TableSpec", "Table",
+           "list_tables", "spec_path", "read_paper_csv", "paper_numbers", "load_table", "same_variant_value",
+           "matching_settings"]
