@@ -8,7 +8,7 @@ strict fp32 (TF32 off).
 
 The bf16 extraction mode (precision="bf16": torch.autocast to bfloat16 around the forward)
 may be used only where this report shows both metrics within --tolerance (0.1 point) of
-fp32. Protocols: harness.evaluate.build_protocol("knn", "synth", ...) (top-1 at every k)
+fp32. Protocols: harness.running.evaluate.build_protocol("knn", "synth", ...) (top-1 at every k)
 and build_protocol("dense_nn", "cribo", ...) on the VOC layout (fraction 1/1). Models: the
 newest pretrained checkpoint under <ssl-bench home>/checkpoints/*/backbone.safetensors (if
 any) and the random-init vit_cpu_tiny baseline. Features are extracted afresh into a
@@ -38,7 +38,7 @@ def find_checkpoint() -> Path | None:
 
 
 def _knn(model, root: Path, precision: str) -> tuple[dict, float]:
-    from harness.evaluate import build_protocol
+    from harness.running.evaluate import build_protocol
 
     proto = build_protocol("knn", "synth", {"precision": precision, "progress": False})
     t = time.perf_counter()
@@ -47,7 +47,7 @@ def _knn(model, root: Path, precision: str) -> tuple[dict, float]:
 
 
 def _dense(model, root: Path, precision: str) -> tuple[float, float]:
-    from harness.evaluate import build_protocol
+    from harness.running.evaluate import build_protocol
 
     proto = build_protocol("dense_nn", "cribo", {"dataset": "voc", "fractions": ["1/1"], "seeds": [42],
                                                   "precision": precision, "progress": False,
@@ -60,8 +60,8 @@ def _dense(model, root: Path, precision: str) -> tuple[float, float]:
 def _cls_cosine(model, root: Path, half: str = "bf16") -> tuple[float, float, int]:
     """Cosine similarity of fp32 vs half-precision CLS features of the k-NN val images (cache hits)."""
     from benchmarks.classification.common import load_splits
-    from harness.evaluate import build_protocol
-    from harness.features import extract_features
+    from harness.running.evaluate import build_protocol
+    from harness.running.features import extract_features
 
     proto = build_protocol("knn", "synth", {"progress": False})
     c = proto.cfg
@@ -107,7 +107,7 @@ def run(checkpoint: str | None = None, random_init: bool = True, use_checkpoint:
         keep_cache: bool = False, preset: str = "small", log=print, device: str = "cpu",
         half: str = "bf16") -> dict:
     from harness.data.synthetic import default_root, generate
-    from harness.models import ModelHandle
+    from harness.models.handle import ModelHandle
 
     root = generate(default_root(preset, 0), preset=preset, seed=0, progress=False)
     models = []
@@ -146,11 +146,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--keep-cache", action="store_true", help="use the shared feature cache")
     ap.add_argument("--preset", default="small")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--device", default="cpu", help="where the models run (harness.device)")
+    ap.add_argument("--device", default="cpu", help="where the models run (harness.running.device)")
     ap.add_argument("--half", choices=["bf16", "fp16"], default="bf16", help="the precision compared with fp32")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from harness.device import prepare, resolve_device
+    from harness.running.device import prepare, resolve_device
 
     device = str(prepare(resolve_device(args.device)))
     return run(args.checkpoint, random_init=not args.no_random_init, use_checkpoint=not args.no_checkpoint,

@@ -21,7 +21,7 @@ import torch
 from benchmarks.dense_nn.protocol import DenseNN, grid_features, core_settings, metrics_from_confusion
 from benchmarks.dense_nn.core import aggregate, build_bank, predict_image
 from benchmarks.dense_nn.metric import ConfusionMatrix, compute_miou
-from harness.flops import VitShape, token_flops
+from harness.models.flops import VitShape, token_flops
 
 
 def matmul_peak_gflops(threads: int, size: int = 2048, reps: int = 5) -> float:
@@ -85,7 +85,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     from harness.data.synthetic import default_root, generate
-    from harness.models import ModelHandle
+    from harness.models.handle import ModelHandle
 
     torch.set_num_threads(args.threads)
     root = Path(args.data_root) if args.data_root else generate(default_root(args.synth), args.synth, 0, progress=False)

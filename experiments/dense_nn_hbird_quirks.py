@@ -20,7 +20,7 @@ import torch
 
 from benchmarks.dense_nn.protocol import DenseNN
 from harness.data.synthetic import default_root, generate
-from harness.models import ModelHandle
+from harness.models.handle import ModelHandle
 
 REFERENCE_STD = [0.229, 0.224, 0.255]
 IMAGENET_STD = [0.229, 0.224, 0.225]

@@ -7,7 +7,7 @@
 Cases, per (arch, size, precision):
 - ``timm``:     plain timm ``VisionTransformer.forward_features`` on random tensors, eval mode,
                 inference_mode, torch's default intra-op threads: the reference point;
-- ``plain``:    ``harness.features.extract_features(engine="plain")``: JPEG decode + transform
+- ``plain``:    ``harness.running.features.extract_features(engine="plain")``: JPEG decode + transform
                 (DataLoader in the calling thread) + forward on the OpenMP team + cache write;
 - ``threads``:  ``extract_features(engine="threads")`` (the harness default): the same work,
                 loader threads + single-threaded kernels in one forward thread per core.
@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.flops import VitShape, shape_flops
+from harness.models.flops import VitShape, shape_flops
 from experiments.roofline import matmul_peak
 
 ARCHS = {"S": "vit_small_patch16_224", "B": "vit_base_patch16_224"}
@@ -151,12 +151,12 @@ class TimmCase:
 
 
 class HarnessCase:
-    """harness.features.extract_features over JPEG files into a fresh feature cache."""
+    """harness.running.features.extract_features over JPEG files into a fresh feature cache."""
 
     def __init__(self, engine: str, arch: str, size: int, paths: list[Path], batch: int, precision: str,
                  threads: int, model=None):
         from harness.data.transforms import ResizeCenterCrop
-        from harness.models import ModelHandle
+        from harness.models.handle import ModelHandle
 
         self.model = model or ModelHandle.random_init(arch, seed=0, img_size=size)
         self.tf = ResizeCenterCrop(resize=size * 8 // 7, crop=size)
@@ -166,7 +166,7 @@ class HarnessCase:
         self._extract(paths[:1])  # warm-up
 
     def _extract(self, paths):
-        from harness.features import extract_features
+        from harness.running.features import extract_features
 
         with tempfile.TemporaryDirectory() as cache:
             return extract_features(self.model, JpegFolder(paths), self.tf, cache_dir=Path(cache), **self.kw)

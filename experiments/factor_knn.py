@@ -22,11 +22,11 @@ import torch
 from benchmarks.classification.common import feature_for
 from benchmarks.classification.knn import weighted_knn
 from experiments.reference_learners import REFERENCES
-from harness.backbone import ARCHS
+from harness.models.backbone import ARCHS
 from harness.data.synthetic import default_root, generate
 from harness.errors import DataError
-from harness.evaluate import build_protocol
-from harness.models import ModelHandle
+from harness.running.evaluate import build_protocol
+from harness.models.handle import ModelHandle
 
 
 def factor_labels(class_names: list[str], labels) -> dict[str, np.ndarray]:

@@ -20,9 +20,9 @@ import torch
 
 from harness.config import apply_overrides, load_config
 from harness.data.synthetic import default_root, generate
-from harness.engine import Trainer, load_pretrain_config
-from harness.evaluate import build_protocol
-from harness.models import ModelHandle
+from harness.training.engine import Trainer, load_pretrain_config
+from harness.running.evaluate import build_protocol
+from harness.models.handle import ModelHandle
 
 
 def evaluate_point(model: ModelHandle, root: Path, linear: bool = True) -> dict:

@@ -26,8 +26,8 @@ from benchmarks.classification.linear_data import AugmentedImages, RandomResized
 from benchmarks.classification.linear_heads import GridSGD, LinearHeads
 from benchmarks.classification.linear_probe import IBOT_BASE_LRS, arch_feature_defaults
 from harness.data.classification import ImageFolderDataset
-from harness.features import batch_features
-from harness.models import ModelHandle
+from harness.running.features import batch_features
+from harness.models.handle import ModelHandle
 
 SETTINGS = {
     "small": dict(arch="vit_small_patch16_224", crop=224, image=(500, 375), classes=1000, batch=64, batches=3),

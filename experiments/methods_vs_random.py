@@ -23,8 +23,8 @@ import torch
 from experiments.learning_curve import evaluate_point, step0_model
 from harness.config import apply_overrides, load_config
 from harness.data.synthetic import default_root, generate
-from harness.engine import Trainer, load_pretrain_config
-from harness.models import ModelHandle
+from harness.training.engine import Trainer, load_pretrain_config
+from harness.models.handle import ModelHandle
 
 
 def run_method(name: str, root: Path, work: Path, sets: list[str], student: bool = False) -> list[dict]:

@@ -24,12 +24,12 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from harness.backbone import ARCHS
+from harness.models.backbone import ARCHS
 from harness.config import load_config
 from harness.data.io import load_rgb
 from harness.data.synthetic import default_root, generate
 from harness.errors import DataError
-from harness.models import ModelHandle
+from harness.models.handle import ModelHandle
 from methods.shared import MultiCropAugmentation, MultiCropConfig, sample_rng
 from methods.synclr import caption_groups
 

@@ -4,7 +4,7 @@
 
 For every registered method with a configs/methods/<name>_cpu.yaml:
 
-- full step: the real `harness.engine.Trainer` on SynthScenes-small with the preset's
+- full step: the real `harness.training.engine.Trainer` on SynthScenes-small with the preset's
   settings (its `num_workers`, so data loading and augmentation run as in training),
   `--warmup` steps, then `--steps` timed ones; a step is the wall time from the end of one
   optimisation to the end of the next (data wait, forward, loss, backward, clipping,
@@ -41,10 +41,10 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 from timm.models.vision_transformer import VisionTransformer  # noqa: E402
 
-import harness.engine as engine  # noqa: E402
-from harness.backbone import ViTBackbone, arch_kwargs_for  # noqa: E402
+import harness.training.engine as engine  # noqa: E402
+from harness.models.backbone import ViTBackbone, arch_kwargs_for  # noqa: E402
 from harness.config import apply_overrides, load_config  # noqa: E402
-from harness.engine import Trainer, global_batches, load_pretrain_config  # noqa: E402
+from harness.training.engine import Trainer, global_batches, load_pretrain_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # architecture keys a plain timm VisionTransformer accepts

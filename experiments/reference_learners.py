@@ -19,12 +19,12 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from harness.backbone import create_backbone
+from harness.models.backbone import create_backbone
 from harness.config import load_config
 from harness.data.io import load_rgb
 from harness.context.supervised import SupervisedSpec
 from harness.context.supervised import train_supervised as train_supervised_backbone
-from harness.models import ModelHandle
+from harness.models.handle import ModelHandle
 from methods.shared import MultiCropAugmentation, MultiCropConfig, list_pretrain_images, sample_rng
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.flops import VitShape, gemm_shapes
+from harness.models.flops import VitShape, gemm_shapes
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

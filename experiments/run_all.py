@@ -116,7 +116,7 @@ def main(argv=None) -> dict:
     out(f"- command: `{report['command'].strip()}`")
 
     if "roofline" not in skip:
-        from harness.flops import VitShape
+        from harness.models.flops import VitShape
         from experiments.roofline import gemm_shape_peaks, matmul_peak
 
         out("\n## Roofline\n")

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from harness.checkpoints import save_checkpoint
-from harness.engine import build_method, load_pretrain_config
+from harness.models.checkpoints import save_checkpoint
+from harness.training.engine import build_method, load_pretrain_config
 from harness.errors import CheckpointError
 
 # Written by save_checkpoint itself: never copied from the teacher's record.

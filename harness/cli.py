@@ -20,8 +20,8 @@ def _threads(n: int | None) -> None:
 
 
 def _launch_options(args, default_job_dir: Path, device: str):
-    """The launcher options of `run` / `pretrain` (harness.launch.LaunchOptions)."""
-    from harness.launch import DEFAULT_TIME_MIN, LaunchOptions, parse_slurm_extra
+    """The launcher options of `run` / `pretrain` (harness.running.launch.LaunchOptions)."""
+    from harness.running.launch import DEFAULT_TIME_MIN, LaunchOptions, parse_slurm_extra
 
     return LaunchOptions(
         cluster=args.launcher, job_dir=Path(args.job_dir) if args.job_dir else default_job_dir,
@@ -32,7 +32,7 @@ def _launch_options(args, default_job_dir: Path, device: str):
 
 
 def cmd_run(args) -> int:
-    from harness.suite import load_suite, run_suite
+    from harness.running.suite import load_suite, run_suite
 
     suite, source = load_suite(args.suite, args.set)
     if args.device:
@@ -40,7 +40,7 @@ def cmd_run(args) -> int:
     if args.launcher == "inprocess":
         out = run_suite(suite, source, force=args.force, progress=not args.no_progress)
     else:
-        from harness.launch import default_job_dir, launch_suite
+        from harness.running.launch import default_job_dir, launch_suite
 
         options = _launch_options(args, default_job_dir(Path(source).stem), suite.device)
         out = launch_suite(suite, source, options, force=args.force, progress=not args.no_progress)
@@ -49,7 +49,7 @@ def cmd_run(args) -> int:
 
 def cmd_pretrain(args) -> int:
     from harness.config import apply_overrides, load_config
-    from harness.engine import load_pretrain_config, pretrain
+    from harness.training.engine import load_pretrain_config, pretrain
 
     raw = apply_overrides(load_config(args.config), args.set)
     source = raw.pop("_source_", args.config)
@@ -65,7 +65,7 @@ def cmd_pretrain(args) -> int:
 
 
 def _launch_pretrain(args, cfg, source: str) -> int:
-    from harness.launch import launch_pretrain
+    from harness.running.launch import launch_pretrain
 
     options = _launch_options(args, Path(args.out) / "jobs", cfg.train.device)
     outcome = launch_pretrain(cfg, Path(args.out), source, options, nodes=args.nodes,
@@ -80,9 +80,9 @@ def _launch_pretrain(args, cfg, source: str) -> int:
 def _model(args):
     """The model on the asked device; under torchrun, each process on its own GPU, joined into
     one process group (feature extraction is then sharded over the processes)."""
-    from harness import distributed
-    from harness.device import prepare, resolve_device
-    from harness.models import ModelHandle
+    from harness.running import distributed
+    from harness.running.device import prepare, resolve_device
+    from harness.models.handle import ModelHandle
 
     if bool(args.checkpoint) == bool(args.random_init):
         raise SslBenchError("give exactly one of --checkpoint CKPT or --random-init ARCH")
@@ -102,8 +102,8 @@ def _values(pairs: list[str] | None) -> dict:
 
 
 def cmd_eval(args) -> int:
-    from harness.evaluate import build_protocol, evaluate
-    from harness.leaderboard import build_leaderboard, format_console
+    from harness.running.evaluate import build_protocol, evaluate
+    from harness.results.leaderboard import build_leaderboard, format_console
 
     model = _model(args)
     values = {"dataset": args.dataset, **_values(args.set)}
@@ -121,7 +121,7 @@ def cmd_eval(args) -> int:
 
 def cmd_features(args) -> int:
     from harness.data.transforms import ResizeCenterCrop, PatchMultipleResize
-    from harness.features import extract_features
+    from harness.running.features import extract_features
     from harness.registry import DATASETS
 
     model = _model(args)
@@ -138,8 +138,8 @@ def cmd_features(args) -> int:
 
 
 def cmd_leaderboard(args) -> int:
-    from harness import results
-    from harness.leaderboard import build_leaderboard, format_console, write_leaderboard
+    from harness.results import records as results
+    from harness.results.leaderboard import build_leaderboard, format_console, write_leaderboard
     from harness.paths import results_dir
 
     runs = Path(args.runs) if args.runs else None
@@ -164,14 +164,14 @@ def cmd_data_synth(args) -> int:
 
 
 def device_arg(parser, default_from: str = "auto") -> None:
-    from harness.device import DEVICE_HELP
+    from harness.running.device import DEVICE_HELP
 
     parser.add_argument("--device", default=None,
                         help=f"where the work runs: {DEVICE_HELP} (default: {default_from})")
 
 
 def _launcher_args(q, launcher_help: str) -> None:
-    """Options of commands that can run their work as submitit jobs (harness.launch)."""
+    """Options of commands that can run their work as submitit jobs (harness.running.launch)."""
     q.add_argument("--launcher", choices=["inprocess", "local", "slurm"], default="inprocess",
                    help=launcher_help)
     q.add_argument("--job-dir", default=None, help="submitit's files and the job logs")
@@ -270,7 +270,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_data_synth)
 
     # Modules with their own subcommands add them (imported here, when the parser is built).
-    from harness import compare, paper_reproduce, report, scaffold, zoo
+    from harness import scaffold
+    from harness.results import compare
+    from harness.paper import reproduce as paper_reproduce
+    from harness.results import report
+    from harness.models import zoo
     from harness.context import supervised
 
     for module in (scaffold, zoo, paper_reproduce, report, compare, supervised):
@@ -280,8 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _announce_retraining(suite_path: str) -> None:
     """Say, before any work, how long the zoo checkpoints a suite retrains took to make."""
-    from harness.suite import load_suite
-    from harness.zoo import load_zoo
+    from harness.running.suite import load_suite
+    from harness.models.zoo import load_zoo
 
     suite, _ = load_suite(suite_path)
     zoo = load_zoo()

@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from harness.config import apply_overrides, load_config
-from harness.engine import build_method, global_batches, load_pretrain_config, param_groups
+from harness.training.engine import build_method, global_batches, load_pretrain_config, param_groups
 from harness.errors import SslBenchError
 from harness.method import StepInfo
 
@@ -123,8 +123,8 @@ def check_export(method, exported: dict, data_root: Path) -> dict:
     that declares none is reported as skipped."""
     import tempfile
 
-    from harness.checkpoints import save_checkpoint
-    from harness.models import ModelHandle
+    from harness.models.checkpoints import save_checkpoint
+    from harness.models.handle import ModelHandle
     from harness.registry import PROTOCOLS
 
     arch_kwargs = method.teacher.backbone.arch_kwargs

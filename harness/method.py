@@ -1,7 +1,7 @@
 """The Method contract every pretraining method (built-in or plugin) follows.
 
 A method owns its student and teacher, its losses and what happens after each
-step (EMA, centre updates). The engine (harness/engine.py) owns everything else:
+step (EMA, centre updates). The engine (harness/training/engine.py) owns everything else:
 optimizer, lr / weight-decay / EMA-momentum schedules, gradient clipping,
 freezing the last layer, checkpoints, resume and distributed gradient averaging.
 """
@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Iterator
 import torch
 from torch import nn
 
-from harness.backbone import ViTBackbone, create_backbone
+from harness.models.backbone import ViTBackbone, create_backbone
 from harness.schedules import StepSchedule
 
 

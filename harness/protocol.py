@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 from harness.config import fingerprint, from_dict, to_dict
 from harness.errors import ConfigError, NotApplicable
-from harness.models import ModelHandle
+from harness.models.handle import ModelHandle
 from harness.paths import results_dir
 
 
@@ -64,7 +64,7 @@ class Protocol:
     # check, and the conformance report says it was skipped.
     CONFORMANCE_RUN: ClassVar[tuple[str | None, dict[str, Any], str] | None] = None
     # Under torchrun, a protocol runs on rank 0 while the other ranks extract their shares of
-    # its features (harness/evaluate.py). One that spreads its own work over the processes
+    # its features (harness/running/evaluate.py). One that spreads its own work over the processes
     # (the mmseg protocols: mmengine's distributed launcher) sets this and runs on every rank.
     RUNS_ON_EVERY_RANK: ClassVar[bool] = False
     registry_name: ClassVar[str] = "?"
@@ -111,7 +111,7 @@ class Protocol:
         return fingerprint({"protocol": self.registry_name, **to_dict(self.cfg)})
 
     def identity(self, data_root: Path) -> RunIdentity:
-        """This request's identity on ``data_root``: harness.evaluate computes it once per run,
+        """This request's identity on ``data_root``: harness.running.evaluate computes it once per run,
         to find earlier records and to key the new ones; ``artifact_dir`` keys its folder by it."""
         # harness.data imports every reader: the contract loads it only when asked
         from harness.data.io import data_identity

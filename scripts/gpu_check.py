@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness import device as devices
+from harness.running import device as devices
 from harness.config import apply_overrides, load_config
-from harness.engine import Trainer, load_pretrain_config
+from harness.training.engine import Trainer, load_pretrain_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -200,9 +200,9 @@ def sharded_check(data: Path, work: Path) -> dict:
 
 
 def protocol_checks(data: Path, checkpoint: Path, device: str) -> list:
-    from harness.evaluate import build_protocol
-    from harness.features import extract_features
-    from harness.models import ModelHandle
+    from harness.running.evaluate import build_protocol
+    from harness.running.features import extract_features
+    from harness.models.handle import ModelHandle
 
     def model_on(dev: str):
         return ModelHandle.from_checkpoint(checkpoint, name="dino-tiny").to(dev)
@@ -266,7 +266,7 @@ def seg_checks(data: Path, model, device: str) -> list:
         import mmseg  # noqa: F401
     except ImportError:
         return [skipped(n, "mmseg is not installed (bash scripts/install_mmcv.sh)") for n in names]
-    from harness.evaluate import build_protocol
+    from harness.running.evaluate import build_protocol
 
     out = []
     for protocol, name in zip(("seg_linear", "segmenter"), names):
@@ -303,7 +303,7 @@ def main(argv=None) -> int:
         checks += guarded(f"dino: resume on {device}", lambda: resume_check(data, work, str(device),
                                                                           max(2, args.compare_steps)))
         checks += ddp_checks(data, work, args.compare_steps)
-        # TF32 would survive an fp16 run only if something switched it on (harness.device never does)
+        # TF32 would survive an fp16 run only if something switched it on (harness.running.device never does)
         devices.prepare(device)
         checks += guarded("protocols", lambda: protocol_checks(
             data, work / "dino-dev32" / "backbone.safetensors", str(device)))

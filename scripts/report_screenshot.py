@@ -14,7 +14,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from harness.report import chromium_executable, write_report
+from harness.results.report import chromium_executable, write_report
 
 REPO = Path(__file__).resolve().parent.parent
 

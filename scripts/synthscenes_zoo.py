@@ -103,7 +103,7 @@ def train(args) -> None:
 
 
 def register(args) -> None:
-    from harness.checkpoints import load_checkpoint
+    from harness.models.checkpoints import load_checkpoint
     from harness.data.io import data_stamp
 
     spec = load_recipes()
@@ -155,10 +155,10 @@ def register(args) -> None:
 def table(args) -> None:
     import pandas as pd
 
-    from harness.paper_spec import CSV_COLUMNS, PAPER_DIR, load_table
+    from harness.paper.spec import CSV_COLUMNS, PAPER_DIR, load_table
     from harness.registry import PROTOCOLS
-    from harness.results import iter_records
-    from harness.zoo import load_zoo
+    from harness.results.records import iter_records
+    from harness.models.zoo import load_zoo
 
     out = PAPER_DIR / "synthscenes.csv"
     if not out.is_file():  # the table spec is read with its CSV: start from an empty one

@@ -34,7 +34,7 @@ def dino_cpu_checkpoint() -> Path:
     the default suite caches its checkpoints, so every slow test that needs a checkpoint
     which has learned shares this one."""
     from harness.data.synthetic import default_root, generate
-    from harness.suite import ModelEntry, pretrained_checkpoint
+    from harness.running.suite import ModelEntry, pretrained_checkpoint
 
     root = generate(default_root("small", 0), preset="small", seed=0, progress=False)
     entry = ModelEntry(name="dino-cpu", pretrain="methods/dino_cpu.yaml", set=["train.num_workers=1"])

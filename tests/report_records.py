@@ -4,7 +4,7 @@ published DINO / iBOT ImageNet numbers (one within tolerance, one far off, one u
 protocol settings)."""
 from __future__ import annotations
 
-from harness.results import make_record
+from harness.results.records import make_record
 
 FP_KNN, FP_DNN = "a1" * 8, "b2" * 8
 # dense_nn mIoU at fraction 1/8 (ascending: random_init < dino < ibot; names sort dino < ibot < random_init)
@@ -51,8 +51,8 @@ def suite_records() -> list[dict]:
 
 
 def knn_fingerprint(table: str = "dino-imagenet") -> str:
-    """The fingerprint the published table's k-NN settings give (as harness.report computes it)."""
-    from harness.paper_spec import load_table
+    """The fingerprint the published table's k-NN settings give (as harness.results.report computes it)."""
+    from harness.paper.spec import load_table
     from harness.registry import PROTOCOLS
 
     tab = load_table(table)

@@ -16,7 +16,7 @@ def smoke(checkpoint: str | Path | None, layout: Literal["ade", "voc"] = "ade", 
     the random-init ``vit_cpu_tiny`` when ``checkpoint`` is None); prints and returns the
     mIoU of the best lr."""
     from harness.data.synthetic import default_root, generate
-    from harness.models import ModelHandle
+    from harness.models.handle import ModelHandle
     from harness.paths import home
     from harness.registry import PROTOCOLS
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.backbone import ARCHS, create_backbone
+from harness.models.backbone import ARCHS, create_backbone
 from harness.errors import ConfigError
 
 

@@ -14,8 +14,8 @@ import torch
 import yaml
 from PIL import Image
 
-from harness.backbone import create_backbone
-from harness.checkpoints import load_backbone, save_checkpoint
+from harness.models.backbone import create_backbone
+from harness.models.checkpoints import load_backbone, save_checkpoint
 from harness.cli import main
 from harness.data.classification import ImageFolderDataset
 from harness.data.io import load_rgb

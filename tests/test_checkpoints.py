@@ -3,8 +3,8 @@ import json
 import pytest
 import torch
 
-from harness.backbone import create_backbone
-from harness.checkpoints import load_backbone, load_checkpoint, save_checkpoint, verify_sha256
+from harness.models.backbone import create_backbone
+from harness.models.checkpoints import load_backbone, load_checkpoint, save_checkpoint, verify_sha256
 from harness.errors import CheckpointError
 
 
@@ -91,7 +91,7 @@ def test_weights_replaced_beside_an_old_json_are_refused(tmp_path):
 def test_a_pair_cut_between_its_two_writes_cannot_be_loaded(tmp_path, monkeypatch):
     """A kill after the new weights are in place and before the new .json is: the old .json
     beside new weights must not load (it would key caches and records by the old hash)."""
-    import harness.checkpoints as ck
+    import harness.models.checkpoints as ck
 
     _save(tmp_path)
 
@@ -110,7 +110,7 @@ def test_a_pair_cut_between_its_two_writes_cannot_be_loaded(tmp_path, monkeypatc
 
 
 def test_unchanged_weights_are_trusted_without_rehashing(tmp_path, monkeypatch):
-    import harness.checkpoints as ck
+    import harness.models.checkpoints as ck
 
     _, path = _save(tmp_path)
     _, meta = load_checkpoint(path)

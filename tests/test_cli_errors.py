@@ -8,8 +8,8 @@ import pytest
 import torch
 from PIL import Image
 
-from harness.backbone import create_backbone
-from harness.checkpoints import save_checkpoint
+from harness.models.backbone import create_backbone
+from harness.models.checkpoints import save_checkpoint
 from harness.cli import main
 
 

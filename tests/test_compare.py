@@ -8,10 +8,10 @@ import pytest
 from scipy import stats
 
 from harness.cli import main
-from harness.compare import compare_runs, resolve_run
+from harness.results.compare import compare_runs, resolve_run
 from harness.errors import ConfigError
-from harness.results import make_record, write_record
-from harness.results_table import IncomparableResultsError
+from harness.results.records import make_record, write_record
+from harness.results.table import IncomparableResultsError
 
 FP = "d5" * 8
 SEEDS = (42, 400, 783)

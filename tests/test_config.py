@@ -92,7 +92,7 @@ def test_fingerprint_is_stable_and_order_free():
 def test_every_shipped_suite_resolves(suite_file):
     # each model's pretraining config (with its overrides) and each protocol's preset + settings
     # build without error, so a typo in a suite fails here and not 20 minutes into a run
-    from harness.suite import load_suite, model_entries, pretrain_config, suite_protocol
+    from harness.running.suite import load_suite, model_entries, pretrain_config, suite_protocol
 
     suite, source = load_suite(suite_file)
     assert suite.models and suite.protocols

@@ -12,9 +12,9 @@ from harness.context.chance import ChanceModel, uniform_segmentation, uniform_to
 from harness.context.pixels import PixelBackbone, pixel_model
 from harness.context.supervised import SupervisedSpec, checkpoint_dir, train_supervised
 from harness.errors import ConfigError, NotApplicable
-from harness.evaluate import build_protocol, evaluate
-from harness.models import ModelHandle
-from harness.suite import (ModelEntry, ProtocolEntry, SuiteConfig, SuiteData, SynthSpec, evaluate_entry, prepare_model,
+from harness.running.evaluate import build_protocol, evaluate
+from harness.models.handle import ModelHandle
+from harness.running.suite import (ModelEntry, ProtocolEntry, SuiteConfig, SuiteData, SynthSpec, evaluate_entry, prepare_model,
                            run_suite)
 
 TINY_KNN = {"dataset": "imagefolder", "ks": [3], "feature": "cls", "progress": False}
@@ -166,13 +166,13 @@ def test_supervised_reference_beats_chance_on_knn(texture_split, isolated_home):
 
 
 def test_the_default_suite_shows_every_context_row(tmp_path):
-    from harness.suite import check_model_entry, load_suite
+    from harness.running.suite import check_model_entry, load_suite
 
     suite, _ = load_suite(Path(__file__).resolve().parent.parent / "configs" / "suites" / "default.yaml")
     data = SuiteData(tmp_path, tmp_path, "x")
     for entry in suite.models:
         check_model_entry(entry, data)  # a typo in a context row's settings fails here
-    from harness.zoo import load_zoo
+    from harness.models.zoo import load_zoo
 
     kinds = {k for e in suite.models for k in ("chance", "pixels", "random_init", "supervised")
              if getattr(e, k) is not None}

@@ -595,7 +595,7 @@ def test_last_layers_are_frozen_together_and_ema_covers_the_object_head():
 @pytest.mark.parametrize("name", ["cribo_cpu", "cribo_vit_s16_in1k", "cribo_vit_s16_coco", "cribo_vit_b16_in1k"])
 def test_configs_load(name):
     from harness.config import from_dict, load_config
-    from harness.engine import load_pretrain_config
+    from harness.training.engine import load_pretrain_config
 
     cfg = load_pretrain_config(load_config(f"methods/{name}.yaml"), name)
     spec = dict(cfg.method)
@@ -611,7 +611,7 @@ def test_configs_load(name):
     else:  # a config named after the paper's released runs is the official code
         assert fixes == (False, False)
     if name == "cribo_cpu":
-        from harness.engine import build_method
+        from harness.training.engine import build_method
 
         m = build_method(cfg, name)
         assert m.bank.shape == (2, 512 * 8, 64)

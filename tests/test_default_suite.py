@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.margins import check_margins
-from harness.suite import load_suite
+from harness.results.margins import check_margins
+from harness.running.suite import load_suite
 
 REPO = Path(__file__).resolve().parent.parent
 # Margins the shipped iBOT checkpoint misses on this recipe (docs/RESULTS.md, "The default run"):

@@ -322,7 +322,7 @@ def synth_root(tmp_path_factory):
 
 @pytest.fixture
 def tiny_model():
-    from harness.models import ModelHandle
+    from harness.models.handle import ModelHandle
 
     return ModelHandle.random_init("vit_cpu_tiny", seed=0)
 
@@ -367,7 +367,7 @@ def test_protocol_cribo_on_synthscenes(synth_root, tiny_model, tmp_path, capsys)
 def test_each_record_carries_the_stage_seconds_in_its_cost(synth_root, tiny_model):
     """The run's seconds by stage are in every record's cost block, beside the harness's wall
     time; they key nothing (the fingerprint and the record id are the settings' and variant's)."""
-    from harness.evaluate import evaluate
+    from harness.running.evaluate import evaluate
 
     proto = DenseNN.from_preset("cribo", {"dataset": "voc", "k": 5, **FAST, "seeds": [42]})
     records, skipped = evaluate(tiny_model, proto, synth_root)
@@ -387,8 +387,8 @@ def test_each_record_owns_its_artifacts(synth_root, tmp_path, artifacts_dir):
     matrix (they used to share one file per protocol fingerprint, the last run's), and each
     file gives back its record's number."""
     from benchmarks.dense_nn.protocol import metrics_from_confusion
-    from harness.evaluate import evaluate
-    from harness.models import ModelHandle
+    from harness.running.evaluate import evaluate
+    from harness.models.handle import ModelHandle
 
     values = {"dataset": "voc", "k": 5, "fractions": ["1/8", "1/1"], "seeds": [42], "progress": False,
               "threads": 1}

@@ -23,7 +23,7 @@ def pretrained_vs_random(checkpoint: Path, data_root: Path, *, preset: str,
     import pandas as pd
 
     from benchmarks.dense_nn.protocol import DenseNN, summary
-    from harness.models import ModelHandle
+    from harness.models.handle import ModelHandle
 
     pretrained = ModelHandle.from_checkpoint(checkpoint)
     bb = pretrained.backbone

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness import device as devices
-from harness.device import DeviceError, device_record, resolve_device, to_device
+from harness.running import device as devices
+from harness.running.device import DeviceError, device_record, resolve_device, to_device
 
 REPO = Path(__file__).resolve().parent.parent
 NO_GPU = not torch.cuda.is_available()
@@ -75,7 +75,7 @@ def test_device_record_of_a_cpu_run():
 
 
 def test_model_handle_moves_to_a_device_spec():
-    from harness.models import ModelHandle
+    from harness.models.handle import ModelHandle
 
     m = ModelHandle.random_init("vit_cpu_tiny", seed=0).to("cpu")
     assert m.device == torch.device("cpu")
@@ -102,7 +102,7 @@ def test_eval_on_cuda_without_a_gpu_fails_with_one_error_line(isolated_home, syn
 
 
 def test_a_cpu_record_says_cpu_and_the_precision_it_ran(isolated_home, synth_tiny, capsys):
-    from harness import results
+    from harness.results import records as results
     from harness.cli import main
 
     assert main(KNN + ["--data-root", str(synth_tiny / "imagenet"), "--device", "cpu"]) == 0
@@ -136,7 +136,7 @@ def test_search_on_the_device_equals_faiss_on_cpu():
 
 
 def test_shards_cover_every_image_once_in_order():
-    from harness.features import shard_bounds
+    from harness.running.features import shard_bounds
 
     for n in (0, 1, 5, 13, 64):
         for world in (1, 2, 3, 8):
@@ -153,7 +153,7 @@ def test_trainer_wraps_the_method_in_distributed_data_parallel(tmp_path, synth_t
     import torch.distributed as tdist
     from torch.nn.parallel import DistributedDataParallel
 
-    from harness.engine import Trainer, load_pretrain_config
+    from harness.training.engine import Trainer, load_pretrain_config
     from test_engine import TINY_DINO
 
     monkeypatch.setenv("SSL_BENCH_HOME", str(tmp_path / "home"))

@@ -14,7 +14,7 @@ import yaml
 from safetensors.torch import load_file
 
 from harness.cli import main
-from harness.engine import cosine_schedule
+from harness.training.engine import cosine_schedule
 from tiny_recipes import TINY_DINO
 
 REPO = Path(__file__).resolve().parent.parent

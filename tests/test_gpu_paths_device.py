@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from harness import device as devices
-from harness.device import DeviceError, resolve_device
+from harness.running import device as devices
+from harness.running.device import DeviceError, resolve_device
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_bf16_is_refused_below_compute_capability_8_on_the_requested_gpu(fake_gp
 @pytest.fixture(scope="module")
 def tiny_model():
     """Built before the GPUs are faked (random_init forks the RNG of every GPU torch sees)."""
-    from harness.models import ModelHandle
+    from harness.models.handle import ModelHandle
 
     return ModelHandle.random_init("vit_cpu_tiny", seed=0)
 
@@ -85,7 +85,7 @@ def test_no_precision_leaves_tf32_on_for_later_work(fake_gpus, tf32_flags, preci
 
 
 def test_tf32_is_in_the_feature_cache_key_and_the_record(tiny_model, fake_gpus, tf32_flags, monkeypatch):
-    from harness import features
+    from harness.running import features
     from harness.data.transforms import ResizeCenterCrop
 
     class Source:
@@ -128,8 +128,8 @@ def test_device_type_of_a_spec_asks_no_gpu(monkeypatch):
 def test_peak_gpu_memory_is_reset_before_each_measurement(tiny_model, fake_gpus, tf32_flags, monkeypatch,
                                                            tmp_path):
     devices.prepare(torch.device("cuda", 0))
-    from harness.evaluate import build_protocol, evaluate
-    from harness.models import ModelHandle
+    from harness.running.evaluate import build_protocol, evaluate
+    from harness.models.handle import ModelHandle
     from harness.protocol import ProtocolResult
 
     calls = []

@@ -7,9 +7,9 @@ import torch
 
 pytest.importorskip("submitit")
 
-from harness import launch  # noqa: E402
-from harness.launch import LaunchOptions  # noqa: E402
-from harness.suite import ModelEntry, SuiteData, _checkpoint_plan, cached_checkpoint  # noqa: E402
+from harness.running import launch  # noqa: E402
+from harness.running.launch import LaunchOptions  # noqa: E402
+from harness.running.suite import ModelEntry, SuiteData, _checkpoint_plan, cached_checkpoint  # noqa: E402
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import torch
 import torch.distributed as tdist
 import torch.multiprocessing as mp
 
-from harness import distributed as D
-from harness import features
+from harness.running import distributed as D
+from harness.running import features
 from harness.protocol import Protocol, ProtocolResult
 
 
@@ -48,7 +48,7 @@ def test_file_barriers_wait_on_gloo_with_a_long_timeout(one_rank_group, monkeypa
 
 
 def test_concurrent_extractions_of_one_key_keep_their_own_staging(one_rank_group, tmp_path, monkeypatch):
-    from harness.models import ModelHandle
+    from harness.models.handle import ModelHandle
 
     monkeypatch.setattr(D, "barrier", lambda: pytest.fail("a default-timeout barrier around file work"))
     model = ModelHandle.random_init("vit_cpu_tiny", seed=0)
@@ -96,8 +96,8 @@ class _CountingProtocol(Protocol):
 
 
 def _evaluate_on_rank(rank: int, world: int, tmp: str) -> None:
-    from harness import evaluate as ev
-    from harness.models import ModelHandle
+    from harness.running import evaluate as ev
+    from harness.models.handle import ModelHandle
 
     os.environ["SSL_BENCH_HOME"] = str(Path(tmp) / "home")
     torch.set_num_threads(1)

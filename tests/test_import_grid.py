@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.checkpoints import load_backbone, load_checkpoint, save_checkpoint
+from harness.models.checkpoints import load_backbone, load_checkpoint, save_checkpoint
 from harness.errors import ConfigError
-from harness.importers import import_checkpoint
+from harness.models.importers import import_checkpoint
 
 PATCH, DIM, NATIVE = 14, 32, 518  # DINOv2's patch and training size, a narrow width
 

@@ -16,9 +16,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.checkpoints import load_backbone, load_checkpoint
+from harness.models.checkpoints import load_backbone, load_checkpoint
 from harness.errors import CheckpointError
-from harness.importers import detect_arch, import_checkpoint, read_official
+from harness.models.importers import detect_arch, import_checkpoint, read_official
 from harness.io_utils import sha256_file
 
 TOL = 1e-5

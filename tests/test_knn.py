@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from benchmarks.classification.knn import KNNProtocol, Rows, class_scores, cosine_topk, weighted_knn
-from harness.models import ModelHandle
+from harness.models.handle import ModelHandle
 from image_folders import make_image_folder
 
 FIXTURE = Path(__file__).parent / "fixtures" / "knn_dino_golden.json"

@@ -127,7 +127,7 @@ def test_slurm_options_reach_the_sbatch_script(tmp_path, monkeypatch):
     sbatch writer shows what would be submitted."""
     from submitit.slurm.slurm import _make_sbatch_string
 
-    from harness.launch import LaunchOptions, make_executor, parse_slurm_extra
+    from harness.running.launch import LaunchOptions, make_executor, parse_slurm_extra
 
     srun = tmp_path / "bin" / "srun"
     srun.parent.mkdir()

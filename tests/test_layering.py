@@ -192,7 +192,7 @@ def repo() -> ImportGraph:
 
 
 def test_the_packages_are_found_with_their_subpackages(repo):
-    assert {"harness.protocol", "harness.evaluate", "harness.data.io", "methods.dino"} <= set(repo.modules)
+    assert {"harness.protocol", "harness.running.evaluate", "harness.data.io", "methods.dino"} <= set(repo.modules)
     assert {m.split(".")[0] for m in repo.modules} == set(PACKAGES)
 
 

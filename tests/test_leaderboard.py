@@ -8,10 +8,10 @@ import pytest
 from PIL import Image
 
 from harness.errors import SslBenchError
-from harness.leaderboard import (build_leaderboard, compare, format_console, random_init_references, to_markdown,
+from harness.results.leaderboard import (build_leaderboard, compare, format_console, random_init_references, to_markdown,
                                  write_leaderboard)
-from harness.results import make_record, write_record
-from harness.results_table import IncomparableResultsError
+from harness.results.records import make_record, write_record
+from harness.results.table import IncomparableResultsError
 
 FP_KNN, FP_DNN, FP_OTHER = "a" * 16, "b" * 16, "c" * 16
 

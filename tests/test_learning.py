@@ -14,8 +14,8 @@ import pytest
 
 from experiments.learning_curve import evaluate_point, step0_model
 from harness.data.synthetic import default_root, generate
-from harness.models import ModelHandle
-from harness.suite import ModelEntry, pretrain_config, pretrained_checkpoint
+from harness.models.handle import ModelHandle
+from harness.running.suite import ModelEntry, pretrain_config, pretrained_checkpoint
 
 pytestmark = pytest.mark.slow
 

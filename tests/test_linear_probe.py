@@ -17,8 +17,8 @@ from benchmarks.classification.linear_data import RandomResizedCropFlip, epoch_b
 from benchmarks.classification.linear_heads import (GridSGD, LinearHeads, cosine_factor, evaluate_heads, select_best,
                                                     train_grid)
 from benchmarks.classification.linear_probe import IBOT_BASE_LRS, LinearProbe, arch_feature_defaults
-from harness.backbone import ARCHS
-from harness.models import ModelHandle
+from harness.models.backbone import ARCHS
+from harness.models.handle import ModelHandle
 from image_folders import make_image_folder
 
 

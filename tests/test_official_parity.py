@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.checkpoints import load_backbone
+from harness.models.checkpoints import load_backbone
 from harness.errors import CheckpointError
-from harness.importers import import_checkpoint, read_official
+from harness.models.importers import import_checkpoint, read_official
 
 FIXTURES = Path(__file__).parent / "fixtures" / "official"
 TOL = 1e-5
@@ -203,7 +203,7 @@ def test_forward_settings_are_part_of_the_model_identity(tmp_path):
     other than DINO's makes the weights another model for records and feature caches."""
     import shutil
 
-    from harness.models import ModelHandle
+    from harness.models.handle import ModelHandle
 
     imported("dinov2_reg", tmp_path / "reg")
     reg = ModelHandle.from_checkpoint(tmp_path / "reg.safetensors")
@@ -232,7 +232,7 @@ def _official_meta_state(dim, depth, reg=0, swiglu=False, grid=37, patch=14):
     for i in range(depth):
         sd[f"blocks.{i}.ls1.gamma"] = m(dim)
         if swiglu:
-            from harness.backbone import swiglu_hidden
+            from harness.models.backbone import swiglu_hidden
 
             sd[f"blocks.{i}.mlp.w12.weight"] = m(2 * swiglu_hidden(dim), dim)
         else:
@@ -244,7 +244,7 @@ def _official_meta_state(dim, depth, reg=0, swiglu=False, grid=37, patch=14):
     (384, 12, 0, False, "vit_small_patch14_dinov2"), (768, 12, 4, False, "vit_base_patch14_reg4_dinov2"),
     (1024, 24, 0, False, "vit_large_patch14_dinov2"), (1536, 40, 4, True, "vit_giant_patch14_reg4_dinov2")])
 def test_released_dinov2_shapes_detect_the_presets(dim, depth, reg, swiglu, name):
-    from harness.importers import adapt_dinov2, detect_arch
+    from harness.models.importers import adapt_dinov2, detect_arch
 
     state = {k: v for k, v in _official_meta_state(dim, depth, reg, swiglu).items() if k != "mask_token"}
     state, settings, _ = adapt_dinov2(state)

@@ -1,6 +1,6 @@
 """Paper tables: the published numbers' schema and spot values, the FLOPs estimate, the
 dry-run plan of the real tables, and reproduce() end to end with a fake protocol (the
-zoo lookup, checkpoint loading, harness.evaluate, records and the comparison are real)."""
+zoo lookup, checkpoint loading, harness.running.evaluate, records and the comparison are real)."""
 from __future__ import annotations
 
 import argparse
@@ -11,17 +11,17 @@ import pandas as pd
 import pytest
 import torch
 
-from harness.backbone import ARCHS
-from harness.checkpoints import save_checkpoint
-from harness.flops import arch_flops as vit_flops
-from harness.leaderboard import build_leaderboard
-from harness.models import ModelHandle
-from harness.paper_reproduce import reproduce
-from harness.paper_spec import CSV_COLUMNS, PAPER_DIR, list_tables, load_table, paper_numbers, read_paper_csv
+from harness.models.backbone import ARCHS
+from harness.models.checkpoints import save_checkpoint
+from harness.models.flops import arch_flops as vit_flops
+from harness.results.leaderboard import build_leaderboard
+from harness.models.handle import ModelHandle
+from harness.paper.reproduce import reproduce
+from harness.paper.spec import CSV_COLUMNS, PAPER_DIR, list_tables, load_table, paper_numbers, read_paper_csv
 from harness.protocol import Protocol, ProtocolResult
 from harness.registry import DATASETS, register_protocol
-from harness.results import iter_records
-from harness.zoo import load_zoo
+from harness.results.records import iter_records
+from harness.models.zoo import load_zoo
 
 KNOWN_PROTOCOLS = {"dense_nn", "knn", "linear", "seg_linear", "segmenter"}
 
@@ -138,7 +138,7 @@ def test_dry_run_settings_by_patch_and_variant(tmp_path):
     assert "dense_nn[hbird] memory_size=1024000" in res.text
     # the records do not carry memory_size: the run's setting is dropped from what they must
     # match (cell_variant), the cell matches on its fraction only
-    from harness.paper_verdict import cell_variant, compare_cells, measure_cell
+    from harness.paper.verdict import cell_variant, compare_cells, measure_cell
     ps = res.table.spec.protocols["dense_nn"]
     cell = res.table.rows.loc[j14.cells[0]]
     assert cell_variant(cell, ps, j14.variant) == {"fraction": "1/1"}
@@ -170,7 +170,7 @@ def test_every_table_protocol_states_tolerance_reason_and_variant(tmp_path):
     import yaml
 
     from harness.errors import ConfigError
-    from harness.paper_spec import spec_path
+    from harness.paper.spec import spec_path
 
     for name in list_tables():
         raw = yaml.safe_load(spec_path(name).read_text())
@@ -198,7 +198,7 @@ def test_every_table_protocol_states_tolerance_reason_and_variant(tmp_path):
 def test_new_tables_pin_what_their_records_vary_in():
     """dinov2-imagenet / hbird-readme / neco-readme with records shaped as their protocols
     write them: every cell gets one group (never the best of several)."""
-    from harness.paper_verdict import measure_cell
+    from harness.paper.verdict import measure_cell
 
     def records(variants, metric, values):
         return [{"variant": v, "metrics": {metric: x}} for v, x in zip(variants, values)]
@@ -343,7 +343,7 @@ def test_reproduce_pipeline_with_fake_protocol(tmp_path, synth_root, capsys):
 
 
 def test_reproduce_cli(tmp_path, capsys):
-    from harness import paper_reproduce
+    from harness.paper import reproduce as paper_reproduce
 
     parser = argparse.ArgumentParser()
     paper_reproduce.add_cli(parser.add_subparsers(dest="command"))
@@ -358,7 +358,7 @@ def test_reproduce_cli(tmp_path, capsys):
 # ----------------------------------------------------------------------------- the verdict rule
 def _table_in_code(cells, tolerance=1.0, variant=None):
     """A one-protocol Table built in code: ``cells`` = [(variant, paper value, zoo name)]."""
-    from harness.paper_spec import DatasetSpec, ProtocolSpec, Table, TableSpec
+    from harness.paper.spec import DatasetSpec, ProtocolSpec, Table, TableSpec
 
     rows = pd.DataFrame([dict(paper="Fake", table="T", row=str(i + 1), method="M", arch="A", pretrain_data="D",
                               epochs="1", protocol="p", dataset="d", variant=v, metric="mIoU", value=val,
@@ -371,7 +371,7 @@ def _table_in_code(cells, tolerance=1.0, variant=None):
 
 
 def _job(tab, zoo, records, status="done"):
-    from harness.paper_plan import Cost, Job
+    from harness.paper.plan import Cost, Job
 
     cells = [i for i in tab.rows.index if tab.rows.at[i, "zoo_name"] == zoo]
     return Job(zoo, "p", "d", cells, None, None, None, None, "found", "ok", Cost(None, None, None, None, None),
@@ -383,7 +383,7 @@ def _records(variant, values):
 
 
 def test_a_wide_seed_spread_never_loosens_the_tolerance():
-    from harness.paper_verdict import compare_cells, verdict
+    from harness.paper.verdict import compare_cells, verdict
 
     tab = _table_in_code([("fraction=1/2", 50.0, "z"), ("fraction=1/8", 50.0, "z")], tolerance=0.3)
     recs = (_records({"fraction": "1/2"}, [50.1, 50.5, 50.9])     # delta +0.5 > 0.3, inside 2 std (0.8)
@@ -398,7 +398,7 @@ def test_a_wide_seed_spread_never_loosens_the_tolerance():
 
 
 def test_variant_groups_the_cell_does_not_pin_are_ambiguous_never_the_best():
-    from harness.paper_verdict import compare_cells
+    from harness.paper.verdict import compare_cells
 
     recs = _records({"fraction": "1/1", "lr": 0.1}, [50.0]) + _records({"fraction": "1/1", "lr": 0.01}, [55.0])
     tab = _table_in_code([("fraction=1/1", 55.0, "z")])  # the better group would match the paper exactly
@@ -424,8 +424,8 @@ def test_variant_groups_the_cell_does_not_pin_are_ambiguous_never_the_best():
 @pytest.mark.parametrize("case, expected", [("nothing measured", 1), ("a cell differs", 1),
                                             ("every measured cell passes", 0)])
 def test_reproduce_exit_status(monkeypatch, case, expected):
-    from harness import paper_reproduce
-    from harness.paper_verdict import compare_cells
+    from harness.paper import reproduce as paper_reproduce
+    from harness.paper.verdict import compare_cells
 
     tab = _table_in_code([("fraction=1/1", 50.0, "z"), ("fraction=1/2", 50.0, "z"), ("fraction=1/1", 50.0, "gone")])
     gone = _job(tab, "gone", [], status="missing checkpoint")  # not run: fails nothing by itself
@@ -447,7 +447,7 @@ def test_reproduce_exit_status(monkeypatch, case, expected):
 def test_reproduce_cli_exit_status_end_to_end(tmp_path, synth_root, capsys):
     """The real pipeline and CLI: pass -> 0, nothing measured -> 1, an ambiguous cell -> 1, a
     table variant that pins the sweep -> that group's number decides."""
-    from harness import paper_reproduce
+    from harness.paper import reproduce as paper_reproduce
 
     zoo_dir = tmp_path / "zoo"
     a = _tiny_checkpoint(zoo_dir, "tiny_a", 0.0)

@@ -1,15 +1,15 @@
 """The fast extraction paths compute the same features as the plain one; the FLOP counter
-behind the performance numbers is right (harness/flops.py, experiments/, docs/BENCHMARKS.md)."""
+behind the performance numbers is right (harness/models/flops.py, experiments/, docs/BENCHMARKS.md)."""
 
 import numpy as np
 import pytest
 import torch
 
-from harness.flops import VitShape, backbone_flops, gemm_shapes, shape_flops, vit_flops
-from harness.backbone import create_backbone
+from harness.models.flops import VitShape, backbone_flops, gemm_shapes, shape_flops, vit_flops
+from harness.models.backbone import create_backbone
 from harness.data.transforms import PatchMultipleResize, ResizeCenterCrop
-from harness.features import extract_features, intra_op_threads
-from harness.models import ModelHandle
+from harness.running.features import extract_features, intra_op_threads
+from harness.models.handle import ModelHandle
 from image_sources import RandomImages
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from harness.cli import main
 from harness.protocol_info import declared_headline, headline_metric
-from harness.report import build_report, paper_cells
-from harness.results import write_record
+from harness.results.report import build_report, paper_cells
+from harness.results.records import write_record
 from report_records import BASE, all_records, paper_records, suite_records
 from test_results_api import OLD_RECORD
 

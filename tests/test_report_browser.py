@@ -13,9 +13,9 @@ import os
 
 import pytest
 
-from harness import html_assets
-from harness.leaderboard import build_leaderboard, to_html
-from harness.report import build_report, chromium_executable
+from harness.results import html_assets
+from harness.results.leaderboard import build_leaderboard, to_html
+from harness.results.report import build_report, chromium_executable
 from report_records import all_records
 
 CHROMIUM = chromium_executable()

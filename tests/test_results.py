@@ -1,8 +1,8 @@
 import json
 
-from harness import results
-from harness.evaluate import evaluate
-from harness.models import ModelHandle
+from harness.results import records as results
+from harness.running.evaluate import evaluate
+from harness.models.handle import ModelHandle
 from harness.protocol import Protocol, ProtocolResult
 from dataclasses import dataclass
 
@@ -109,7 +109,7 @@ def test_old_records_without_the_new_fields_still_load(isolated_home):
     """A record written before the data root, weights key and init seed were in the key: it
     cannot tell which init seed it measured, so it proves nothing (the run happens), and the
     leaderboard still reads it."""
-    from harness.leaderboard import build_leaderboard
+    from harness.results.leaderboard import build_leaderboard
 
     model = ModelHandle.random_init("vit_cpu_tiny", seed=0)
     proto = Counting({"k": 3})

@@ -1,4 +1,4 @@
-"""harness.results.load_results: one typed row per number, every record field round-trips,
+"""harness.results.records.load_results: one typed row per number, every record field round-trips,
 filters, the leaderboard pivot, old records without the newer fields; the docs' examples."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.leaderboard import build_leaderboard, pivot
-from harness.results import RAW_PREFIX, TYPED_COLUMNS, load_results, to_records, write_record
+from harness.results.leaderboard import build_leaderboard, pivot
+from harness.results.records import RAW_PREFIX, TYPED_COLUMNS, load_results, to_records, write_record
 from report_records import FP_DNN, all_records, suite_records
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ import torch
 
 from benchmarks.segmentation import mmseg_bridge as mb
 from benchmarks.segmentation import seg_protocol
-from harness.backbone import create_backbone
+from harness.models.backbone import create_backbone
 from harness.errors import CheckpointError, ConfigError, DataError, MissingDependencyError
 from seg_smoke import smoke
 
@@ -230,7 +230,7 @@ def test_dataset_layouts_resolve(tmp_path):
 # ============================================================================ dependency
 def test_missing_mmcv_ops_is_a_clear_error(monkeypatch, tmp_path):
     from benchmarks.segmentation.seg_linear import SegLinear
-    from harness.models import ModelHandle
+    from harness.models.handle import ModelHandle
 
     monkeypatch.setitem(sys.modules, "mmcv.ops", None)  # as if the compiled ops were absent
     with pytest.raises(MissingDependencyError, match=re.escape("scripts/install_mmcv.sh")):
@@ -241,7 +241,7 @@ def test_missing_mmcv_ops_is_a_clear_error(monkeypatch, tmp_path):
 
 
 def test_harness_never_imports_mmseg():
-    code = ("import sys, harness.cli, harness.evaluate, benchmarks.segmentation.seg_linear,"
+    code = ("import sys, harness.cli, harness.running.evaluate, benchmarks.segmentation.seg_linear,"
             " benchmarks.segmentation.segmenter;"
             "from harness.registry import PROTOCOLS;"
             "p = PROTOCOLS.get('seg_linear').from_preset('paper', {'dataset': 'ade20k'}); p.fingerprint();"

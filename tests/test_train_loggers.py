@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engine import TrainConfig, load_pretrain_config, pretrain
+from harness.training.engine import TrainConfig, load_pretrain_config, pretrain
 from harness.errors import ConfigError, MissingDependencyError
 from tiny_recipes import TINY_DINO
 
@@ -151,7 +151,7 @@ def test_unknown_logger_is_a_config_error(tiny_data, tmp_path):
 
 
 def test_loggers_do_not_change_cached_checkpoint_keys(tiny_data):
-    from harness.suite import ModelEntry, _checkpoint_plan
+    from harness.running.suite import ModelEntry, _checkpoint_plan
 
     plain = ModelEntry(name="dino", pretrain="methods/dino_cpu.yaml")
     logged = ModelEntry(name="dino", pretrain="methods/dino_cpu.yaml", set=["train.loggers=[jsonl,tensorboard]"])

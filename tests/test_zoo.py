@@ -8,11 +8,11 @@ import pytest
 import torch
 import yaml
 
-from harness.checkpoints import load_checkpoint
+from harness.models.checkpoints import load_checkpoint
 from harness.errors import CheckpointError, ConfigError
-from harness.importers import LAYOUTS
+from harness.models.importers import LAYOUTS
 from harness.io_utils import sha256_file
-from harness.zoo import find_checkpoint, format_zoo, load_zoo, zoo_entry, zoo_import, zoo_list
+from harness.models.zoo import find_checkpoint, format_zoo, load_zoo, zoo_entry, zoo_import, zoo_list
 
 EXPECTED = {
     "dino": ["dino_vits16", "dino_vits8", "dino_vitb16", "dino_vitb8"],
@@ -128,7 +128,7 @@ def test_find_checkpoint(tmp_path, tiny_zoo):
 
 
 def test_cli_functions(capsys, tmp_path, tiny_zoo):
-    from harness import zoo
+    from harness.models import zoo
 
     parser = argparse.ArgumentParser()
     zoo.add_cli(parser.add_subparsers(dest="command"))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.zoo import SHIPPED_ZOO_DIR, load_zoo
+from harness.models.zoo import SHIPPED_ZOO_DIR, load_zoo
 from scripts.synthscenes_zoo import RECIPES, recipe_command
 
 REPO = Path(__file__).resolve().parent.parent

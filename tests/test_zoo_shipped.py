@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import zoo as zoo_module
+from harness.models import zoo as zoo_module
 from harness.errors import CheckpointError, ConfigError
 from harness.io_utils import sha256_file
-from harness.zoo import SHIPPED_ZOO_DIR, load_zoo, verify_shipped, zoo_model
+from harness.models.zoo import SHIPPED_ZOO_DIR, load_zoo, verify_shipped, zoo_model
 
 REPO = Path(__file__).resolve().parent.parent
 ZOO_FILE = SHIPPED_ZOO_DIR / "synthscenes.yaml"

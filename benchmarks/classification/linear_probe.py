@@ -5,7 +5,7 @@ forward per batch (benchmarks/classification/linear_heads.py).
 The backbone is frozen in the strict sense: eval mode (no dropout, no drop-path, no
 BatchNorm statistics updates) and torch.no_grad for its forward; the tests check that its
 weights are bit-identical after a probe epoch. Validation features are deterministic
-(Resize -> CenterCrop), so they come from the harness.features cache and are computed once
+(Resize -> CenterCrop), so they come from the harness.running.features cache and are computed once
 instead of once per epoch as in the official scripts; the numbers are the same.
 
 Recipes (see docs/PROTOCOLS.md (classification section) for the sources and every difference):
@@ -41,11 +41,11 @@ from benchmarks.classification.linear_data import (STREAM_INIT, AugmentedImages,
 from benchmarks.classification.linear_heads import (GridHistory, GridSGD, LinearHeads, Schedule, select_best,
                                                     train_grid)
 from harness.context.chance import uniform_topk
-from harness.device import module_device, pin_memory
+from harness.running.device import module_device, pin_memory
 from harness.data.transforms import ResizeCenterCrop
 from harness.errors import ConfigError
-from harness.features import batch_features, extract_features
-from harness.models import ModelHandle
+from harness.running.features import batch_features, extract_features
+from harness.models.handle import ModelHandle
 from harness.presets import load_presets
 from harness.protocol import Protocol, ProtocolResult
 from harness.registry import register_protocol
@@ -95,7 +95,7 @@ class LinearConfig:
     hflip: bool = True
     cached_features: bool = False  # train on cached val-transform features, no augmentation
     seed: int = 0
-    precision: Literal["fp32", "fp16", "bf16"] = "fp32"  # feature extraction (harness.device)
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"  # feature extraction (harness.running.device)
     # ---- execution only (not in the fingerprint)
     num_workers: int = 0
     feature_batch_size: int = 64

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from benchmarks.segmentation.layouts import mmseg_layout
-from harness.checkpoints import state_mismatch
+from harness.models.checkpoints import state_mismatch
 from harness.data.segmentation import MmsegLayout
 from harness.errors import CheckpointError, ConfigError, DataError, MissingDependencyError
 
@@ -69,7 +69,7 @@ MMSEG_VERSION = "1.2.2"
 _KEY_MAP: tuple[tuple[str, str], ...] = (
     (r"cls_token", "cls_token"),
     (r"pos_embed", "pos_embed"),
-    # the trained table of a checkpoint imported at another size (harness.backbone.ARCH_KEYS)
+    # the trained table of a checkpoint imported at another size (harness.models.backbone.ARCH_KEYS)
     (r"pos_embed_native", "pos_embed_native"),
     (r"patch_embed\.proj\.(weight|bias)", r"patch_embed.projection.\1"),
     (r"norm\.(weight|bias)", r"ln1.\1"),

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from harness.models import ModelHandle
+from harness.models.handle import ModelHandle
 from harness.protocol import Protocol, ProtocolResult
 
 CHANCE_VERSION = 1  # part of the identity: a change of definition must not reuse records

@@ -3,7 +3,7 @@
 Each patch's feature is its pixels as the protocol's transform gives them (resized and
 normalised with the protocol's mean and std), flattened channel-last: a p x p patch gives a
 3 * p * p vector, on the same patch grid as a ViT of patch size p, so every protocol that
-reads features through harness.features (k-NN, linear probe, dense NN) measures it unchanged.
+reads features through harness.running.features (k-NN, linear probe, dense NN) measures it unchanged.
 The "CLS" feature is the whole image area-averaged down to one p x p patch (a thumbnail of
 the same size as a patch vector): a global descriptor that keeps the layout, where the
 average of the patch vectors (the ``avgpool`` feature) keeps only the mean patch.
@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.backbone import BackboneFeatures
+from harness.models.backbone import BackboneFeatures
 from harness.errors import ConfigError
 
 PIXELS_VERSION = 1  # part of the identity: a change to the features must not reuse cached ones
@@ -57,7 +57,7 @@ class PixelBackbone(nn.Module):
 
 
 def pixel_model(patch_size: int = 8, name: str = "pixels"):
-    from harness.models import ModelHandle
+    from harness.models.handle import ModelHandle
 
     meta = {"method": "pixels", "context": "pixels", "epochs": 0, "steps": 0,
             "identity": f"pixels-p{patch_size}-v{PIXELS_VERSION}"}

@@ -29,11 +29,11 @@ from PIL import Image
 from torch import nn
 from tqdm.auto import tqdm
 
-from harness.backbone import create_backbone
+from harness.models.backbone import create_backbone
 from harness.config import fingerprint
 from harness.data.io import data_identity
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
-from harness.device import device_type, resolve_device
+from harness.running.device import device_type, resolve_device
 from harness.errors import DataError
 
 TRAINER_VERSION = 1  # part of the cache key: a change to the trainer must not reuse checkpoints
@@ -138,7 +138,7 @@ def write_supervised(spec: SupervisedSpec, root: Path, out_dir: Path, *, device:
                      progress: bool = True, log=print) -> Path:
     """Train the supervised reference into ``out_dir``: backbone.safetensors (+ .json) and
     log.jsonl (loss and lr per logged step). Returns the checkpoint's path."""
-    from harness.checkpoints import save_checkpoint
+    from harness.models.checkpoints import save_checkpoint
     from harness.io_utils import atomic_write
 
     t0 = time.perf_counter()

@@ -501,8 +501,8 @@ def real_size(dinov2_root: Path | None, mae_root: Path | None) -> None:
     kept (tests/fixtures/official/real_size_checks.json); the files are temporary."""
     import tempfile
 
-    from harness.checkpoints import load_backbone
-    from harness.zoo import zoo_import
+    from harness.models.checkpoints import load_backbone
+    from harness.models.zoo import zoo_import
 
     results, tmp = [], Path(tempfile.mkdtemp(prefix="ssl-bench-real-size-"))
 

@@ -4,7 +4,7 @@ import pytest
 
 from experiments.factor_knn import factor_knn, factor_labels
 from harness.errors import DataError
-from harness.models import ModelHandle
+from harness.models.handle import ModelHandle
 
 
 def test_factor_labels_split_texture_and_shape():

@@ -5,7 +5,7 @@ import torch
 from experiments.positive_similarity import caption_crops, model_stats, positive_stats
 from harness.config import load_config
 from harness.errors import DataError
-from harness.models import ModelHandle
+from harness.models.handle import ModelHandle
 from methods.shared import MultiCropConfig
 
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from experiments.student_backbone import student_checkpoint
-from harness.checkpoints import load_checkpoint
-from harness.engine import Trainer, load_pretrain_config
+from harness.models.checkpoints import load_checkpoint
+from harness.training.engine import Trainer, load_pretrain_config
 from harness.errors import CheckpointError
 from tiny_recipes import TINY_DINO
 

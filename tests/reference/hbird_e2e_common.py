@@ -115,7 +115,7 @@ def make_model(weights: str | Path | None = None):
     """random_init(vit_cpu_tiny, seed 0), with ``weights`` (a MODEL_FILE) loaded over it when
     given: the weights the reference was run on. torch's init kernels round differently from one
     CPU kernel set to another, so the random init of another machine differs in its last bits."""
-    from harness.models import ModelHandle
+    from harness.models.handle import ModelHandle
 
     model = ModelHandle.random_init(MODEL["arch"], seed=MODEL["init_seed"])
     if weights is not None:

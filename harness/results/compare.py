@@ -28,8 +28,8 @@ import pandas as pd
 
 from harness.errors import ConfigError
 from harness.protocol_info import headline_metric
-from harness.results import iter_records, runs_dir
-from harness.results_table import IncomparableResultsError, conflict_message, fingerprint_conflicts, flatten_records
+from harness.results.records import iter_records, runs_dir
+from harness.results.table import IncomparableResultsError, conflict_message, fingerprint_conflicts, flatten_records
 
 TESTS = {"t": "paired t-test (scipy.stats.ttest_rel, two-sided)",
          "wilcoxon": "Wilcoxon signed-rank test (scipy.stats.wilcoxon, two-sided)"}

@@ -2,7 +2,7 @@
 
 Rows are models. A column is one (protocol, dataset, split, variant, metric) measured
 under one protocol fingerprint; a cell is the mean, std and count over seeds of the rows
-harness.results_table makes of the records.
+harness.results.table makes of the records.
 
 Records measured under different fingerprints (a different k, resolution, subset list,
 normalisation, ...) are never averaged into one cell: they become separate columns
@@ -22,13 +22,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import html_assets
+from harness.results import html_assets
 from harness.io_utils import atomic_write, atomic_write_text
 from harness.protocol_info import declared_headline, headline_metric, variant_text
-from harness.results import fraction_value, iter_records, parse_variant, variant_label
-from harness.results_table import (SHORT_FP, IncomparableResultsError, column_label, conflict_message,
+from harness.results.records import fraction_value, iter_records, parse_variant, variant_label
+from harness.results.table import (SHORT_FP, IncomparableResultsError, column_label, conflict_message,
                                    disambiguate_data, disambiguate_models, fingerprint_conflicts, flatten_records)
-from harness.text_table import text_table
+from harness.results.text_table import text_table
 
 # Column levels of the table returned by build_leaderboard.
 LEVELS = ("protocol", "dataset", "split", "variant", "metric", "fingerprint", "stat")
@@ -49,7 +49,7 @@ def _column_sort_key(col: tuple) -> tuple:
 # ----------------------------------------------------------------------------- build
 def build_leaderboard(records: list[dict] | pd.DataFrame | None = None,
                       runs_dir: str | Path | None = None) -> pd.DataFrame:
-    """Pivot records (or a harness.results.load_results() frame) into a table: index = model,
+    """Pivot records (or a harness.results.records.load_results() frame) into a table: index = model,
     columns = MultiIndex ``LEVELS``.
 
     For every (protocol, dataset, split, variant, metric, fingerprint) there are three
@@ -91,7 +91,7 @@ def build_leaderboard(records: list[dict] | pd.DataFrame | None = None,
 
 
 def pivot(df: pd.DataFrame) -> pd.DataFrame:
-    """The leaderboard table of a harness.results.load_results() frame: index = model, columns
+    """The leaderboard table of a harness.results.records.load_results() frame: index = model, columns
     (protocol, dataset, split, variant, metric, fingerprint, stat) with stat mean / std / n
     over seeds."""
     return build_leaderboard(df)

@@ -36,7 +36,7 @@ neco               flat (README: load into the hub model)    ``projection_head.*
 =================  ======================================  ====================================
 
 Forward settings that the shapes do not show come with the layout: MAE's and DINOv2-with-
-registers' position interpolation (see harness.backbone.ARCH_KEYS), DINOv2's layer scale,
+registers' position interpolation (see harness.models.backbone.ARCH_KEYS), DINOv2's layer scale,
 register tokens and SwiGLU are read off the keys.
 
 Full training checkpoints also hold an ``argparse.Namespace`` under ``args``; torch >= 2.6
@@ -56,8 +56,8 @@ from typing import Any, Callable
 
 import torch
 
-from harness.backbone import ARCH_KEYS, ARCHS, ViTBackbone, create_backbone, swiglu_hidden
-from harness.checkpoints import load_state_into, save_checkpoint
+from harness.models.backbone import ARCH_KEYS, ARCHS, ViTBackbone, create_backbone, swiglu_hidden
+from harness.models.checkpoints import load_state_into, save_checkpoint
 from harness.errors import CheckpointError
 from harness.io_utils import sha256_file
 

@@ -293,7 +293,7 @@ def load_results(source: str | Path | Iterable[dict] | None = None, *,
     metric, value, device, wall_s, created, git_commit, ...), then every field of the record
     verbatim under its path, ``rec.model.name``, ``rec.protocol.params.k``, ``rec.cost.wall_s``,
     ... (<NA> where a record lacks the field). ``to_records(df)`` rebuilds the records;
-    ``harness.leaderboard.pivot(df)`` is the leaderboard table of the rows.
+    ``harness.results.leaderboard.pivot(df)`` is the leaderboard table of the rows.
     """
     import pandas as pd
 

@@ -1,6 +1,6 @@
 """`ssl-bench report`: the result records as one self-contained HTML page.
 
-One file, readable offline: CSS and JavaScript inline (harness.html_assets, the same as
+One file, readable offline: CSS and JavaScript inline (harness.results.html_assets, the same as
 leaderboard.html's), plots embedded as SVG data URIs, no request leaves the page. It shows
 
 - one section per protocol: its headline metric (the protocol's ``HEADLINE_METRIC``) per
@@ -12,7 +12,7 @@ leaderboard.html's), plots embedded as SVG data URIs, no request leaves the page
   fingerprint, the checkpoint's training config when its .json is readable, git commit,
   device, dates and record ids;
 - a paper section: the published numbers (results/paper) beside the records of the zoo
-  checkpoints they name, with delta and verdict (harness.paper_verdict.compare_cells); records
+  checkpoints they name, with delta and verdict (harness.paper.verdict.compare_cells); records
   measured under other settings than the table's are refused, as the leaderboard refuses
   to mix fingerprints;
 - the fingerprint conflicts the leaderboard reports.
@@ -36,11 +36,11 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from harness import html_assets
-from harness.leaderboard import build_leaderboard, column_keys, display_labels, format_cell
+from harness.results import html_assets
+from harness.results.leaderboard import build_leaderboard, column_keys, display_labels, format_cell
 from harness.protocol_info import declared_headline, headline_metric
-from harness.results import fraction_value, load_results, parse_variant, runs_dir, to_records, variant_label
-from harness.results_table import SHORT_FP, disambiguate_models, flatten_records
+from harness.results.records import fraction_value, load_results, parse_variant, runs_dir, to_records, variant_label
+from harness.results.table import SHORT_FP, disambiguate_models, flatten_records
 
 RANDOM_INIT = "random_init"  # ModelHandle.random_init's method: the baseline of the deltas
 esc = html.escape
@@ -261,8 +261,8 @@ def paper_cells(table: str, records: list[dict]) -> pd.DataFrame:
     (model name = zoo name, as ``ssl-bench reproduce`` names them): measured, delta, verdict.
     Only records measured under the table's protocol settings count; a cell whose checkpoint
     has records of other settings says so instead (``other settings``)."""
-    from harness.paper_spec import load_table
-    from harness.paper_verdict import compare_cells
+    from harness.paper.spec import load_table
+    from harness.paper.verdict import compare_cells
     from harness.registry import PROTOCOLS
 
     tab = load_table(table)
@@ -300,7 +300,7 @@ def paper_cells(table: str, records: list[dict]) -> pd.DataFrame:
 
 def all_paper_cells(records: list[dict], tables: Iterable[str] | None = None) -> pd.DataFrame:
     """paper_cells of every table (or of ``tables``), for the cells a record speaks to."""
-    from harness.paper_spec import list_tables
+    from harness.paper.spec import list_tables
 
     frames = [paper_cells(t, records) for t in (list_tables() if tables is None else tables)]
     frames = [f for f in frames if len(f)]
@@ -425,7 +425,7 @@ def _paper_section(cells: pd.DataFrame, tables_checked: list[str]) -> str:
         return "\n".join(out)
     out.append('<p class="note">Cells of the published tables whose checkpoint has records here. delta = '
                'measured − paper; verdict: ok within 2 std of the seeds or the table\'s tolerance, else DIFFERS '
-               '(harness.paper_verdict.verdict). Only records measured under the table\'s protocol settings count.</p>')
+               '(harness.paper.verdict.verdict). Only records measured under the table\'s protocol settings count.</p>')
     head = ["table", "row", "model", "zoo", "protocol", "dataset", "variant", "metric", "paper", "measured",
             "delta", "verdict"]
     ths = "".join(_th_sort(j, h, cls="name" if j < 8 or j == 11 else "") for j, h in enumerate(head))
@@ -477,7 +477,7 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
     by_protocol: dict[str, list[Group]] = defaultdict(list)
     for g in groups:
         by_protocol[g.protocol].append(g)
-    from harness.paper_spec import list_tables
+    from harness.paper.spec import list_tables
 
     tables = list_tables() if paper_tables is None else list(paper_tables)
     cells = all_paper_cells(records, tables) if tables else pd.DataFrame()
@@ -552,7 +552,7 @@ def add_cli(subparsers) -> None:
 
 
 def cmd_report(args) -> int:
-    from harness.results import iter_records
+    from harness.results.records import iter_records
 
     runs = Path(args.runs) if args.runs else None
     records = list(iter_records(runs))

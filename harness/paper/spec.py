@@ -2,7 +2,7 @@
 (configs/paper/<table>.yaml) that say how to reproduce them from zoo checkpoints.
 
 A spec names, per protocol, its preset and settings, the tolerance of the verdict rule with
-its reason (harness.paper_verdict), and the variant its records must carry; per dataset, its
+its reason (harness.paper.verdict), and the variant its records must carry; per dataset, its
 reader and size. A table protocol may give settings by the model's patch size (``by_patch``)
 and CSV variants that are settings of the run (``variants``, e.g. a memory size): each is a
 run of its own. ``load_table`` checks all of it against the CSV before any work.
@@ -19,7 +19,7 @@ import yaml
 from harness.config import CONFIG_ROOT, from_dict
 from harness.errors import ConfigError
 from harness.paths import shipped
-from harness.results import fraction_value, parse_variant
+from harness.results.records import fraction_value, parse_variant
 
 PAPER_DIR = shipped("results/paper")
 TABLES_DIR = CONFIG_ROOT / "paper"
@@ -45,7 +45,7 @@ class ProtocolSpec:
     # its keys are not looked for in the records' variants (cell_variant drops them; the
     # no-best-group rule of measure_cell still holds for every other key)
     variants: dict = field(default_factory=dict)  # {"key=value[,key=value]": {setting: value}}
-    # The verdict rule (harness.paper_verdict.verdict): a cell passes iff |measured - paper| <= tolerance,
+    # The verdict rule (harness.paper.verdict.verdict): a cell passes iff |measured - paper| <= tolerance,
     # in the metric's points; the seed spread never widens it. Both are required in a table
     # YAML, the reason in words (printed beside every comparison).
     tolerance: float | None = None

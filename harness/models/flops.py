@@ -8,7 +8,7 @@ convention as timm's / fvcore's "GMACs x 2" for ViTs, so GFLOP/s numbers are com
     vit_flops(embed_dim=384, depth=12, num_heads=6, patch_size=16, height=224, width=224)
     -> {'total': 9.2e9, 'patch_embed': ..., 'qkv': ..., 'attn': ..., 'proj': ..., 'mlp': ...}
 
-One counter for the paper-reproduction cost estimates (harness.paper_plan) and the speed
+One counter for the paper-reproduction cost estimates (harness.paper.plan) and the speed
 experiments (experiments/).
 """
 from __future__ import annotations
@@ -38,8 +38,8 @@ class VitShape:
 
     @classmethod
     def of_arch(cls, arch: str, **overrides) -> "VitShape":
-        """From a harness preset name (harness.backbone.ARCHS) without building the model."""
-        from harness.backbone import arch_kwargs_for
+        """From a harness preset name (harness.models.backbone.ARCHS) without building the model."""
+        from harness.models.backbone import arch_kwargs_for
 
         kw = arch_kwargs_for(arch, **overrides)
         d = kw["embed_dim"]
@@ -78,7 +78,7 @@ def vit_flops(embed_dim: int, depth: int, num_heads: int, patch_size: int, heigh
 
 
 def arch_flops(arch_kwargs: dict, h: int, w: int) -> float:
-    """Forward FLOPs of a harness architecture (harness.backbone.ARCHS entry) on one h x w
+    """Forward FLOPs of a harness architecture (harness.models.backbone.ARCHS entry) on one h x w
     image; a side that is not a multiple of the patch size is cropped to one, as the patch
     embedding does."""
     p, d = arch_kwargs["patch_size"], arch_kwargs["embed_dim"]

@@ -14,11 +14,11 @@ from typing import Any
 
 from harness.config import apply_overrides, fingerprint, from_dict, load_config, to_dict
 from harness.data.io import data_stamp
-from harness.device import device_type, prepare, resolve_device
+from harness.running.device import device_type, prepare, resolve_device
 from harness.errors import ConfigError, NotApplicable, SslBenchError
-from harness.evaluate import build_protocol, evaluate
-from harness.margins import MarginSpec, check_margins, format_margins, margins_failed
-from harness.models import ModelHandle
+from harness.running.evaluate import build_protocol, evaluate
+from harness.results.margins import MarginSpec, check_margins, format_margins, margins_failed
+from harness.models.handle import ModelHandle
 from harness.paths import checkpoint_cache_dir, results_dir
 
 
@@ -57,12 +57,12 @@ class ProtocolEntry:
 @dataclass
 class SuiteConfig:
     synth: SynthSpec | None = None
-    device: str = "auto"  # where every model pretrains and runs (harness.device)
+    device: str = "auto"  # where every model pretrains and runs (harness.running.device)
     pretrain_data: str = "{synth}"
     pretrain_overrides: list[str] = field(default_factory=list)  # applied to every pretrained model
     models: list[ModelEntry] = field(default_factory=list)
     protocols: list[ProtocolEntry] = field(default_factory=list)
-    # checks printed after the leaderboard: margins over reference rows (harness.margins), and
+    # checks printed after the leaderboard: margins over reference rows (harness.results.margins), and
     # paper tables (configs/paper/) whose cells the suite's records reproduce; a failed cell
     # fails the run, a missed margin is reported
     margins: MarginSpec | None = None
@@ -100,7 +100,7 @@ def model_entries(suite: SuiteConfig) -> list[ModelEntry]:
 
 def pretrain_config(entry: ModelEntry, data_root: Path, data_name: str, device: str = "auto"):
     """(validated pretraining config, its source file) of one pretraining entry."""
-    from harness.engine import load_pretrain_config
+    from harness.training.engine import load_pretrain_config
 
     raw = apply_overrides(load_config(entry.pretrain), entry.set, origin=f"suite set of model {entry.name!r}:")
     source = raw.pop("_source_", entry.pretrain)
@@ -136,7 +136,7 @@ def cached_checkpoint(entry: ModelEntry, data_root: Path, data_name: str, device
 def pretrained_checkpoint(entry: ModelEntry, data_root: Path, data_name: str, progress: bool = True,
                           log=print, device: str = "auto") -> Path:
     """Pretrain (or reuse the cached result of) one method configuration."""
-    from harness.engine import pretrain
+    from harness.training.engine import pretrain
 
     cfg, source, out_dir = _checkpoint_plan(entry, data_root, data_name, device)
     ckpt = out_dir / "backbone.safetensors"
@@ -151,7 +151,7 @@ def pretrained_checkpoint(entry: ModelEntry, data_root: Path, data_name: str, pr
 
 
 # ----------------------------------------------------------------------------- the steps of a run
-# run_suite calls these one after another in this process; harness.launch calls the same
+# run_suite calls these one after another in this process; harness.running.launch calls the same
 # functions inside separate jobs, so both ways of running share one definition of each step.
 
 @dataclass
@@ -240,7 +240,7 @@ def prepare_model(entry: ModelEntry, data: SuiteData, progress: bool = True, log
         model = ModelHandle.from_checkpoint(entry.checkpoint, name=entry.name)
     elif entry.zoo:
         from harness.paths import default_zoo_dir
-        from harness.zoo import zoo_model
+        from harness.models.zoo import zoo_model
 
         model = zoo_model(entry.zoo, default_zoo_dir(), display_name=entry.name)
     else:
@@ -295,9 +295,9 @@ def evaluate_entry(model: ModelHandle, entry: ProtocolEntry, data: SuiteData, so
 
 def suite_checks(suite: SuiteConfig | None, records: list[dict]) -> tuple[list[str], list[str]]:
     """(text blocks, failures) of the suite's margins and reproduced paper tables."""
-    from harness.paper_spec import load_table
-    from harness.paper_verdict import exit_status, format_comparison, tolerance_lines
-    from harness.report import paper_cells
+    from harness.paper.spec import load_table
+    from harness.paper.verdict import exit_status, format_comparison, tolerance_lines
+    from harness.results.report import paper_cells
 
     blocks, failed = [], []
     if suite is not None and suite.margins is not None:
@@ -321,7 +321,7 @@ def suite_checks(suite: SuiteConfig | None, records: list[dict]) -> tuple[list[s
 def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: Path | None = None,
                  log=print, suite: SuiteConfig | None = None) -> dict[str, Any]:
     """Write and print the leaderboard of a run's records, the suite's checks, then its failures."""
-    from harness.leaderboard import build_leaderboard, format_console, write_leaderboard
+    from harness.results.leaderboard import build_leaderboard, format_console, write_leaderboard
 
     out = Path(out_dir or results_dir())
     df = build_leaderboard(records)
@@ -329,7 +329,7 @@ def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: P
     failures = failures + failed
     paths = write_leaderboard(df, out, extra_sections=blocks) if len(df) else {}
     if len(df):
-        from harness.report import write_report
+        from harness.results.report import write_report
 
         try:  # the page is a view of the records: failing to draw it must not fail the run
             paths["report"] = write_report(out / "report.html", records,
@@ -352,7 +352,7 @@ def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: P
 
 def run_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress: bool = True,
               out_dir: Path | None = None, log=print) -> dict[str, Any]:
-    """Every step in this process (`--launcher inprocess`); harness.launch runs them as jobs."""
+    """Every step in this process (`--launcher inprocess`); harness.running.launch runs them as jobs."""
     t0 = time.perf_counter()
     prepare(resolve_device(suite.device))  # a clear error before any work when it cannot be had
     data = prepare_data(suite, progress, log)

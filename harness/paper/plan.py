@@ -1,7 +1,7 @@
 """The runs a paper table needs, and what they cost: ``plan`` makes one Job per (zoo
 checkpoint, protocol, dataset, settings variant) with the checkpoint, dataset and protocol
 checked; ``format_plan`` prints it (``ssl-bench reproduce --dry-run``) with an estimate of the
-backbone FLOPs (harness.flops) and, from configs/gpus.yaml (harness.gpus), the GPU-hours they
+backbone FLOPs (harness.models.flops) and, from configs/gpus.yaml (harness.paper.gpus), the GPU-hours they
 take on a chosen GPU model and precision, and the wall-clock hours on N such GPUs.
 """
 from __future__ import annotations
@@ -14,15 +14,15 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from harness.backbone import ARCHS
+from harness.models.backbone import ARCHS
 from harness.errors import SslBenchError
-from harness.flops import arch_flops
-from harness.gpus import GpuChoice
-from harness.paper_spec import DatasetSpec, ProtocolSpec, Table, load_table, matching_settings
-from harness.paper_verdict import tolerance_lines
+from harness.models.flops import arch_flops
+from harness.paper.gpus import GpuChoice
+from harness.paper.spec import DatasetSpec, ProtocolSpec, Table, load_table, matching_settings
+from harness.paper.verdict import tolerance_lines
 from harness.paths import default_zoo_dir
-from harness.text_table import text_table
-from harness.zoo import ZooLookup, find_checkpoint
+from harness.results.text_table import text_table
+from harness.models.zoo import ZooLookup, find_checkpoint
 
 # ----------------------------------------------------------------------------- cost
 def _input_hw(inp: Any, ds: DatasetSpec, patch: int, values: dict | None = None) -> tuple[int, int] | None:
@@ -49,7 +49,7 @@ class Cost:
     gflops_per_image: float | None
     images: float | None  # forward passes of images, all included
     flops: float | None
-    # flops split by workload kind (harness.gpus.WORKLOADS): "train" where the backbone's
+    # flops split by workload kind (harness.paper.gpus.WORKLOADS): "train" where the backbone's
     # backward runs too (flop_factor > 1), "forward" for everything else
     flops_by_workload: dict[str, float] | None = None
 

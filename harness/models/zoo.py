@@ -18,10 +18,10 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from harness.backbone import ARCHS
+from harness.models.backbone import ARCHS
 from harness.config import CONFIG_ROOT, from_dict
 from harness.errors import CheckpointError, ConfigError
-from harness.importers import LAYOUTS, import_checkpoint
+from harness.models.importers import LAYOUTS, import_checkpoint
 from harness.io_utils import sha256_file
 from harness.paths import default_zoo_dir
 
@@ -274,7 +274,7 @@ def zoo_model(name: str, zoo_dir: str | Path, trust: bool = False, zoo_path: str
               display_name: str | None = None):
     """A ModelHandle (named ``display_name`` or the zoo name) for a shipped zoo model or one found
     in ``zoo_dir``; an official file is imported into ``<zoo_dir>/<name>.safetensors`` first (once)."""
-    from harness.models import ModelHandle
+    from harness.models.handle import ModelHandle
 
     found = find_checkpoint(name, zoo_dir, zoo_path)
     if found.status == "official":

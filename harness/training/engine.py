@@ -28,16 +28,16 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from harness import device as devices
-from harness import distributed as dist
-from harness.checkpoints import save_checkpoint
+from harness.running import device as devices
+from harness.running import distributed as dist
+from harness.models.checkpoints import save_checkpoint
 from harness.config import fingerprint, from_dict, to_dict
 from harness.errors import ConfigError, FolderLockedError
 from harness.io_utils import FolderLock, atomic_write
 from harness.method import BackboneConfig, Method, StepInfo
 from harness.registry import METHODS
 from harness.schedules import cosine_schedule
-from harness.train_loggers import DEFAULT_LOGGERS, TrainLoggers, check_names
+from harness.training.loggers import DEFAULT_LOGGERS, TrainLoggers, check_names
 
 
 @dataclass
@@ -61,7 +61,7 @@ class TrainConfig:
     # fp16: autocast + gradient scaler, as the official --use_fp16; bf16: autocast, no scaler
     precision: str = "fp32"
     device: str = "auto"  # auto | cpu | cuda | cuda:N (under torchrun: each process its LOCAL_RANK GPU)
-    # where the logged rows go: jsonl (<out>/log.jsonl), tensorboard, wandb, mlflow (harness/train_loggers.py)
+    # where the logged rows go: jsonl (<out>/log.jsonl), tensorboard, wandb, mlflow (harness/training/loggers.py)
     loggers: list[str] = field(default_factory=lambda: list(DEFAULT_LOGGERS))
 
 

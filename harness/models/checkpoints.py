@@ -11,7 +11,7 @@ from typing import Any, Literal
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.backbone import ViTBackbone, create_backbone
+from harness.models.backbone import ViTBackbone, create_backbone
 from harness.errors import CheckpointError
 from harness.io_utils import atomic_write, atomic_write_json, sha256_file
 
@@ -91,13 +91,13 @@ def read_meta(meta_path: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{meta_path}: expected a JSON object with the checkpoint's metadata (method, arch, "
             f"arch_kwargs, sha256), found a JSON {type(meta).__name__}; re-create it with "
-            f"harness.checkpoints.save_checkpoint or `ssl-bench zoo import`")
+            f"harness.models.checkpoints.save_checkpoint or `ssl-bench zoo import`")
     arch, arch_kwargs = meta.get("arch"), meta.get("arch_kwargs", {})
     if not isinstance(arch, str) or not arch:
         raise CheckpointError(
             f"{meta_path}: the metadata names no architecture ('arch' {'missing' if arch is None else repr(arch)}); "
             f"add \"arch\" (e.g. \"vit_small_patch16_224\") and \"arch_kwargs\", or re-create the "
-            f"checkpoint with harness.checkpoints.save_checkpoint or `ssl-bench zoo import`")
+            f"checkpoint with harness.models.checkpoints.save_checkpoint or `ssl-bench zoo import`")
     if not isinstance(arch_kwargs, dict):
         raise CheckpointError(f"{meta_path}: 'arch_kwargs' must be a JSON object, found {arch_kwargs!r}")
     return meta

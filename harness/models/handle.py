@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from harness.backbone import ViTBackbone, create_backbone
-from harness.checkpoints import load_backbone
-from harness.device import module_device, resolve_device
+from harness.models.backbone import ViTBackbone, create_backbone
+from harness.models.checkpoints import load_backbone
+from harness.running.device import module_device, resolve_device
 
 
 @dataclass
@@ -59,7 +59,7 @@ class ModelHandle:
         return protocol.run(self, data_root)
 
     def to(self, device: str | torch.device | None) -> "ModelHandle":
-        """Move the backbone to a device spec (harness.device: auto | cpu | cuda | cuda:N)."""
+        """Move the backbone to a device spec (harness.running.device: auto | cpu | cuda | cuda:N)."""
         self.backbone.to(resolve_device(device))
         return self
 

@@ -1,6 +1,6 @@
 """Result records as rows of numbers: the layer under the leaderboard, the report and compare.
 
-``flatten_records`` turns records (or a harness.results.load_results() frame) into one row
+``flatten_records`` turns records (or a harness.results.records.load_results() frame) into one row
 per number: model, weights, the column key (protocol, dataset, split, variant, metric,
 fingerprint), seed and value. Everything that groups those rows into cells goes through here:
 two checkpoints under one name become ``name@sha8`` rows (``disambiguate_models``), one
@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness.context import context_kind
 from harness.errors import ConfigError
-from harness.results import load_results
+from harness.results.records import load_results
 
 SHORT_FP = 8  # characters of a fingerprint shown in labels
 FLAT_COLUMNS = ["model", "sha", "method", "context", "arch", "pretrain_data", "epochs", "protocol", "dataset", "split",
@@ -40,7 +40,7 @@ def column_label(col: tuple, with_fp: bool = False) -> str:
 
 def flatten_records(records: Iterable[dict] | pd.DataFrame) -> pd.DataFrame:
     """The numbers tables are built from (columns ``FLAT_COLUMNS``): a
-    harness.results.load_results() frame (or the records, loaded into one), with "" for
+    harness.results.records.load_results() frame (or the records, loaded into one), with "" for
     missing keys and the weights label as ``sha``."""
     frame = records if isinstance(records, pd.DataFrame) else load_results(list(records))
     frame = frame[frame["metric"].notna()]  # records without numbers (e.g. per-class lists only)

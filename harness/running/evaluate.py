@@ -7,12 +7,12 @@ from typing import Any
 
 import torch
 
-from harness import distributed as dist
-from harness import results
-from harness.device import device_record
-from harness.features import leading_extractions, serve_extractions
-from harness.memory import peak_rss_mb
-from harness.models import ModelHandle
+from harness.running import distributed as dist
+from harness.results import records as results
+from harness.running.device import device_record
+from harness.running.features import leading_extractions, serve_extractions
+from harness.running.memory import peak_rss_mb
+from harness.models.handle import ModelHandle
 from harness.protocol import Protocol, RunIdentity
 from harness.registry import PROTOCOLS
 

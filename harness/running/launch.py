@@ -4,14 +4,14 @@ A launched suite does in the parent only what is cheap and shared: SynthScenes g
 checking the suite, and the leaderboard. The heavy steps run as isolated jobs, each a
 process of its own (timm's bulk runner does the same, so one crash or out-of-memory does
 not end a sweep): first one job per model that needs pretraining, then one job per
-(model, protocol entry). The jobs call the very steps `harness.suite.run_suite` calls
+(model, protocol entry). The jobs call the very steps `harness.running.suite.run_suite` calls
 (`prepare_model`, `evaluate_entry`) and hand their records back through submitit's result
 pickle, so the leaderboard is the in-process run's. A failing job is reported with its id,
 model, protocol and traceback tail; the others go on.
 
 Launched pretraining is one job of `nodes x tasks_per_node` tasks; each task exports the
 torch.distributed variables from the job's environment (what `init_distributed_mode` of the
-official DINO / iBOT code reads from SLURM) and runs `harness.engine.pretrain`, whose
+official DINO / iBOT code reads from SLURM) and runs `harness.training.engine.pretrain`, whose
 `init_from_env` then sees what torchrun would have set.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from harness.errors import MissingDependencyError, SslBenchError
 from harness.paths import REPO_ROOT, home, results_dir
-from harness.suite import (EvalOutcome, ModelEntry, ProtocolEntry, SuiteConfig, SuiteData, cached_checkpoint,
+from harness.running.suite import (EvalOutcome, ModelEntry, ProtocolEntry, SuiteConfig, SuiteData, cached_checkpoint,
                            check_model_entry, evaluate_entry, finish_suite, model_entries, prepare_data,
                            prepare_model, pretrained_checkpoint, runnable_protocols, suite_protocol,
                            supervised_checkpoint_for, supervised_spec)
@@ -66,7 +66,7 @@ class LaunchOptions:
         """The device spec every job gets and every cache key is computed from, fixed here in
         the parent. `auto` on SLURM is CUDA when the jobs ask for GPUs (a login node's own lack
         of one says nothing about the compute nodes); locally, CUDA when this machine has one."""
-        from harness.device import device_type
+        from harness.running.device import device_type
 
         if self.device.strip().lower() != "auto":
             return self.device
@@ -286,7 +286,7 @@ class JobSettings:
         fails here, clearly); returns it."""
         import torch
 
-        from harness.device import prepare, resolve_device
+        from harness.running.device import prepare, resolve_device
 
         if self.threads:
             torch.set_num_threads(self.threads)
@@ -324,10 +324,10 @@ def distributed_pretrain_job(cfg, out_dir: str, source: str, progress: bool, set
     """One task of a launched pretraining job."""
     import submitit
 
-    from harness.engine import pretrain
+    from harness.training.engine import pretrain
 
-    # GPUs stay all visible (not one per task, submitit's default): harness.distributed and
-    # harness.device pick this task's GPU by LOCAL_RANK, as under torchrun. Overwrite, since
+    # GPUs stay all visible (not one per task, submitit's default): harness.running.distributed and
+    # harness.running.device pick this task's GPU by LOCAL_RANK, as under torchrun. Overwrite, since
     # variables inherited from a shell that was itself a distributed job describe that job.
     env = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
     print(f"rank {env.rank} of {env.world_size} (local rank {env.local_rank}), "

@@ -40,12 +40,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from harness import device as devices
-from harness import distributed as dist
+from harness.running import device as devices
+from harness.running import distributed as dist
 from harness.config import fingerprint
 from harness.data.io import content_stamp
 from harness.io_utils import clean_stale_tempdirs, make_owned_tempdir
-from harness.models import ModelHandle
+from harness.models.handle import ModelHandle
 from harness.paths import feature_cache_dir
 
 log = logging.getLogger(__name__)

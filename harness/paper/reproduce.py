@@ -1,10 +1,10 @@
 """`ssl-bench reproduce` and `ssl-bench paper`: regenerate a paper table from zoo checkpoints.
 
 ``reproduce(table, data_root, zoo_dir)`` runs, for every (zoo checkpoint, protocol, dataset)
-the table needs (harness.paper_plan), the registered protocol through ``harness.evaluate``
+the table needs (harness.paper.plan), the registered protocol through ``harness.running.evaluate``
 (so the result records land in results/runs and feed the leaderboards), then prints
 measured / paper / delta side by side with the seed spread and a verdict per cell
-(harness.paper_verdict). ``dry_run=True`` prints the plan only: checkpoints, protocols,
+(harness.paper.verdict). ``dry_run=True`` prints the plan only: checkpoints, protocols,
 datasets, FLOPs and GPU-hours.
 """
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import Callable
 
 import pandas as pd
 
-from harness.device import DEVICE_HELP
+from harness.running.device import DEVICE_HELP
 from harness.errors import CheckpointError, SslBenchError
-from harness.gpus import DEFAULT_GPU, DEFAULT_PRECISION, GpuChoice
-from harness.paper_plan import Job, format_plan, job_values, plan
-from harness.paper_spec import Table, list_tables, paper_numbers
-from harness.paper_verdict import compare_cells, exit_status, format_comparison, tolerance_lines
+from harness.paper.gpus import DEFAULT_GPU, DEFAULT_PRECISION, GpuChoice
+from harness.paper.plan import Job, format_plan, job_values, plan
+from harness.paper.spec import Table, list_tables, paper_numbers
+from harness.paper.verdict import compare_cells, exit_status, format_comparison, tolerance_lines
 from harness.paths import default_zoo_dir
-from harness.zoo import zoo_model
+from harness.models.zoo import zoo_model
 
 @dataclass
 class ReproduceResult:
@@ -52,7 +52,7 @@ def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo
     ``table``: a name from ``list_tables()`` (e.g. "cribo-table1") or a table YAML path.
     ``data_root``: folder holding the datasets in their usual layouts (or {dataset key: folder}).
     ``zoo_dir``: imported checkpoints ``<zoo name>.safetensors`` or official files (see
-    ``harness.zoo.find_checkpoint``). ``models`` / ``datasets`` restrict the table.
+    ``harness.models.zoo.find_checkpoint``). ``models`` / ``datasets`` restrict the table.
     ``gpu`` / ``precision`` / ``n_gpus``: what the plan's GPU-hours are estimated for (a
     configs/gpus.yaml name; default fp32, the protocols' precision); the runs themselves use
     the protocols' own settings.
@@ -69,7 +69,7 @@ def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo
         return ReproduceResult(tab, jobs, None, plan_text)
     if echo:
         echo(plan_text + "\n")
-    from harness.evaluate import evaluate
+    from harness.running.evaluate import evaluate
     from harness.registry import PROTOCOLS
 
     runs = Path(runs_dir) if runs_dir is not None else None

@@ -1,9 +1,9 @@
 """Every collective goes through here; each is a no-op in a single process.
 
 Launch with ``torchrun --nproc_per_node=N`` (one node) or with ``--nnodes``/``--rdzv-endpoint``
-(several), or through SLURM (harness/launch.py): ``init_from_env`` reads the rendezvous from the
+(several), or through SLURM (harness/running/launch.py): ``init_from_env`` reads the rendezvous from the
 environment and picks NCCL when the work runs on GPUs, gloo on the CPU. Pretraining averages
-gradients through torch's DistributedDataParallel (harness/engine.py); the helpers here serve
+gradients through torch's DistributedDataParallel (harness/training/engine.py); the helpers here serve
 the methods' own collectives (centres, all-gathered keys, memory banks) and sharded
 feature extraction.
 """
@@ -34,7 +34,7 @@ def is_main() -> bool:
 
 def init_from_env(device: torch.device | None = None) -> bool:
     """Initialise the process group when launched by torchrun (or SLURM through
-    harness/launch.py); returns True if distributed. NCCL when `device` is a GPU, else gloo."""
+    harness/running/launch.py); returns True if distributed. NCCL when `device` is a GPU, else gloo."""
     if is_dist():
         return True
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:

@@ -13,9 +13,9 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from harness.paper_spec import ProtocolSpec, Table, same_variant_value
-from harness.results import parse_variant
-from harness.text_table import text_table
+from harness.paper.spec import ProtocolSpec, Table, same_variant_value
+from harness.results.records import parse_variant
+from harness.results.text_table import text_table
 
 # Verdicts a measured cell can get, and what a cell's `outcome` is: "pass" only for OK;
 # "fail" for a cell whose run finished (or broke) without a pass; "not run" for a cell
@@ -97,7 +97,7 @@ def verdict(delta: float, std: float, n: int, tolerance: float) -> str:
 
 def compare_cells(tab: Table, jobs: Iterable[Any]) -> pd.DataFrame:
     """Per cell: measured / std / n / delta / tolerance, a verdict and an outcome (pass, fail,
-    not run; see the constants above). ``jobs``: the runs (harness.paper_plan.Job, or anything
+    not run; see the constants above). ``jobs``: the runs (harness.paper.plan.Job, or anything
     with its ``protocol``, ``variant``, ``cells``, ``status``, ``message``, ``records`` and
     ``skipped``)."""
     rows = tab.rows.copy()

@@ -1,0 +1,1 @@
+"""Paper tables: their specs, the run planner and its cost estimate, the verdicts, the reproduce command."""

@@ -1,0 +1,1 @@
+"""Running work: suites, evaluation of a model by a protocol, feature extraction, devices, processes and launchers."""

@@ -1,0 +1,1 @@
+"""The pretraining engine and its loggers."""
