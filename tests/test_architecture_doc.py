@@ -1,0 +1,35 @@
+"""docs/ARCHITECTURE.md's layout names every module of the core and the protocols, and every
+module it names under harness/ exists: the map follows the code."""
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "ARCHITECTURE.md"
+
+
+def _layout_block() -> str:
+    text = DOC.read_text()
+    start = text.index("```\nrun_benchmark.py")
+    return text[start:text.index("```\n", start + 4)]
+
+
+def _code_modules(package: str) -> list[Path]:
+    return sorted(p.relative_to(REPO / package) for p in (REPO / package).rglob("*.py")
+                  if p.name != "__init__.py" and "__pycache__" not in p.parts and "_shipped" not in p.parts)
+
+
+def test_layout_names_every_module_and_folder():
+    block = _layout_block()
+    named = set(re.findall(r"[\w]+\.py", block))
+    missing = [f"{pkg}/{m}" for pkg in ("harness", "benchmarks", "methods")
+               for m in _code_modules(pkg) if m.name not in named]
+    folders = {f"{pkg}/{m.parent}" for pkg in ("harness", "benchmarks") for m in _code_modules(pkg)
+               if m.parent != Path(".")}
+    missing += [f for f in sorted(folders) if not re.search(rf"^\s+{Path(f).name}/", block, re.M)]
+    assert not missing, f"docs/ARCHITECTURE.md's layout does not name: {missing}"
+
+
+def test_every_harness_path_the_doc_names_exists():
+    paths = set(re.findall(r"`(harness/[\w/]+\.py)`", DOC.read_text()))
+    stale = sorted(p for p in paths if not (REPO / p).is_file())
+    assert paths and not stale, f"docs/ARCHITECTURE.md names modules that do not exist: {stale}"
