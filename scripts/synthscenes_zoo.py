@@ -1,7 +1,7 @@
 """Train the SynthScenes zoo and register it as shipped checkpoints.
 
     python -m scripts.synthscenes_zoo train --out RUNS [--only synth_dino ...]
-    python -m scripts.synthscenes_zoo register --runs RUNS
+    python -m scripts.synthscenes_zoo register --runs RUNS [--only synth_ibot ...]
     python -m scripts.synthscenes_zoo table --records RESULTS/runs
 
 `train` generates SynthScenes (the recipes file's preset and seed, cached under
@@ -13,7 +13,8 @@ A run cut off resumes from RUNS/<name>/resume.pt when `train` is run again.
 
 `register` copies each run's backbone into configs/zoo/synthscenes/<name>.safetensors (+ .json,
 + .log.jsonl: the training log) and writes configs/zoo/synthscenes.yaml: one zoo entry per
-checkpoint with its sha256, size and provenance.
+checkpoint with its sha256, size and provenance. With `--only NAME ...` it registers those runs
+and keeps the zoo file's other entries as they are.
 
 `table` writes results/paper/synthscenes.csv, the "published" numbers of the SynthScenes table
 (configs/paper/synthscenes.yaml): for every cell, the mean over seeds of the records a default
@@ -109,8 +110,17 @@ def register(args) -> None:
     spec = load_recipes()
     runs = Path(args.runs)
     SHIPPED.mkdir(parents=True, exist_ok=True)
+    unknown = sorted(set(args.only or ()) - set(spec["recipes"]))
+    if unknown:
+        raise SystemExit(f"--only {unknown}: no such recipe; known: {', '.join(spec['recipes'])}")
+    kept = {e["name"]: e for e in yaml.safe_load(ZOO_FILE.read_text())["checkpoints"]} if args.only else {}
     entries = []
     for name, recipe in spec["recipes"].items():
+        if args.only and name not in args.only:
+            if name not in kept:
+                raise SystemExit(f"{ZOO_FILE} has no entry {name!r} to keep; register it too")
+            entries.append(kept[name])
+            continue
         run = runs / name
         prov = json.loads((run / "provenance.json").read_text())
         if prov["recipe"] != recipe:
@@ -216,6 +226,8 @@ def main(argv=None) -> None:
     t.set_defaults(func=train)
     r = sub.add_parser("register")
     r.add_argument("--runs", required=True)
+    r.add_argument("--only", nargs="*", default=None,
+                   help="register these runs; the other entries of the zoo file stay as they are")
     r.set_defaults(func=register)
     tb = sub.add_parser("table")
     tb.add_argument("--records", required=True, help="a results/runs folder of a default run")
