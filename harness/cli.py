@@ -82,17 +82,23 @@ def _model(args):
     one process group (feature extraction is then sharded over the processes)."""
     from harness.running import distributed
     from harness.running.device import prepare, resolve_device
-    from harness.models.handle import ModelHandle
+    from harness.models.sources import BuildContext, ModelSpec, build_model
 
-    if bool(args.checkpoint) == bool(args.random_init):
-        raise SslBenchError("give exactly one of --checkpoint CKPT or --random-init ARCH")
+    given = [flag for flag, value in (("--model", args.model), ("--checkpoint", args.checkpoint),
+                                      ("--random-init", args.random_init)) if value]
+    if len(given) != 1:
+        raise SslBenchError("give exactly one of --model SPEC, --checkpoint CKPT or --random-init ARCH"
+                            + (f" (found {', '.join(given)})" if given else ""))
     device = prepare(resolve_device(args.device))
     distributed.init_from_env(device)
     if args.checkpoint:
-        model = ModelHandle.from_checkpoint(args.checkpoint, name=args.name)
+        spec = ModelSpec("checkpoint", args.checkpoint)
+    elif args.random_init:
+        spec = ModelSpec("random_init", args.random_init, {"seed": args.init_seed})
     else:
-        model = ModelHandle.random_init(args.random_init, seed=args.init_seed, name=args.name)
-    return model.to(device)
+        spec = args.model
+    return build_model(spec, BuildContext(device=str(device), progress=not getattr(args, "no_progress", False)),
+                       name=args.name)
 
 
 def _values(pairs: list[str] | None) -> dict:
@@ -222,6 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     def model_args(q):
         device_arg(q)
+        q.add_argument("--model", metavar="SPEC",
+                       help="any model: zoo:NAME, checkpoint:PATH, random_init:ARCH, timm:NAME[,weights=FILE], "
+                            "hf:FOLDER, hub:REPO_DIR:ENTRY,weights=FILE, code:FILE.py:FUNCTION "
+                            "(docs/MODELS.md)")
         q.add_argument("--checkpoint", help="harness checkpoint (.safetensors)")
         q.add_argument("--random-init", metavar="ARCH", help="evaluate a randomly initialised ARCH")
         q.add_argument("--init-seed", type=int, default=0)

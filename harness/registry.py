@@ -1,8 +1,8 @@
-"""Name -> class registries for methods, protocols and datasets.
+"""Name -> class registries for methods, protocols, datasets and model sources.
 
 Components register with a decorator next to their definition; third-party
-packages register through the entry-point groups ``ssl_bench.methods`` and
-``ssl_bench.protocols`` (loading the entry point imports the module, whose
+packages register through the entry-point groups ``ssl_bench.methods``,
+``ssl_bench.protocols`` and ``ssl_bench.model_sources`` (loading the entry point imports the module, whose
 decorators do the registering).
 """
 from __future__ import annotations
@@ -23,8 +23,11 @@ _BUILTIN_MODULES = {
                  "benchmarks.dense_nn.protocol", "benchmarks.segmentation.seg_linear",
                  "benchmarks.segmentation.segmenter"],
     "dataset": ["harness.data"],
+    "model source": ["harness.models.sources", "harness.context.pixels", "harness.context.chance",
+                     "harness.running.suite"],
 }
-_ENTRY_POINT_GROUPS = {"method": "ssl_bench.methods", "protocol": "ssl_bench.protocols"}
+_ENTRY_POINT_GROUPS = {"method": "ssl_bench.methods", "protocol": "ssl_bench.protocols",
+                       "model source": "ssl_bench.model_sources"}
 
 
 class Registry(Generic[T]):
@@ -95,7 +98,9 @@ def _describe(obj) -> str:
 METHODS: Registry = Registry("method")
 PROTOCOLS: Registry = Registry("protocol")
 DATASETS: Registry = Registry("dataset")
+MODEL_SOURCES: Registry = Registry("model source")
 
 register_method = METHODS.register
 register_protocol = PROTOCOLS.register
 register_dataset = DATASETS.register
+register_model_source = MODEL_SOURCES.register

@@ -132,11 +132,16 @@ class LinearProbe(Protocol):
     # ------------------------------------------------------------------ pieces
     def feature_choice(self, model: ModelHandle) -> tuple[int, bool]:
         b = model.backbone
-        n_auto, avg_auto = arch_feature_defaults(b.embed_dim, len(b.blocks))
+        if getattr(b, "settings", {}).get("pooling") == "head":
+            # a model without a class token (a CNN, Swin): its own pooled feature, as DINO's
+            # eval_linear reads a ResNet (fc replaced by Identity), and no avgpool concatenation
+            n_auto, avg_auto = 1, False
+        else:
+            n_auto, avg_auto = arch_feature_defaults(b.embed_dim, b.num_blocks)
         n = self.cfg.n_last_blocks if self.cfg.n_last_blocks is not None else n_auto
         avg = self.cfg.avgpool_patchtokens if self.cfg.avgpool_patchtokens is not None else avg_auto
-        if n > len(b.blocks):
-            raise ConfigError(f"n_last_blocks={n} but {b.arch} has {len(b.blocks)} blocks")
+        if n > b.num_blocks:
+            raise ConfigError(f"n_last_blocks={n} but {b.arch} has {b.num_blocks} blocks")
         if avg and self.cfg.feature_layout == "interleave" and n != 1:
             raise ConfigError(f"feature_layout 'interleave' (DINO) needs n_last_blocks=1, found {n}")
         return n, avg

@@ -25,7 +25,9 @@ import numpy as np
 from torch import nn
 
 from harness.models.handle import ModelHandle
+from harness.errors import ConfigError
 from harness.protocol import Protocol, ProtocolResult
+from harness.registry import register_model_source
 
 CHANCE_VERSION = 1  # part of the identity: a change of definition must not reuse records
 
@@ -70,3 +72,12 @@ class ChanceModel(ModelHandle):
         return {"name": self.name, "method": "chance", "arch": None, "patch_size": None, "pretrain_data": None,
                 "epochs": None, "steps": None, "checkpoint": None, "checkpoint_sha256": None, "init_seed": None,
                 "context": "chance", "weights_key": self.cache_key, "reg_tokens": 0, "pos_interp": "official"}
+
+
+@register_model_source("chance")
+def chance_source(spec, ctx) -> ChanceModel:
+    """``chance:``: what a guess scores (no weights, no settings)."""
+    if spec.options or spec.target:
+        raise ConfigError(f"model {spec.name!r}: chance takes no settings (write chance: {{}}), "
+                          f"found {spec.describe()}")
+    return ChanceModel(spec.name or "chance")

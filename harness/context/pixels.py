@@ -20,6 +20,7 @@ from torch import nn
 
 from harness.models.backbone import BackboneFeatures
 from harness.errors import ConfigError
+from harness.registry import register_model_source
 
 PIXELS_VERSION = 1  # part of the identity: a change to the features must not reuse cached ones
 
@@ -38,6 +39,7 @@ class PixelBackbone(nn.Module):
         self.arch_kwargs = {"patch_size": self.patch_size}
         # protocols size their choices by depth (e.g. the linear probe's last-n blocks)
         self.blocks = nn.ModuleList([nn.Identity()])
+        self.num_blocks = 1
 
     def get_features(self, x: torch.Tensor, n_last_blocks: int = 1, norm: bool = True) -> BackboneFeatures:
         if n_last_blocks != 1:
@@ -54,6 +56,15 @@ class PixelBackbone(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.get_features(x).patches[:, 0].flatten(1, 2)
+
+
+@register_model_source("pixels")
+def pixels_source(spec, ctx):
+    """``pixels:`` (``patch_size=N``, default 8): the raw-pixel baseline."""
+    unknown = set(spec.options) - {"patch_size"}
+    if unknown:
+        raise ConfigError(f"model {spec.name!r}: pixels takes only patch_size, found {sorted(spec.options)}")
+    return pixel_model(int(spec.options.get("patch_size", spec.target or 8)), name=spec.name or "pixels")
 
 
 def pixel_model(patch_size: int = 8, name: str = "pixels"):

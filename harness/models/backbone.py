@@ -143,6 +143,11 @@ class ViTBackbone(VisionTransformer):
         self.mask_token = nn.Parameter(torch.zeros(1, self.embed_dim)) if use_mask_token else None
 
     @property
+    def num_blocks(self) -> int:
+        """How many blocks ``n_last_blocks`` may take (the feature contract)."""
+        return len(self.blocks)
+
+    @property
     def pos_interp_id(self) -> str:
         """How position embeddings are resized, as one string: ``official`` (DINO's, the
         default) or ``timm``; other offsets / antialias are spelled out (they change the

@@ -11,13 +11,14 @@ import torch
 
 from harness.models.backbone import ViTBackbone, create_backbone
 from harness.models.checkpoints import load_backbone
+from harness.models.feature_backbone import AdaptedBackbone, state_content_hash
 from harness.running.device import module_device, resolve_device
 
 
 @dataclass
 class ModelHandle:
     name: str
-    backbone: ViTBackbone
+    backbone: ViTBackbone | AdaptedBackbone  # anything with the feature contract (harness.models.feature_backbone)
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -26,7 +27,14 @@ class ModelHandle:
         themselves (so two different in-memory models can never share cached features).
         A forward setting the weights do not show (the position interpolation of MAE or
         DINOv2-with-registers, recorded in the checkpoint's arch_kwargs) makes it another
-        model: the key then hashes the weights' identity with that setting."""
+        model: the key then hashes the weights' identity with that setting.
+
+        An adapted model (timm, transformers, torch.hub, user code) is keyed by the content of
+        its weights (the sha256 a harness checkpoint of the same tensors would have) with what
+        its adapter chose; a plain timm ViT computes what the harness ViT computes and shares
+        its key."""
+        if isinstance(self.backbone, AdaptedBackbone):
+            return self._adapted_key()
         if self.meta.get("sha256"):
             key = self.meta["sha256"]
         elif self.meta.get("identity"):  # a model without weights (context rows: pixels, chance)
@@ -41,6 +49,17 @@ class ModelHandle:
             key = self.meta["_weights_hash"]
         interp = self.backbone.pos_interp_id
         if interp == "official":  # the default: keys of earlier records and caches stay valid
+            return key
+        return "fwd-" + hashlib.sha256(f"{key}|pos_interp={interp}".encode()).hexdigest()
+
+    def _adapted_key(self) -> str:
+        if "_weights_hash" not in self.meta:
+            self.meta["_weights_hash"] = state_content_hash(self.backbone.weights_state())
+        key = self.meta["_weights_hash"]
+        if not self.backbone.native_equivalent():  # the adapter's settings hold its pos_interp
+            return "m-" + hashlib.sha256(f"{key}|{self.backbone.adapter_key()}".encode()).hexdigest()
+        interp = self.backbone.pos_interp_id
+        if interp == "official":
             return key
         return "fwd-" + hashlib.sha256(f"{key}|pos_interp={interp}".encode()).hexdigest()
 
@@ -84,6 +103,9 @@ class ModelHandle:
             # embeddings are resized for inputs other than the training size
             "reg_tokens": int(self.backbone.num_reg_tokens),
             "pos_interp": self.backbone.pos_interp_id,
+            # how a foreign model's features were read (layers, pooling, stride, normalisation)
+            **({"adapter": self.backbone.adapter_info(), "spec": m.get("spec")}
+               if isinstance(self.backbone, AdaptedBackbone) else {}),
         }
 
     @classmethod

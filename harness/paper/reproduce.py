@@ -24,7 +24,7 @@ from harness.paper.plan import Job, format_plan, job_values, plan
 from harness.paper.spec import Table, list_tables, paper_numbers
 from harness.paper.verdict import compare_cells, exit_status, format_comparison, tolerance_lines
 from harness.paths import default_zoo_dir
-from harness.models.zoo import zoo_model
+from harness.models.sources import BuildContext, ModelSpec, build_model
 
 @dataclass
 class ReproduceResult:
@@ -79,7 +79,8 @@ def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo
         ps = tab.spec.protocols[job.protocol]
         ds = tab.spec.datasets[job.dataset]
         try:
-            model = zoo_model(job.zoo_name, zoo_dir, trust=trust, zoo_path=zoo_path).to(device)
+            model = build_model(ModelSpec("zoo", job.zoo_name, {"trust": trust}),
+                                BuildContext(device=device, zoo_dir=zoo_dir, zoo_path=zoo_path))
             if job.arch_kwargs is None:  # a harness checkpoint found only now: settings by its patch
                 job.values, problem = job_values(ps, job.variant, {"patch_size": model.backbone.patch_size})
                 if problem:  # as the plan says it for a model whose patch size it knows

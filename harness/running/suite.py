@@ -19,7 +19,9 @@ from harness.errors import ConfigError, NotApplicable, SslBenchError
 from harness.running.evaluate import build_protocol, evaluate
 from harness.results.margins import MarginSpec, check_margins, format_margins, margins_failed
 from harness.models.handle import ModelHandle
+from harness.models.sources import BuildContext, ModelSpec, build_model, parse_spec
 from harness.paths import checkpoint_cache_dir, results_dir
+from harness.registry import register_model_source
 
 
 @dataclass
@@ -32,6 +34,9 @@ class SynthSpec:
 @dataclass
 class ModelEntry:
     name: str
+    # any model through the front door (harness.models.sources): a spec string or mapping,
+    # e.g. "timm:resnet18,weights=r18.safetensors"; the fields below are its older spellings
+    model: Any = None
     random_init: dict[str, Any] | None = None  # {arch, seed}
     pretrain: str | None = None  # a method config file (configs/methods/...)
     set: list[str] = field(default_factory=list)  # overrides for the pretraining config
@@ -181,7 +186,7 @@ def prepare_data(suite: SuiteConfig, progress: bool = True, log=print) -> SuiteD
     return SuiteData(synth_root, pre_root, pre_name)
 
 
-MODEL_KINDS = ("random_init", "pretrain", "checkpoint", "zoo", "pixels", "supervised", "chance")
+MODEL_KINDS = ("model", "random_init", "pretrain", "checkpoint", "zoo", "pixels", "supervised", "chance")
 
 
 def check_model_entry(entry: ModelEntry, data: SuiteData) -> None:
@@ -198,6 +203,28 @@ def check_model_entry(entry: ModelEntry, data: SuiteData) -> None:
                           f"found {sorted(entry.chance)}")
     if entry.supervised is not None:
         supervised_spec(entry)
+    if entry.model is not None:
+        parse_spec(entry.model, entry.name)
+
+
+def entry_spec(entry: ModelEntry) -> ModelSpec:
+    """The model spec of a suite entry, whichever way the entry spells it."""
+    if entry.model is not None:
+        return parse_spec(entry.model, entry.name)
+    if entry.random_init is not None:
+        opts = dict(entry.random_init)
+        return ModelSpec("random_init", str(opts.pop("arch", "vit_cpu_tiny")), opts, entry.name)
+    if entry.pixels is not None:
+        return ModelSpec("pixels", "", dict(entry.pixels), entry.name)
+    if entry.chance is not None:
+        return ModelSpec("chance", "", {}, entry.name)
+    if entry.supervised is not None:
+        return ModelSpec("supervised", "", dict(entry.supervised), entry.name)
+    if entry.checkpoint:
+        return ModelSpec("checkpoint", str(entry.checkpoint), {}, entry.name)
+    if entry.zoo:
+        return ModelSpec("zoo", str(entry.zoo), {}, entry.name)
+    return ModelSpec("pretrain", str(entry.pretrain), {"set": list(entry.set)}, entry.name)
 
 
 def supervised_spec(entry: ModelEntry):
@@ -216,37 +243,40 @@ def supervised_checkpoint_for(entry: ModelEntry, data: SuiteData, progress: bool
     return supervised_checkpoint(spec, Path(data.fill(spec.data_root)), device=device, progress=progress, log=log)
 
 
+def _suite_data(spec: ModelSpec, ctx: BuildContext) -> SuiteData:
+    if not isinstance(ctx.data, SuiteData):
+        raise ConfigError(f"model source {spec.source!r} trains on a suite's data: use it in a suite "
+                          f"(configs/suites/), not on its own")
+    return ctx.data
+
+
+@register_model_source("pretrain")
+def pretrain_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
+    """A method config pretrained on the suite's data (checkpoints cached by configuration)."""
+    data = _suite_data(spec, ctx)
+    if data.pretrain_root is None:
+        raise ConfigError(f"model {spec.name!r} needs pretraining data (suite pretrain_data)")
+    overrides = spec.options.get("set") or []
+    entry = ModelEntry(name=spec.name or Path(spec.target).stem, pretrain=spec.target, set=list(overrides))
+    path = pretrained_checkpoint(entry, data.pretrain_root, data.pretrain_name, ctx.progress, ctx.log, ctx.device)
+    return ModelHandle.from_checkpoint(path, name=entry.name)
+
+
+@register_model_source("supervised")
+def supervised_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
+    """The supervised reference (harness.context.supervised), trained on the suite's data."""
+    data = _suite_data(spec, ctx)
+    entry = ModelEntry(name=spec.name or "supervised", supervised=dict(spec.options))
+    path = supervised_checkpoint_for(entry, data, ctx.progress, ctx.log, ctx.device)
+    return ModelHandle.from_checkpoint(path, name=entry.name)  # its metadata names the context row
+
+
 def prepare_model(entry: ModelEntry, data: SuiteData, progress: bool = True, log=print,
                   device: str = "auto") -> ModelHandle:
     """The model of one suite entry on `device`: built, loaded, or pretrained there
-    (checkpoints cached)."""
+    (checkpoints cached), through the one front door (harness.models.sources)."""
     check_model_entry(entry, data)
-    if entry.random_init is not None:
-        spec = dict(entry.random_init)
-        arch = spec.pop("arch", "vit_cpu_tiny")
-        model = ModelHandle.random_init(arch, seed=int(spec.pop("seed", 0)), name=entry.name, **spec)
-    elif entry.pixels is not None:
-        from harness.context.pixels import pixel_model
-
-        model = pixel_model(int(entry.pixels.get("patch_size", 8)), name=entry.name)
-    elif entry.chance is not None:
-        from harness.context.chance import ChanceModel
-
-        model = ChanceModel(entry.name)
-    elif entry.supervised is not None:
-        path = supervised_checkpoint_for(entry, data, progress, log, device)
-        model = ModelHandle.from_checkpoint(path, name=entry.name)  # its metadata names the context row
-    elif entry.checkpoint:
-        model = ModelHandle.from_checkpoint(entry.checkpoint, name=entry.name)
-    elif entry.zoo:
-        from harness.paths import default_zoo_dir
-        from harness.models.zoo import zoo_model
-
-        model = zoo_model(entry.zoo, default_zoo_dir(), display_name=entry.name)
-    else:
-        path = pretrained_checkpoint(entry, data.pretrain_root, data.pretrain_name, progress, log, device)
-        model = ModelHandle.from_checkpoint(path, name=entry.name)
-    return model.to(device)
+    return build_model(entry_spec(entry), BuildContext(device=device, progress=progress, log=log, data=data))
 
 
 def runnable_protocols(suite: SuiteConfig, log=print) -> list[ProtocolEntry]:

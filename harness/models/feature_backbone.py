@@ -1,0 +1,142 @@
+"""The feature contract every protocol reads, and what an adapter around a foreign model adds.
+
+A backbone, whichever library built it, answers ``get_features(x, n_last_blocks, norm)`` with
+:class:`~harness.models.backbone.BackboneFeatures`: a global feature per kept block (the class
+token, or the model's own pooled feature) and a spatial grid of patch features with its
+stride (``patch_size``). ``x`` is what the protocols' transforms give: RGB normalised with
+the ImageNet mean and std. It also states ``embed_dim``, ``num_blocks`` (how many blocks
+``n_last_blocks`` may take), ``arch``, ``pos_interp_id`` and ``num_reg_tokens``.
+
+The harness's own ViT (harness.models.backbone) and the raw-pixel baseline implement it
+natively. :class:`AdaptedBackbone` wraps any other ``nn.Module``; what the adapter chose
+(layers, pooling, stride, input normalisation) is its ``adapter_info``, which goes into the
+record's model block and, with the weights' content, into the identity of cached features.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.errors import ConfigError
+
+# The normalisation the protocols' transforms apply (harness.data.transforms); a model that
+# declares another one gets its input re-normalised inside the adapter.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def state_content_hash(state: dict[str, torch.Tensor]) -> str:
+    """sha256 of the weights as a safetensors file without metadata (CPU, contiguous): the
+    sha256 of the .safetensors that ``save_checkpoint`` writes for the same tensors, so a
+    model loaded in memory and the same weights converted to a harness checkpoint share one
+    identity."""
+    from safetensors.torch import save
+
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
+    return hashlib.sha256(save(tensors)).hexdigest()
+
+
+class InputNorm(nn.Module):
+    """Maps ImageNet-normalised input to the normalisation a model declares (a no-op, and no
+    arithmetic at all, when it declares ImageNet's)."""
+
+    def __init__(self, mean=IMAGENET_MEAN, std=IMAGENET_STD):
+        super().__init__()
+        self.mean = tuple(float(m) for m in mean)
+        self.std = tuple(float(s) for s in std)
+        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
+            raise ConfigError(f"input normalisation needs 3 means and 3 positive stds, found "
+                              f"mean {mean} std {std}")
+        self.identity = _close(self.mean, IMAGENET_MEAN) and _close(self.std, IMAGENET_STD)
+        # x_model = (x * std_in + mean_in - mean) / std = x * scale + shift
+        scale = torch.tensor([si / s for si, s in zip(IMAGENET_STD, self.std)]).view(1, 3, 1, 1)
+        shift = torch.tensor([(mi - m) / s for mi, m, s in zip(IMAGENET_MEAN, self.mean, self.std)]).view(1, 3, 1, 1)
+        self.register_buffer("scale", scale, persistent=False)
+        self.register_buffer("shift", shift, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.identity:
+            return x
+        return x * self.scale.to(x.dtype) + self.shift.to(x.dtype)
+
+    def describe(self) -> str:
+        if self.identity:
+            return "imagenet"
+        return f"mean={list(self.mean)},std={list(self.std)}"
+
+
+def _close(a, b) -> bool:
+    return all(abs(x - y) < 1e-6 for x, y in zip(a, b))
+
+
+class AdaptedBackbone(nn.Module):
+    """Base of the adapters around foreign models (timm, transformers, torch.hub, user code).
+
+    Subclasses set ``model`` (the wrapped module), ``patch_size`` (the stride of the patch
+    grid), ``embed_dim``, ``num_blocks``, ``arch`` and implement ``_features``; ``settings``
+    holds what the adapter chose and is recorded."""
+
+    num_reg_tokens = 0
+
+    def __init__(self, model: nn.Module, *, arch: str, patch_size: int, embed_dim: int, num_blocks: int,
+                 input_norm: InputNorm, input_size: int | None, settings: dict[str, Any]):
+        super().__init__()
+        self.model = model
+        self.arch = arch
+        self.patch_size = int(patch_size)
+        self.embed_dim = int(embed_dim)
+        self.num_blocks = int(num_blocks)
+        self.input_norm = input_norm
+        self.input_size = input_size
+        self.settings = dict(settings)
+        self.arch_kwargs = {"patch_size": self.patch_size, "embed_dim": self.embed_dim}
+
+    @property
+    def pos_interp_id(self) -> str:
+        """How position embeddings are resized: by the library, or "none" without them."""
+        return str(self.settings.get("pos_interp", "none"))
+
+    def adapter_info(self) -> dict[str, Any]:
+        """What the adapter chose, as recorded in the model block and keyed into caches."""
+        return {"adapter": type(self).adapter_name, "arch": self.arch, "stride": self.patch_size,
+                "embed_dim": self.embed_dim, "input_norm": self.input_norm.describe(),
+                "input_size": self.input_size, **self.settings}
+
+    def adapter_key(self) -> str:
+        return hashlib.sha256(json.dumps(self.adapter_info(), sort_keys=True, default=str).encode()).hexdigest()
+
+    def native_equivalent(self) -> bool:
+        """Whether the harness ViT computes these very features from the same weights (then
+        the adapter adds nothing to the identity)."""
+        return False
+
+    def weights_state(self) -> dict[str, torch.Tensor]:
+        return self.model.state_dict()
+
+    def check_blocks(self, n_last_blocks: int) -> None:
+        if not 1 <= n_last_blocks <= self.num_blocks:
+            reason = (f"{self.arch} gives one feature level" if self.num_blocks == 1
+                      else f"{self.arch} has {self.num_blocks} blocks of width {self.embed_dim}")
+            raise ConfigError(f"n_last_blocks must be in [1, {self.num_blocks}], found {n_last_blocks} ({reason})")
+
+    def get_features(self, x: torch.Tensor, n_last_blocks: int = 1, norm: bool = True):
+        self.check_blocks(n_last_blocks)
+        if x.ndim != 4 or x.shape[1] != 3:
+            raise ValueError(f"expected images (B, 3, H, W), found {tuple(x.shape)}")
+        if x.shape[-2] % self.patch_size or x.shape[-1] % self.patch_size:
+            raise ValueError(f"input {x.shape[-2]}x{x.shape[-1]} is not a multiple of the stride {self.patch_size}")
+        return self._features(self.input_norm(x), n_last_blocks, norm)
+
+    def _features(self, x: torch.Tensor, n_last_blocks: int, norm: bool):
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.get_features(x).cls[:, -1]
+
+
+def is_adapted(backbone: nn.Module) -> bool:
+    return isinstance(backbone, AdaptedBackbone)
