@@ -193,6 +193,8 @@ def load_backbone(path: str | Path, *, arch: str | None = None, on_hash_mismatch
     if arch is not None and meta["arch"] != arch:
         raise CheckpointError(
             f"{path}: checkpoint holds arch {meta['arch']!r} but {arch!r} was requested")
+    if meta.get("pos_interp") is not None:  # recorded by `zoo convert --pos-interp`; a caller's choice wins
+        backbone_kwargs.setdefault("pos_interp", meta["pos_interp"])
     backbone = create_backbone(meta["arch"], **meta.get("arch_kwargs", {}), **backbone_kwargs)
     load_state_into(backbone, state, str(path))
     resized = (meta.get("import_report") or {}).get("pos_embed")

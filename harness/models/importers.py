@@ -446,7 +446,10 @@ def detect_arch(state: dict[str, torch.Tensor], num_heads: int | None = None,
     missing = [k for k in needed if k not in state]
     if missing:
         raise CheckpointError(f"cannot infer the architecture: keys {missing} are missing "
-                              f"(found e.g. {sorted(state)[:6]})")
+                              f"(found e.g. {sorted(state)[:6]}); the importers read ViTs. Any other model is "
+                              f"evaluated as it is: --model timm:NAME,weights=FILE (a timm state dict), "
+                              f"hf:FOLDER, hub:REPO_DIR:ENTRY,weights=FILE or code:FILE.py:FUNCTION "
+                              f"(docs/MODELS.md)")
     dim = state["cls_token"].shape[-1]
     proj = state["patch_embed.proj.weight"]
     if proj.ndim != 4 or proj.shape[-1] != proj.shape[-2]:

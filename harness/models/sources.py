@@ -24,7 +24,6 @@ a missing weights file is a CheckpointError (an ``error:`` line, exit 2).
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -177,22 +176,6 @@ def zoo_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
 
 
 # ----------------------------------------------------------------------------- foreign models
-@contextlib.contextmanager
-def _offline():
-    """No hub at run time: timm and transformers read only their local caches inside."""
-    keys = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-    old = {k: os.environ.get(k) for k in keys}
-    os.environ.update({k: "1" for k in keys})
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def _weights_meta(weights: Any, seed: int | None) -> dict[str, Any]:
     if weights == "random":
         return {"method": "random_init", "init_seed": seed, "epochs": 0, "steps": 0, "context": "random_init"}
@@ -263,14 +246,12 @@ def timm_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
             torch.manual_seed(seed)
             model = _create_timm(timm, name, False, kwargs)
     elif weights == "cache":
-        try:
-            with _offline():
-                model = _create_timm(timm, name, True, kwargs)
-        except Exception as exc:  # noqa: BLE001 - hub and timm raise many types for a cache miss
-            raise CheckpointError(f"timm:{name}: no weights in timm's local cache ({type(exc).__name__}: "
-                                  f"{str(exc).splitlines()[0][:200]}); give weights=FILE, or weights=random "
-                                  f"for a random initialisation") from None
-        meta["weights_from"] = "timm cache"
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            model = _create_timm(timm, name, False, kwargs)
+        path = _timm_cached_file(model, name)
+        meta["dropped_keys"] = _load_timm_file(model, path, name)
+        meta.update(checkpoint=str(path), weights_from="timm cache")
     else:
         path = _existing(weights, "weights file")
         with torch.random.fork_rng():  # every weight is then overwritten; seeded all the same
@@ -282,6 +263,35 @@ def timm_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
         meta.update(checkpoint=str(path), source_sha256=sha256_file(path), weights_from="file",
                     dropped_keys=dropped)
     return _adapted_handle(TimmBackbone(model, name), spec, f"timm-{name}", meta)
+
+
+def _timm_cached_file(model, name: str) -> Path:
+    """The weights of a timm model's pretrained tag in a local cache (the Hugging Face hub
+    cache, or torch.hub's checkpoints folder for URL releases), found without the network."""
+    cfg = dict(getattr(model, "pretrained_cfg", None) or {})
+    looked = []
+    hub_id = cfg.get("hf_hub_id")
+    if hub_id:
+        from huggingface_hub import try_to_load_from_cache
+
+        repo, _, revision = hub_id.partition("@")
+        for filename in (cfg.get("hf_hub_filename"), "model.safetensors", "open_clip_pytorch_model.bin",
+                         "pytorch_model.bin"):
+            if not filename:
+                continue
+            found = try_to_load_from_cache(repo, filename, revision=revision or None)
+            if isinstance(found, str):
+                return Path(found)
+            looked.append(f"hf:{repo}/{filename}")
+    url = cfg.get("url")
+    if url:
+        candidate = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(url)
+        if candidate.is_file():
+            return candidate
+        looked.append(str(candidate))
+    raise CheckpointError(f"timm:{name}: no weights in timm's local cache (looked for {', '.join(looked) or 'nothing: the tag names no release'}); "
+                          f"ssl-bench never downloads: give weights=FILE, or weights=random for a random "
+                          f"initialisation")
 
 
 def _load_timm_file(model, path: Path, name: str) -> list[str]:
@@ -341,14 +351,23 @@ def hf_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
                                                   "model.safetensors.index.json")):
         raise CheckpointError(f"{folder}: no weights (model.safetensors or pytorch_model.bin); ssl-bench never "
                               f"downloads them and never evaluates random weights in their place")
-    config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
-    kind = getattr(config, "model_type", "")
-    with _offline():
-        if kind in ("clip", "siglip"):
-            cls = transformers.CLIPVisionModel if kind == "clip" else transformers.SiglipVisionModel
-            model = cls.from_pretrained(folder, local_files_only=True)
-        else:
-            model = transformers.AutoModel.from_pretrained(folder, local_files_only=True)
+    hf_logging = transformers.utils.logging
+    hf_logging.disable_progress_bar()  # one line per model, as the other sources
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # a CLIP folder's text tower is counted below, not printed as a table
+    try:
+        kind = getattr(transformers.AutoConfig.from_pretrained(folder, local_files_only=True), "model_type", "")
+        cls = {"clip": transformers.CLIPVisionModel, "siglip": transformers.SiglipVisionModel}.get(
+            kind, transformers.AutoModel)
+        model, info = cls.from_pretrained(folder, local_files_only=True, output_loading_info=True)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    # a weight the folder lacks would stay at its random initialisation: refused, never used
+    missing = list(info.get("missing_keys") or []) + [str(k) for k in info.get("mismatched_keys") or []]
+    if missing:
+        raise CheckpointError(f"{folder}: the weights do not fit {type(model).__name__}: missing or mismatched "
+                              f"{missing[:8]}{' ...' if len(missing) > 8 else ''}")
+    unused = sorted(info.get("unexpected_keys") or [])
     mean = std = None
     pre = folder / "preprocessor_config.json"
     if pre.is_file():
@@ -356,7 +375,7 @@ def hf_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
 
         pcfg = json.loads(pre.read_text())
         mean, std = pcfg.get("image_mean"), pcfg.get("image_std")
-    meta = {"checkpoint": str(folder), "weights_from": "folder"}
+    meta = {"checkpoint": str(folder), "weights_from": "folder", "dropped_keys": len(unused)}
     return _adapted_handle(HFBackbone(model, folder.name, mean, std), spec, f"hf-{folder.name}", meta)
 
 
@@ -426,7 +445,7 @@ def hub_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
     kwargs = {k: v for k, v in opts.left.items() if k not in ("weights", "features", "patch_size")}
     for k in kwargs:
         opts.take(k)
-    with torch.random.fork_rng(), _offline():
+    with torch.random.fork_rng():
         torch.manual_seed(seed)
         module = torch.hub.load(str(repo_dir), entry, source="local", trust_repo=True, **kwargs)
     meta = {**_weights_meta(weights, seed), "hub_repo": str(repo_dir), "hub_entry": entry}

@@ -313,6 +313,9 @@ def add_cli(subparsers) -> None:
     cv.add_argument("--drop", action="append", default=[], metavar="PATTERN",
                     help="extra key pattern to drop (e.g. 'projector.*'); reported in the audit")
     cv.add_argument("--trust-checkpoint", action="store_true")
+    cv.add_argument("--pos-interp", default=None, choices=["official", "timm"],
+                    help="how the checkpoint resizes its position embeddings when loaded (default official: "
+                         "the DINO family's; timm: a timm ViT's own, the same features as --model timm:NAME)")
     cv.set_defaults(func=cmd_zoo_convert)
 
 
@@ -330,7 +333,8 @@ def cmd_zoo_import(args) -> int:
 
 def cmd_zoo_convert(args) -> int:
     _, report = import_checkpoint(args.file, args.out, layout=args.layout, which=args.which, arch=args.arch,
-                                  img_size=args.img_size, trust=args.trust_checkpoint, extra_drop=tuple(args.drop))
+                                  img_size=args.img_size, trust=args.trust_checkpoint, extra_drop=tuple(args.drop),
+                                  meta={"pos_interp": args.pos_interp} if args.pos_interp else None)
     print(report.summary())
     return 0
 

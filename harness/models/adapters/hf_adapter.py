@@ -19,20 +19,22 @@ from harness.errors import ConfigError
 from harness.models.backbone import BackboneFeatures
 from harness.models.feature_backbone import AdaptedBackbone, InputNorm
 
-# model_type -> (attribute path of the final norm, has a class token)
+# model_type -> (attribute of the final norm, has a class token); the vision towers keep it at
+# the top (transformers 5) or under `vision_model` (4.x)
 SUPPORTED = {
     "dinov2": ("layernorm", True),
     "dinov2_with_registers": ("layernorm", True),
     "vit": ("layernorm", True),
-    "clip_vision_model": ("vision_model.post_layernorm", True),
-    "siglip_vision_model": ("vision_model.post_layernorm", False),
+    "clip_vision_model": ("post_layernorm", True),
+    "siglip_vision_model": ("post_layernorm", False),
 }
 
 
-def _attr(obj, path: str):
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj
+def _final_norm(model: nn.Module, attr: str) -> tuple[nn.Module, str]:
+    for owner, prefix in ((model, ""), (getattr(model, "vision_model", None), "vision_model.")):
+        if owner is not None and isinstance(getattr(owner, attr, None), nn.Module):
+            return getattr(owner, attr), prefix + attr
+    raise ConfigError(f"{type(model).__name__} has no final norm {attr!r}")
 
 
 class HFBackbone(AdaptedBackbone):
@@ -44,7 +46,8 @@ class HFBackbone(AdaptedBackbone):
         if kind not in SUPPORTED:
             raise ConfigError(f"transformers model {name!r} is a {kind!r} ({type(model).__name__}); supported: "
                               f"{', '.join(sorted(SUPPORTED))} (load CLIP/SigLIP folders as their vision model)")
-        norm_path, token = SUPPORTED[kind]
+        norm_attr, token = SUPPORTED[kind]
+        final_norm, norm_path = _final_norm(model, norm_attr)
         regs = int(getattr(cfg, "num_register_tokens", 0) or 0)
         patch = cfg.patch_size if isinstance(cfg.patch_size, int) else cfg.patch_size[0]
         size = cfg.image_size if isinstance(cfg.image_size, int) else cfg.image_size[0]
@@ -57,7 +60,7 @@ class HFBackbone(AdaptedBackbone):
                          input_norm=norm, input_size=int(size), settings=settings)
         self.token = token
         self.num_reg_tokens = regs
-        self.final_norm = _attr(model, norm_path)
+        self.final_norm = final_norm
         self.interpolate_kw = ({"interpolate_pos_encoding": True}
                                if "interpolate_pos_encoding" in inspect.signature(model.forward).parameters else {})
 
