@@ -343,3 +343,19 @@ protocols:
     suite, source = load_suite(path)
     with pytest.raises(Err, match="exactly one of"):
         run_suite(suite, source, progress=False, log=lambda *_: None, out_dir=tmp_path / "out")
+
+
+def test_the_content_hash_is_the_sha256_of_the_safetensors_file():
+    import hashlib
+
+    from safetensors.torch import save
+
+    from harness.models.feature_backbone import state_content_hash
+
+    g = torch.Generator().manual_seed(0)
+    state = {"blocks.0.w": torch.randn(3, 4, generator=g), "a": torch.randn(5, generator=g).half(),
+             "bn.num_batches_tracked": torch.tensor(7), "z.bf": torch.randn(2, 2, generator=g).bfloat16(),
+             "mask": torch.tensor([True, False]), "empty": torch.zeros(0), "i8": torch.arange(3, dtype=torch.int8),
+             "u8": torch.arange(9, dtype=torch.uint8).reshape(3, 3)[:, 1],  # not contiguous
+             "d": torch.randn(2, dtype=torch.float64, generator=g)}
+    assert state_content_hash(state) == hashlib.sha256(save({k: v.contiguous() for k, v in state.items()})).hexdigest()

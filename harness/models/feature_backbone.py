@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from typing import Any
 
 import torch
@@ -29,15 +30,43 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-def state_content_hash(state: dict[str, torch.Tensor]) -> str:
-    """sha256 of the weights as a safetensors file without metadata (CPU, contiguous): the
-    sha256 of the .safetensors that ``save_checkpoint`` writes for the same tensors, so a
-    model loaded in memory and the same weights converted to a harness checkpoint share one
-    identity."""
-    from safetensors.torch import save
+# safetensors' dtype names, in the order its serializer lays tensors out (larger first; then by
+# name): the header and data below are byte for byte what `safetensors.torch.save` writes
+_SAFETENSORS_DTYPES = [
+    (torch.uint64, "U64"), (torch.int64, "I64"), (torch.float64, "F64"), (torch.complex64, "C64"),
+    (torch.float32, "F32"), (torch.uint32, "U32"), (torch.int32, "I32"), (torch.bfloat16, "BF16"),
+    (torch.float16, "F16"), (torch.uint16, "U16"), (torch.int16, "I16"), (torch.float8_e4m3fn, "F8_E4M3"),
+    (torch.float8_e5m2, "F8_E5M2"), (torch.int8, "I8"), (torch.uint8, "U8"), (torch.bool, "BOOL"),
+]
+_DTYPE_NAME = {dt: name for dt, name in _SAFETENSORS_DTYPES}
+_DTYPE_RANK = {dt: i for i, (dt, _) in enumerate(_SAFETENSORS_DTYPES)}
 
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
-    return hashlib.sha256(save(tensors)).hexdigest()
+
+def state_content_hash(state: dict[str, torch.Tensor]) -> str:
+    """sha256 of the weights as a safetensors file without metadata: the sha256 of the
+    .safetensors that ``save_checkpoint`` writes for the same tensors, so a model loaded in
+    memory and the same weights converted to a harness checkpoint share one identity.
+    Streamed tensor by tensor: no copy of the whole model is held."""
+    tensors = {k: v.detach() for k, v in state.items()}
+    if any(t.dtype not in _DTYPE_NAME for t in tensors.values()):
+        from safetensors.torch import save
+
+        return hashlib.sha256(save({k: v.cpu().contiguous() for k, v in tensors.items()})).hexdigest()
+    order = sorted(tensors, key=lambda k: (_DTYPE_RANK[tensors[k].dtype], k))
+    header, offset = {}, 0
+    for k in order:
+        t = tensors[k]
+        size = t.numel() * t.element_size()
+        header[k] = {"dtype": _DTYPE_NAME[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    digest = hashlib.sha256(struct.pack("<Q", len(text)) + text)
+    for k in order:
+        t = tensors[k].cpu().contiguous()
+        if t.numel():
+            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 class InputNorm(nn.Module):

@@ -95,12 +95,26 @@ def _fill(template: str, synth_root: Path | None) -> str:
     return template
 
 
+def _spelled_out(entry: ModelEntry) -> ModelEntry:
+    """A ``model:`` spec of a source that trains on the suite's data, as its own field: the
+    launcher plans those trainings as jobs of their own (harness.running.launch)."""
+    if entry.model is None:
+        return entry
+    spec = parse_spec(entry.model, entry.name)
+    if spec.source == "pretrain":
+        return dataclasses.replace(entry, model=None, pretrain=spec.target, set=list(spec.options.get("set") or []))
+    if spec.source == "supervised":
+        return dataclasses.replace(entry, model=None, supervised=dict(spec.options))
+    return entry
+
+
 def model_entries(suite: SuiteConfig) -> list[ModelEntry]:
     """The suite's models, each pretraining entry with the suite-wide overrides first."""
+    entries = [_spelled_out(e) for e in suite.models]
     if not suite.pretrain_overrides:
-        return list(suite.models)
+        return entries
     return [dataclasses.replace(e, set=list(suite.pretrain_overrides) + list(e.set)) if e.pretrain else e
-            for e in suite.models]
+            for e in entries]
 
 
 def pretrain_config(entry: ModelEntry, data_root: Path, data_name: str, device: str = "auto"):

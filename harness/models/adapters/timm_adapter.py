@@ -68,14 +68,18 @@ class TimmBackbone(AdaptedBackbone):
 
     def _features(self, x: torch.Tensor, n_last_blocks: int, norm: bool) -> BackboneFeatures:
         if self.token:
-            inter = self.model.forward_intermediates(x, indices=n_last_blocks, norm=norm, output_fmt="NCHW",
+            # tokens as they are (NLC): the grid is a view of them, no NCHW round trip
+            inter = self.model.forward_intermediates(x, indices=n_last_blocks, norm=norm, output_fmt="NLC",
                                                      intermediates_only=True, return_prefix_tokens=True)
-            maps = [m for m, _ in inter]
+            h, w = x.shape[-2] // self.patch_size, x.shape[-1] // self.patch_size
+            maps = [t.reshape(t.shape[0], h, w, t.shape[-1]) for t, _ in inter]
             cls = torch.stack([p[:, 0] for _, p in inter], dim=1)
             registers = (torch.stack([p[:, 1:] for _, p in inter], dim=1) if self.num_reg_tokens else None)
         else:
-            final, maps = self.model.forward_intermediates(x, indices=1, norm=norm, output_fmt="NCHW")
+            final, inter = self.model.forward_intermediates(x, indices=1, norm=norm, output_fmt="NCHW")
+            maps = [m.permute(0, 2, 3, 1) for m in inter]
             cls = self.model.forward_head(final, pre_logits=True)[:, None]
             registers = None
-        patches = torch.stack([m.permute(0, 2, 3, 1) for m in maps], dim=1)  # (B, n, h, w, d)
+        # (B, n, h, w, d); one block (the common case) is a view, not a copy
+        patches = maps[0].unsqueeze(1) if len(maps) == 1 else torch.stack(maps, dim=1)
         return BackboneFeatures(cls=cls, patches=patches, registers=registers)
