@@ -11,7 +11,9 @@ native path). Each round extracts the CLS and patch features of the same in-memo
 with ``extract_features`` (no cache: every round computes), once per path, in alternating
 order; the table gives the median seconds per path, their ratio and the median of the
 rounds' ratios (each round runs both paths back to back, so a shared machine's load cancels
-out of it), and checks that the two paths gave the same features.
+out of it), the forward threads' CPU seconds (the extraction's ``forward_s`` stage: the
+compute itself, which other jobs on the machine do not inflate as they do wall time), and
+checks that the two paths gave the same features.
 """
 from __future__ import annotations
 
@@ -71,6 +73,7 @@ def main(argv=None) -> None:
         source = RandomImages(a.images, a.size)
         transform = ResizeCenterCrop(resize=a.size, crop=a.size)
         seconds: dict[str, list[float]] = {k: [] for k in models}
+        forward_cpu: dict[str, list[float]] = {k: [] for k in models}
         outputs = {}
         for r in range(a.repeats):
             order = list(models) if r % 2 == 0 else list(reversed(models))
@@ -79,6 +82,7 @@ def main(argv=None) -> None:
                 fs = extract_features(models[name], source, transform, patches=True, batch_size=a.batch_size,
                                       cache=False, progress=False)
                 seconds[name].append(time.perf_counter() - t0)
+                forward_cpu[name].append(fs.stages["forward_s"])
                 outputs[name] = fs
         same = (np.array_equal(outputs["timm source"].cls, outputs["native ViT"].cls)
                 and np.array_equal(outputs["timm source"].patch_flat, outputs["native ViT"].patch_flat))
@@ -87,6 +91,10 @@ def main(argv=None) -> None:
     med = {k: statistics.median(v) for k, v in seconds.items()}
     for name, s in med.items():
         print(f"  {name:12s} {s:7.2f} s  ({a.images / s:6.1f} img/s)   rounds: {', '.join(f'{x:.2f}' for x in seconds[name])}")
+    for name, cpu in forward_cpu.items():
+        print(f"  {name:12s} forward CPU {statistics.median(cpu):7.2f} s   rounds: {', '.join(f'{x:.2f}' for x in cpu)}")
+    cpu_ratio = statistics.median(forward_cpu["timm source"]) / statistics.median(forward_cpu["native ViT"])
+    print(f"  forward CPU seconds, timm source / native: {cpu_ratio:.3f}")
     paired = statistics.median(t / n for t, n in zip(seconds["timm source"], seconds["native ViT"]))
     print(f"  timm source / native: {med['timm source'] / med['native ViT']:.3f} (medians), {paired:.3f} "
           f"(median of the rounds' ratios); features bit-identical: {same}")

@@ -403,7 +403,7 @@ def _load_callable(ref: str, what: str) -> Callable:
 
 
 def _adapt_user_module(module, spec: ModelSpec, opts: Options, label: str, ctx: BuildContext,
-                       meta: dict) -> ModelHandle:
+                       meta: dict, default_name: str | None = None) -> ModelHandle:
     from harness.models.adapters.generic import adapt_module
 
     weights = opts.take("weights")
@@ -421,7 +421,7 @@ def _adapt_user_module(module, spec: ModelSpec, opts: Options, label: str, ctx: 
     features = _load_callable(features_ref, "feature function") if features_ref else None
     backbone = adapt_module(module, label, features=features, features_name=features_ref or "",
                             patch_size=patch_size)
-    return _adapted_handle(backbone, spec, label, meta)
+    return _adapted_handle(backbone, spec, default_name or label, meta)
 
 
 @register_model_source("hub")
@@ -449,7 +449,7 @@ def hub_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
         torch.manual_seed(seed)
         module = torch.hub.load(str(repo_dir), entry, source="local", trust_repo=True, **kwargs)
     meta = {**_weights_meta(weights, seed), "hub_repo": str(repo_dir), "hub_entry": entry}
-    return _adapt_user_module(module, spec, opts, f"hub-{entry}", ctx, meta)
+    return _adapt_user_module(module, spec, opts, entry, ctx, meta, default_name=f"hub-{entry}")
 
 
 @register_model_source("code")

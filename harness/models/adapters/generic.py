@@ -95,7 +95,7 @@ class IntermediateLayersBackbone(AdaptedBackbone):
             raise ConfigError(f"{name}: a get_intermediate_layers model must state its patch size")
         dinov2_style = "return_class_token" in inspect.signature(model.get_intermediate_layers).parameters
         regs = int(getattr(model, "num_register_tokens", 0) or 0)
-        super().__init__(model, arch=f"hub:{name}", patch_size=patch, embed_dim=int(model.embed_dim),
+        super().__init__(model, arch=name, patch_size=patch, embed_dim=int(model.embed_dim),
                          num_blocks=len(model.blocks), input_norm=InputNorm(), input_size=None,
                          settings={"pooling": "token", "layers": "last n blocks",
                                    "api": "dinov2" if dinov2_style else "dino", "pos_interp": "model"})
