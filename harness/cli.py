@@ -307,15 +307,43 @@ def _announce_retraining(suite_path: str) -> None:
           f"plus the evaluations. Compare each pair with `ssl-bench compare NAME NAME_retrained`.", flush=True)
 
 
+# options of the top-level parser itself; everything else before a command belongs to `run`
+_TOP_LEVEL_FLAGS = {"--pretrain", "-h", "--help"}
+_TOP_LEVEL_WITH_VALUE = {"--threads"}
+
+
+def split_top_level(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the top-level options at the front of argv, the rest)."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in _TOP_LEVEL_FLAGS or arg.split("=", 1)[0] in _TOP_LEVEL_WITH_VALUE and "=" in arg:
+            i += 1
+        elif arg in _TOP_LEVEL_WITH_VALUE:
+            i += 2
+        else:
+            break
+    return argv[:i], argv[i:]
+
+
+def parse_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse argv; without a command it is the default run, and the options after the
+    top-level ones are `run`'s (so `ssl-bench --no-progress` is `ssl-bench run --no-progress`)."""
+    top, rest = split_top_level(argv)
+    if rest and not rest[0].startswith("-"):
+        return parser.parse_args(argv)
+    top_args = parser.parse_args(top)
+    suite = RETRAIN_SUITE if top_args.pretrain else DEFAULT_SUITE
+    if top_args.pretrain:
+        _announce_retraining(RETRAIN_SUITE)
+    return parser.parse_args([a for a in top if a != "--pretrain"] + ["run", suite] + rest)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_command_line(parser, argv)
     _threads(args.threads)
-    if args.command is None:  # `python run_benchmark.py` = the default suite
-        rest = [a for a in (argv or []) if a != "--pretrain"]
-        if args.pretrain:
-            _announce_retraining(RETRAIN_SUITE)
-        args = parser.parse_args(["run", RETRAIN_SUITE if args.pretrain else DEFAULT_SUITE] + rest)
     try:
         return args.func(args)
     except SslBenchError as exc:

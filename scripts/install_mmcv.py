@@ -6,13 +6,16 @@
 mmsegmentation 1.2.2 asserts ``mmcv>=2.0.0rc4,<2.2.0`` and needs mmcv's compiled ops.
 No mmcv 2.1 wheel exists for this torch, and the 2.1.0 sdist does not build as it is:
 its setup.py imports ``pkg_resources`` (gone from setuptools >= 70) and compiles with
-``-std=c++14/17`` while torch >= 2.10 headers need C++20. So, in order:
+``-std=c++14/17`` while torch >= 2.10 headers need C++20. The ops are compiled against the
+installed torch, so without torch it stops at once with one ``error:`` line (install ssl-bench
+first). Then, in order:
 
 1. nothing to do when ``import mmcv.ops, mmseg.models`` already works at the pinned versions
    (after one such check, a stamp keyed by the installed versions makes the no-op instant;
    ``--verify`` imports again);
 2. a prebuilt wheel from ``$MMCV_WHEEL_DIR`` (or ``--wheel-dir``) or from the cache
    (``~/.cache/ssl-bench/wheels/torch-<version>/``, the wheel is tied to torch's C++ ABI);
+   a wheel without the compiled extension (``mmcv/_ext*.so``) is named and skipped;
 3. otherwise build one: ``pip download`` the sdist, raise its ``-std`` flags to C++20, and
    ``pip wheel --no-build-isolation`` it with ``MMCV_WITH_OPS=1 FORCE_CUDA=0`` inside a
    throwaway venv (``--system-site-packages``, so it sees this torch) that has
@@ -36,6 +39,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -123,6 +127,25 @@ def check_and_stamp() -> tuple[bool, str]:
     return ok, msg
 
 
+def torch_missing_error() -> str | None:
+    """The one line to print when this Python cannot build or load mmcv's ops: mmcv's
+    compiled extension is tied to the installed torch, so torch (ssl-bench) comes first."""
+    if installed_versions()["torch"] is not None:
+        return None
+    return (f"error: torch is not installed in this Python ({sys.executable}); mmcv's compiled ops "
+            "are built against it: install ssl-bench first (pip install -e .), then run "
+            "bash scripts/install_mmcv.sh")
+
+
+def wheel_has_ops(wheel: Path) -> bool:
+    """True when the wheel carries mmcv's compiled extension (mmcv/_ext*.so)."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            return any(re.fullmatch(r"mmcv/_ext[^/]*\.(so|pyd)", n) for n in zf.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
 def python_tag() -> str:
     return f"cp{sys.version_info.major}{sys.version_info.minor}"
 
@@ -131,8 +154,11 @@ def find_wheel(directory: Path | None) -> Path | None:
     if directory is None or not directory.is_dir():
         return None
     pattern = f"mmcv-{MMCV_VERSION}-{python_tag()}-{python_tag()}-*.whl"
-    found = sorted(directory.glob(pattern))
-    return found[0] if found else None
+    for wheel in sorted(directory.glob(pattern)):
+        if wheel_has_ops(wheel):
+            return wheel
+        log(f"skipping {wheel}: built without mmcv's compiled ops (no mmcv/_ext*.so inside)")
+    return None
 
 
 def pip(python: str, *args: str, env: dict | None = None) -> None:
@@ -189,7 +215,7 @@ def build_wheel(out_dir: Path, dry_run: bool = False, keep: bool = False) -> Pat
         log(f"compiled in {time.time() - t0:.0f} s")
         wheel = find_wheel(out_dir)
         if wheel is None:
-            raise RuntimeError(f"pip wheel finished but no mmcv wheel is in {out_dir}")
+            log(f"FAILED: pip wheel finished but {out_dir} holds no mmcv wheel with compiled ops")
         return wheel
     finally:
         if keep:
@@ -217,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-build-dir", action="store_true")
     args = parser.parse_args(argv)
     t0 = time.time()
+    missing = torch_missing_error()
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
 
     if not (args.force or args.dry_run):
         if not args.verify and stamp_matches():
@@ -252,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         log("no usable prebuilt wheel and --no-build given")
         return 1
     wheel = build_wheel(cache, keep=args.keep_build_dir)
+    if wheel is None:
+        return 1
     log(f"cached {wheel}")
     install(wheel)
     ok, msg = check_and_stamp()
