@@ -282,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Modules with their own subcommands add them (imported here, when the parser is built).
     from harness import scaffold
     from harness.results import compare
-    from harness.paper import reproduce as paper_reproduce
+    from harness.running import reproduce as paper_reproduce
     from harness.results import report
     from harness.models import zoo
     from harness.context import supervised

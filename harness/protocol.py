@@ -111,12 +111,18 @@ class Protocol:
         return fingerprint({"protocol": self.registry_name, **to_dict(self.cfg)})
 
     def identity(self, data_root: Path) -> RunIdentity:
-        """This request's identity on ``data_root``: harness.running.evaluate computes it once per run,
-        to find earlier records and to key the new ones; ``artifact_dir`` keys its folder by it."""
+        """This request's identity on ``data_root``: harness.running.evaluate asks for it first, to
+        find earlier records and to key the new ones; ``artifact_dir`` keys its folder by the same
+        object. Computed once per (data root, request): reading the data stamp walks the data set."""
         # harness.data imports every reader: the contract loads it only when asked
         from harness.data.io import data_identity
 
-        return RunIdentity(self.fingerprint(), self.request_hash(), data_identity(data_root))
+        request = self.request_hash()
+        known = self.__dict__.setdefault("_identities", {})
+        key = (str(data_root), request)
+        if key not in known:
+            known[key] = RunIdentity(self.fingerprint(), request, data_identity(data_root))
+        return known[key]
 
     def precision(self) -> str:
         """The arithmetic the protocol computes in (fp32 | fp16 | bf16), for the records."""

@@ -8,7 +8,7 @@ import pytest
 from harness.cli import main as cli_main
 from harness.errors import ConfigError
 from harness.paper.gpus import PEAK_PRECISIONS, WORKLOADS, GpuChoice, find_gpu, load_gpus
-from harness.paper.reproduce import reproduce
+from harness.running.reproduce import reproduce
 
 
 def test_gpu_table_rows_and_provenance():

@@ -16,7 +16,7 @@ from harness.models.checkpoints import save_checkpoint
 from harness.models.flops import arch_flops as vit_flops
 from harness.results.leaderboard import build_leaderboard
 from harness.models.handle import ModelHandle
-from harness.paper.reproduce import reproduce
+from harness.running.reproduce import reproduce
 from harness.paper.spec import CSV_COLUMNS, PAPER_DIR, list_tables, load_table, paper_numbers, read_paper_csv
 from harness.protocol import Protocol, ProtocolResult
 from harness.registry import DATASETS, register_protocol
@@ -342,8 +342,56 @@ def test_reproduce_pipeline_with_fake_protocol(tmp_path, synth_root, capsys):
     assert dry.cells is None and "fake_probe" in dry.text and "imported" in dry.text
 
 
+def test_reproduce_and_run_write_the_same_records_for_the_same_plan(tmp_path, synth_root, monkeypatch):
+    """One runner: a table reproduced, and the same plan written by hand as a suite and run,
+    give the same records (models, protocols, fingerprints, data, variants, seeds, numbers)."""
+    import json
+
+    from harness.running.suite import load_suite, run_suite
+
+    monkeypatch.setenv("SSL_BENCH_RESULTS", str(tmp_path / "results"))
+    zoo_dir = tmp_path / "zoo"
+    a = _tiny_checkpoint(zoo_dir, "tiny_a", 0.0)
+    b = _tiny_checkpoint(zoo_dir, "tiny_b", 0.02)
+    table = _write_table(tmp_path, [("tiny_a", "fake_probe", "synth_voc", "fraction=1/2", a),
+                                    ("tiny_b", "fake_probe", "synth_voc", "fraction=1/1", b)])
+    reproduced = reproduce(table, synth_root, zoo_dir, runs_dir=tmp_path / "reproduced", echo=None)
+    assert [j.status for j in reproduced.jobs] == ["done", "done"]
+    (tmp_path / "suite.yaml").write_text(f"""
+pretrain_data: ""
+zoo_dir: {zoo_dir}
+models:
+  - {{name: tiny_a, zoo: tiny_a}}
+  - {{name: tiny_b, zoo: tiny_b}}
+protocols:
+  - {{name: fake_probe, dataset: voc, data_root: {synth_root}}}
+""")
+    suite, source = load_suite(tmp_path / "suite.yaml")
+    ran = run_suite(suite, source, progress=False, out_dir=tmp_path / "results", log=lambda _: None)
+
+    def key(r):
+        proto = {k: v for k, v in r["protocol"].items()}
+        return json.dumps([r["model"], proto, r["variant"], r["seed"], r["metrics"]], sort_keys=True, default=str)
+
+    from_table = sorted(key(r) for r in iter_records(tmp_path / "reproduced"))
+    assert len(from_table) == 8 and from_table == sorted(key(r) for r in ran["records"])
+
+
+def test_a_protocol_entry_naming_a_model_the_suite_lacks_is_refused(tmp_path):
+    from harness.errors import ConfigError
+    from harness.running.suite import ModelEntry, ProtocolEntry, suite_pairs
+
+    models = [ModelEntry(name="a", chance={}), ModelEntry(name="b", chance={})]
+    only_b = ProtocolEntry(name="knn", dataset="imagenet", models=["b"])
+    every = ProtocolEntry(name="knn", dataset="imagenet")
+    assert [(p is only_b, m.name) for p, m in suite_pairs([only_b, every], models)] == \
+        [(True, "b"), (False, "a"), (False, "b")]
+    with pytest.raises(ConfigError, match="'c'"):
+        suite_pairs([ProtocolEntry(name="knn", dataset="imagenet", models=["c"])], models)
+
+
 def test_reproduce_cli(tmp_path, capsys):
-    from harness.paper import reproduce as paper_reproduce
+    from harness.running import reproduce as paper_reproduce
 
     parser = argparse.ArgumentParser()
     paper_reproduce.add_cli(parser.add_subparsers(dest="command"))
@@ -424,7 +472,7 @@ def test_variant_groups_the_cell_does_not_pin_are_ambiguous_never_the_best():
 @pytest.mark.parametrize("case, expected", [("nothing measured", 1), ("a cell differs", 1),
                                             ("every measured cell passes", 0)])
 def test_reproduce_exit_status(monkeypatch, case, expected):
-    from harness.paper import reproduce as paper_reproduce
+    from harness.running import reproduce as paper_reproduce
     from harness.paper.verdict import compare_cells
 
     tab = _table_in_code([("fraction=1/1", 50.0, "z"), ("fraction=1/2", 50.0, "z"), ("fraction=1/1", 50.0, "gone")])
@@ -447,7 +495,7 @@ def test_reproduce_exit_status(monkeypatch, case, expected):
 def test_reproduce_cli_exit_status_end_to_end(tmp_path, synth_root, capsys):
     """The real pipeline and CLI: pass -> 0, nothing measured -> 1, an ambiguous cell -> 1, a
     table variant that pins the sweep -> that group's number decides."""
-    from harness.paper import reproduce as paper_reproduce
+    from harness.running import reproduce as paper_reproduce
 
     zoo_dir = tmp_path / "zoo"
     a = _tiny_checkpoint(zoo_dir, "tiny_a", 0.0)

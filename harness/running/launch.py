@@ -27,7 +27,7 @@ from harness.errors import MissingDependencyError, SslBenchError
 from harness.paths import REPO_ROOT, home, results_dir
 from harness.running.suite import (EvalOutcome, ModelEntry, ProtocolEntry, SuiteConfig, SuiteData, cached_checkpoint,
                            check_model_entry, evaluate_entry, finish_suite, model_entries, prepare_data,
-                           prepare_model, pretrained_checkpoint, runnable_protocols, suite_protocol,
+                           prepare_model, pretrained_checkpoint, runnable_protocols, suite_pairs, suite_protocol,
                            supervised_checkpoint_for, supervised_spec)
 
 CLUSTERS = ("local", "slurm")
@@ -344,7 +344,7 @@ def _check_suite(suite: SuiteConfig, source: str, data: SuiteData, log) -> tuple
     for entry in entries:
         check_model_entry(entry, data)
     protocols = runnable_protocols(suite, log)
-    for p in protocols:
+    for p in {id(p): p for p, _ in suite_pairs(protocols, entries)}.values():
         suite_protocol(p, source)
     return entries, protocols
 
@@ -377,7 +377,7 @@ def _evaluation_stage(executor, entries, protocols, data, source, options, force
     settings = JobSettings(options.job_device(), options.threads)
     specs = [JobSpec(f"{p.name} on {entry.name}", evaluate_job,
                      (entry, p, data, source, force, progress, settings), model=entry.name)
-             for p in protocols for entry in entries]
+             for p, entry in suite_pairs(protocols, entries)]
     outcomes = run_jobs(executor, specs, options.parallel_limit(), log,
                         on_done=lambda o: log(f"{o.value.summary()} (job {o.job_id})"))
     failures += [o.failure() for o in outcomes if not o.ok]

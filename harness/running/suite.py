@@ -57,6 +57,7 @@ class ProtocolEntry:
     preset: str | None = None
     set: dict[str, Any] = field(default_factory=dict)
     requires: list[str] = field(default_factory=list)  # importable modules; skipped if absent
+    models: list[str] | None = None  # the suite's models (by name) it runs on; default every one
 
 
 @dataclass
@@ -72,6 +73,9 @@ class SuiteConfig:
     # fails the run, a missed margin is reported
     margins: MarginSpec | None = None
     reproduce: list[str] = field(default_factory=list)
+    # where `zoo:` models are looked up beyond the shipped zoo (imported checkpoints, an entries file)
+    zoo_dir: str | None = None
+    zoo_path: str | None = None
 
 
 def load_suite(path: str | Path, overrides: list[str] | None = None) -> tuple[SuiteConfig, str]:
@@ -175,10 +179,13 @@ def pretrained_checkpoint(entry: ModelEntry, data_root: Path, data_name: str, pr
 
 @dataclass
 class SuiteData:
-    """Where a suite's data lives, resolved once (and SynthScenes generated) before any work."""
+    """Where a suite's inputs live, resolved once (and SynthScenes generated) before any work:
+    its data, and the folder and entries file its `zoo:` models are found in."""
     synth_root: Path | None
     pretrain_root: Path | None
     pretrain_name: str
+    zoo_dir: Path | None = None
+    zoo_path: Path | None = None
 
     def fill(self, template: str) -> str:
         return _fill(template, self.synth_root)
@@ -197,7 +204,8 @@ def prepare_data(suite: SuiteConfig, progress: bool = True, log=print) -> SuiteD
     pre_root = Path(_fill(suite.pretrain_data, synth_root)) if suite.pretrain_data else None
     pre_name = f"synthscenes-{suite.synth.preset}" if suite.synth and "{synth}" in suite.pretrain_data \
         else str(pre_root)
-    return SuiteData(synth_root, pre_root, pre_name)
+    return SuiteData(synth_root, pre_root, pre_name, Path(suite.zoo_dir) if suite.zoo_dir else None,
+                     Path(suite.zoo_path) if suite.zoo_path else None)
 
 
 MODEL_KINDS = ("model", "random_init", "pretrain", "checkpoint", "zoo", "pixels", "supervised", "chance")
@@ -290,7 +298,19 @@ def prepare_model(entry: ModelEntry, data: SuiteData, progress: bool = True, log
     """The model of one suite entry on `device`: built, loaded, or pretrained there
     (checkpoints cached), through the one front door (harness.models.sources)."""
     check_model_entry(entry, data)
-    return build_model(entry_spec(entry), BuildContext(device=device, progress=progress, log=log, data=data))
+    return build_model(entry_spec(entry), BuildContext(device=device, progress=progress, log=log, data=data,
+                                                       zoo_dir=data.zoo_dir, zoo_path=data.zoo_path))
+
+
+def suite_pairs(protocols: list[ProtocolEntry], models: list) -> list[tuple[ProtocolEntry, Any]]:
+    """The (protocol entry, model) pairs a run evaluates, in its order: protocol by protocol,
+    each on the models it names (every model when it names none). ``models``: entries or handles."""
+    names = {m.name for m in models}
+    for p in protocols:
+        unknown = sorted(set(p.models or []) - names)
+        if unknown:
+            raise ConfigError(f"protocol {p.name!r} names models the suite does not have: {unknown}")
+    return [(p, m) for p in protocols for m in models if p.models is None or m.name in p.models]
 
 
 def runnable_protocols(suite: SuiteConfig, log=print) -> list[ProtocolEntry]:
@@ -325,13 +345,13 @@ class EvalOutcome:
 
 
 def evaluate_entry(model: ModelHandle, entry: ProtocolEntry, data: SuiteData, source: str,
-                   force: bool = False, protocol=None) -> EvalOutcome:
+                   force: bool = False, protocol=None, runs_dir: Path | None = None) -> EvalOutcome:
     """Run (or reuse the records of) one protocol entry on one model."""
     protocol = protocol or suite_protocol(entry, source)
     t0 = time.perf_counter()
     try:
         records, skipped = evaluate(model, protocol, Path(data.fill(entry.data_root)), preset=entry.preset,
-                                    force=force)
+                                    runs_dir=runs_dir, force=force)
     except NotApplicable as exc:  # e.g. an mmseg protocol and the raw-pixel baseline: no number, no failure
         return EvalOutcome(entry.name, entry.preset, model.name, [], True, time.perf_counter() - t0, str(exc))
     return EvalOutcome(entry.name, entry.preset, model.name, records, skipped, time.perf_counter() - t0)
@@ -394,34 +414,86 @@ def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: P
     return {"records": records, "paths": paths, "failures": failures}
 
 
+@dataclass
+class PairResult:
+    """One (protocol entry, model) pair of a run: its outcome, or the error that stopped it
+    (the model's, when the model could not be prepared)."""
+    protocol: ProtocolEntry
+    model: str
+    outcome: EvalOutcome | None = None
+    error: BaseException | None = None
+
+
+@dataclass
+class SuiteRun:
+    """What executing a suite gave: every record, the failures in words, and each pair's result."""
+    records: list[dict]
+    failures: list[str]
+    pairs: list[PairResult]
+
+
+def execute_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress: bool = True,
+                  log=print, runs_dir: Path | None = None, keep_going: bool = False,
+                  prepared: dict[str, ModelHandle] | None = None) -> SuiteRun:
+    """Every evaluation of a suite in this process: the data, then each model, then each
+    (protocol entry, model) pair. An ssl-bench error (a bad setting, a missing file) stops the
+    run unless ``keep_going``, when it stays with its pair, as any other exception does.
+    ``prepared``: models already built, by name (they are not built again)."""
+    prepare(resolve_device(suite.device))  # a clear error before any work when it cannot be had
+    data = prepare_data(suite, progress, log)
+    entries = model_entries(suite)
+    pairs = suite_pairs(runnable_protocols(suite, log), entries)
+    protocols: dict[int, Any] = {}  # each protocol entry built once, before any model is
+    errors: dict[Any, BaseException] = {}  # by id(protocol entry) or model name
+    for p in dict((id(p), p) for p, _ in pairs).values():
+        try:
+            protocols[id(p)] = suite_protocol(p, source)
+        except SslBenchError as exc:
+            if not keep_going:
+                raise
+            errors[id(p)] = exc
+    failures: list[str] = []
+    models: dict[str, ModelHandle] = dict(prepared or {})
+    for entry in entries:
+        if entry.name in models:
+            continue
+        try:
+            models[entry.name] = prepare_model(entry, data, progress, log, suite.device)
+        except SslBenchError as exc:
+            if not keep_going:
+                raise
+            errors[entry.name] = exc
+        except Exception as exc:  # keep the rest of the suite going; report at the end
+            failures.append(f"model {entry.name}: {exc}")
+            log(traceback.format_exc())
+            errors[entry.name] = exc
+    results: list[PairResult] = []
+    records: list[dict] = []
+    for p, entry in pairs:
+        result = PairResult(p, entry.name, error=errors.get(entry.name, errors.get(id(p))))
+        results.append(result)
+        if result.error is not None:
+            continue
+        try:
+            result.outcome = evaluate_entry(models[entry.name], p, data, source, force, protocols[id(p)], runs_dir)
+        except SslBenchError as exc:
+            if not keep_going:
+                raise
+            result.error = exc
+            continue
+        except Exception as exc:
+            failures.append(f"{p.name} on {entry.name}: {exc}")
+            log(traceback.format_exc())
+            result.error = exc
+            continue
+        records += result.outcome.records
+        log(result.outcome.summary())
+    return SuiteRun(records, failures, results)
+
+
 def run_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress: bool = True,
               out_dir: Path | None = None, log=print) -> dict[str, Any]:
     """Every step in this process (`--launcher inprocess`); harness.running.launch runs them as jobs."""
     t0 = time.perf_counter()
-    prepare(resolve_device(suite.device))  # a clear error before any work when it cannot be had
-    data = prepare_data(suite, progress, log)
-    failures: list[str] = []
-    records: list[dict] = []
-    models = []
-    for entry in model_entries(suite):
-        try:
-            models.append(prepare_model(entry, data, progress, log, suite.device))
-        except SslBenchError:
-            raise
-        except Exception as exc:  # keep the rest of the suite going; report at the end
-            failures.append(f"model {entry.name}: {exc}")
-            log(traceback.format_exc())
-    for p in runnable_protocols(suite, log):
-        protocol = suite_protocol(p, source)
-        for model in models:
-            try:
-                outcome = evaluate_entry(model, p, data, source, force, protocol)
-            except SslBenchError:
-                raise
-            except Exception as exc:
-                failures.append(f"{p.name} on {model.name}: {exc}")
-                log(traceback.format_exc())
-                continue
-            records += outcome.records
-            log(outcome.summary())
-    return finish_suite(records, failures, t0, out_dir, log, suite)
+    run = execute_suite(suite, source, force=force, progress=progress, log=log)
+    return finish_suite(run.records, run.failures, t0, out_dir, log, suite)

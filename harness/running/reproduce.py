@@ -9,8 +9,6 @@ datasets, FLOPs and GPU-hours.
 """
 from __future__ import annotations
 
-import sys
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -18,13 +16,14 @@ from typing import Callable
 import pandas as pd
 
 from harness.running.device import DEVICE_HELP
-from harness.errors import CheckpointError, SslBenchError
+from harness.errors import CheckpointError, DataError, SslBenchError
 from harness.paper.gpus import DEFAULT_GPU, DEFAULT_PRECISION, GpuChoice
 from harness.paper.plan import Job, format_plan, job_values, plan
 from harness.paper.spec import Table, list_tables, paper_numbers
 from harness.paper.verdict import compare_cells, exit_status, format_comparison, tolerance_lines
 from harness.paths import default_zoo_dir
-from harness.models.sources import BuildContext, ModelSpec, build_model
+from harness.running.suite import (ModelEntry, ProtocolEntry, SuiteConfig, SuiteData, execute_suite,
+                                   prepare_model)
 
 @dataclass
 class ReproduceResult:
@@ -69,39 +68,8 @@ def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo
         return ReproduceResult(tab, jobs, None, plan_text)
     if echo:
         echo(plan_text + "\n")
-    from harness.running.evaluate import evaluate
-    from harness.registry import PROTOCOLS
-
-    runs = Path(runs_dir) if runs_dir is not None else None
-    for job in jobs:
-        if job.status != "ready":
-            continue
-        ps = tab.spec.protocols[job.protocol]
-        ds = tab.spec.datasets[job.dataset]
-        try:
-            model = build_model(ModelSpec("zoo", job.zoo_name, {"trust": trust}),
-                                BuildContext(device=device, zoo_dir=zoo_dir, zoo_path=zoo_path))
-            if job.arch_kwargs is None:  # a harness checkpoint found only now: settings by its patch
-                job.values, problem = job_values(ps, job.variant, {"patch_size": model.backbone.patch_size})
-                if problem:  # as the plan says it for a model whose patch size it knows
-                    job.status, job.message = "protocol unavailable", problem
-                    continue
-            protocol = PROTOCOLS.get(job.protocol).from_preset(
-                ps.preset, {"dataset": ds.reader, **job.values}, source=str(tab.source))
-            if echo:
-                echo(f"[reproduce] {job.zoo_name}: {job.protocol} on {job.dataset} ...")
-            job.records, job.skipped = evaluate(model, protocol, job.data_path, preset=ps.preset,
-                                                runs_dir=runs, force=force)
-            job.status = "done"
-        except CheckpointError as exc:
-            job.status = "needs --trust-checkpoint" if "--trust-checkpoint" in str(exc) else "checkpoint error"
-            job.message = str(exc).splitlines()[0]
-        except SslBenchError as exc:
-            kind = "missing dataset" if type(exc).__name__ == "DataError" else "failed"
-            job.status, job.message = kind, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-        except Exception as exc:  # one broken run must not lose the rest of the table
-            traceback.print_exc(file=sys.stderr)
-            job.status, job.message = "failed", f"{type(exc).__name__}: {exc}"
+    run_plan(tab, jobs, device=device, zoo_dir=zoo_dir, zoo_path=zoo_path, trust=trust, runs_dir=runs_dir,
+             force=force, log=echo or (lambda _: None))
     cells = compare_cells(tab, jobs)
     text = format_comparison(cells, f"{tab.spec.title}: measured vs paper", tolerances=tolerance_lines(tab))
     csv_path = None
@@ -112,6 +80,84 @@ def reproduce(table: str | Path, data_root: str | Path | dict | None = None, zoo
     if echo:
         echo(text + (f"\nwritten: {csv_path}" if csv_path else ""))
     return ReproduceResult(tab, jobs, cells, text, csv_path)
+
+
+def _job_status(exc: BaseException) -> tuple[str, str]:
+    """(job status, message) of the error that stopped a job."""
+    if isinstance(exc, CheckpointError):
+        status = "needs --trust-checkpoint" if "--trust-checkpoint" in str(exc) else "checkpoint error"
+        return status, str(exc).splitlines()[0]
+    if isinstance(exc, SslBenchError):
+        kind = "missing dataset" if isinstance(exc, DataError) else "failed"
+        return kind, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    return "failed", f"{type(exc).__name__}: {exc}"
+
+
+def plan_suite(tab: Table, jobs: list[Job], *, device: str = "auto", zoo_dir: Path | None = None,
+               zoo_path: str | Path | None = None, trust: bool = False) -> tuple[SuiteConfig, list[Job]]:
+    """The suite a table's ready jobs are: one zoo model per checkpoint, one protocol entry per
+    job (its preset, dataset, data root and settings) on that model only. Returns the suite and
+    the jobs in its protocol entries' order."""
+    ready = [job for job in jobs if job.status == "ready"]
+    names = list(dict.fromkeys(job.zoo_name for job in ready))
+    models = [ModelEntry(name=name, model={"source": "zoo", "target": name, "trust": trust}) for name in names]
+    protocols = []
+    for job in ready:
+        ps, ds = tab.spec.protocols[job.protocol], tab.spec.datasets[job.dataset]
+        protocols.append(ProtocolEntry(name=job.protocol, dataset=ds.reader, data_root=str(job.data_path),
+                                       preset=ps.preset, set=dict(job.values), models=[job.zoo_name]))
+    suite = SuiteConfig(device=device, pretrain_data="", models=models, protocols=protocols,
+                        zoo_dir=str(zoo_dir) if zoo_dir else None, zoo_path=str(zoo_path) if zoo_path else None)
+    return suite, ready
+
+
+def _settings_by_patch(tab: Table, jobs: list[Job], suite: SuiteConfig, log) -> dict:
+    """Build the models whose patch size the plan could not read (a harness checkpoint without
+    its architecture in the metadata), then give their jobs the table's settings for that patch
+    size. Returns the models built, by name, for the run to use."""
+    unknown = {job.zoo_name for job in jobs if job.status == "ready" and job.arch_kwargs is None
+               and tab.spec.protocols[job.protocol].by_patch}
+    built: dict = {}
+    data = SuiteData(None, None, "", Path(suite.zoo_dir) if suite.zoo_dir else None,
+                     Path(suite.zoo_path) if suite.zoo_path else None)
+    for entry in suite.models:
+        if entry.name not in unknown:
+            continue
+        try:
+            built[entry.name] = prepare_model(entry, data, log=log, device=suite.device)
+        except SslBenchError:
+            continue  # the run meets the same error and reports it with the job
+        patch = {"patch_size": built[entry.name].backbone.patch_size}
+        for job in jobs:
+            if job.zoo_name == entry.name and job.status == "ready":
+                job.values, problem = job_values(tab.spec.protocols[job.protocol], job.variant, patch)
+                if problem:
+                    job.status, job.message = "protocol unavailable", problem
+    return built
+
+
+def run_plan(tab: Table, jobs: list[Job], *, device: str = "auto", zoo_dir: Path | None = None,
+             zoo_path: str | Path | None = None, trust: bool = False, runs_dir: str | Path | None = None,
+             force: bool = False, log=print) -> None:
+    """Run a table's ready jobs as a suite, through the steps `ssl-bench run` takes
+    (harness.running.suite.execute_suite), and give each job its records or its error."""
+    suite, _ = plan_suite(tab, jobs, device=device, zoo_dir=zoo_dir, zoo_path=zoo_path, trust=trust)
+    built = _settings_by_patch(tab, jobs, suite, log)
+    suite, ready = plan_suite(tab, jobs, device=device, zoo_dir=zoo_dir, zoo_path=zoo_path, trust=trust)
+    run = execute_suite(suite, str(tab.source), force=force, progress=False, log=log,
+                        runs_dir=Path(runs_dir) if runs_dir is not None else None, keep_going=True,
+                        prepared=built)
+    by_entry = {id(pair.protocol): pair for pair in run.pairs}
+    for job, entry in zip(ready, suite.protocols):
+        pair = by_entry.get(id(entry))
+        if pair is None:  # its protocol's optional dependency is not installed
+            job.status, job.message = "protocol unavailable", f"{job.protocol}: needs {', '.join(entry.requires)}"
+        elif pair.error is not None:
+            job.status, job.message = _job_status(pair.error)
+        elif pair.outcome.not_applicable:
+            job.status, job.message = "protocol unavailable", pair.outcome.not_applicable
+        else:
+            job.records, job.skipped, job.status = pair.outcome.records, pair.outcome.skipped, "done"
 
 
 # ----------------------------------------------------------------------------- CLI
