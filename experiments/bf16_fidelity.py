@@ -146,11 +146,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--keep-cache", action="store_true", help="use the shared feature cache")
     ap.add_argument("--preset", default="small")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--device", default="cpu", help="where the models run (harness.running.device)")
+    ap.add_argument("--device", default="cpu", help="where the models run (harness.runtime.device)")
     ap.add_argument("--half", choices=["bf16", "fp16"], default="bf16", help="the precision compared with fp32")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from harness.running.device import prepare, resolve_device
+    from harness.runtime.device import prepare, resolve_device
 
     device = str(prepare(resolve_device(args.device)))
     return run(args.checkpoint, random_init=not args.no_random_init, use_checkpoint=not args.no_checkpoint,

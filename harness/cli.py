@@ -80,8 +80,8 @@ def _launch_pretrain(args, cfg, source: str) -> int:
 def _model(args):
     """The model on the asked device; under torchrun, each process on its own GPU, joined into
     one process group (feature extraction is then sharded over the processes)."""
-    from harness.running import distributed
-    from harness.running.device import prepare, resolve_device
+    from harness.runtime import distributed
+    from harness.runtime.device import prepare, resolve_device
     from harness.models.sources import BuildContext, ModelSpec, build_model
 
     given = [flag for flag, value in (("--model", args.model), ("--checkpoint", args.checkpoint),
@@ -170,7 +170,7 @@ def cmd_data_synth(args) -> int:
 
 
 def device_arg(parser, default_from: str = "auto") -> None:
-    from harness.running.device import DEVICE_HELP
+    from harness.runtime.device import DEVICE_HELP
 
     parser.add_argument("--device", default=None,
                         help=f"where the work runs: {DEVICE_HELP} (default: {default_from})")

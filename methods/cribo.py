@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.running import distributed as D
+from harness.runtime import distributed as D
 from harness.errors import ConfigError
 from harness.method import BackboneConfig, Method, StepInfo
 from harness.registry import register_method

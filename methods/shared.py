@@ -24,7 +24,7 @@ from torch import nn
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
-from harness.running import distributed as D
+from harness.runtime import distributed as D
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, rrc_box
 from harness.errors import ConfigError, DataError
 from harness.method import StepInfo

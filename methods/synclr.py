@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.running import distributed as D
+from harness.runtime import distributed as D
 from harness.errors import ConfigError, DataError
 from harness.method import BackboneConfig, Method, StepInfo
 from harness.registry import register_method

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.running import device as devices
+from harness.runtime import device as devices
 from harness.config import apply_overrides, load_config
 from harness.training.engine import Trainer, load_pretrain_config
 
@@ -303,7 +303,7 @@ def main(argv=None) -> int:
         checks += guarded(f"dino: resume on {device}", lambda: resume_check(data, work, str(device),
                                                                           max(2, args.compare_steps)))
         checks += ddp_checks(data, work, args.compare_steps)
-        # TF32 would survive an fp16 run only if something switched it on (harness.running.device never does)
+        # TF32 would survive an fp16 run only if something switched it on (harness.runtime.device never does)
         devices.prepare(device)
         checks += guarded("protocols", lambda: protocol_checks(
             data, work / "dino-dev32" / "backbone.safetensors", str(device)))

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness.running import device as devices
-from harness.running.device import DeviceError, device_record, resolve_device, to_device
+from harness.runtime import device as devices
+from harness.runtime.device import DeviceError, device_record, resolve_device, to_device
 
 REPO = Path(__file__).resolve().parent.parent
 NO_GPU = not torch.cuda.is_available()

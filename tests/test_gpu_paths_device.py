@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from harness.running import device as devices
-from harness.running.device import DeviceError, resolve_device
+from harness.runtime import device as devices
+from harness.runtime.device import DeviceError, resolve_device
 
 
 @pytest.fixture

@@ -56,7 +56,7 @@ def test_cribo_step_without_objects_still_reaches_the_object_head(synth_tiny):
 def test_synclr_step_without_masked_tokens_keeps_the_dino_head_in_the_graph(synth_tiny):
     """With masks on other ranks only, this rank still runs the teacher's Sinkhorn-Knopp (its
     all-reduces) and gives a zero iBOT loss connected to the student's DINO head."""
-    from harness.running import distributed as D
+    from harness.runtime import distributed as D
 
     method, batch = _method("synclr", synth_tiny)
     batch = dict(batch, masks=torch.zeros_like(batch["masks"]), n_masked_crops=0)

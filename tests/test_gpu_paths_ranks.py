@@ -11,7 +11,7 @@ import torch
 import torch.distributed as tdist
 import torch.multiprocessing as mp
 
-from harness.running import distributed as D
+from harness.runtime import distributed as D
 from harness.running import features
 from harness.protocol import Protocol, ProtocolResult
 

@@ -8,6 +8,10 @@ methods/ (the pretraining methods).
   that cannot be read, tested or moved one without the other.
 - No module imports another module's private name (``from a import _x``, a package's
   ``__init__`` included): what crosses a module boundary is public.
+- harness/'s rooms (its subpackages and top-level modules) stand on declared floors
+  (``HARNESS_FLOORS``, lowest first): a room imports only rooms of its own floor or below,
+  and no two rooms import each other, so the ground floor (runtime/) never reaches up into
+  what runs work (running/).
 
 An import names the module it binds: ``import a.b``: a.b; ``from a import b``: a.b where b is
 a submodule, else a; relative imports are resolved against the importing module's package.
@@ -90,6 +94,53 @@ def read_imports(root: Path, packages=PACKAGES) -> ImportGraph:
                     target = submodule if submodule in modules else source
                     edges.append(ImportEdge(module, target, source, alias.name, where))
     return ImportGraph(modules, edges)
+
+
+# harness/'s floors, lowest first. Each room (a subpackage, or a module at the top of harness/)
+# imports only from its own floor or below; rooms of one floor may import each other one way.
+HARNESS_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("__init__", "errors"),
+    ("paths", "io_utils", "config", "registry", "schedules", "presets", "protocol_info"),
+    ("runtime",),  # devices and precision, collectives, memory
+    ("data",),
+    ("models",),
+    ("protocol", "method"),  # the contracts protocols and methods implement
+    ("training",),
+    ("conformance", "context"),
+    ("paper",),  # published tables and the verdict rule
+    ("results",),  # records and everything made of them, paper verdicts included
+    ("running", "scaffold"),  # suites, paper tables, launchers
+    ("cli",),
+)
+
+
+def room_of(module: str, core: str = CORE) -> str:
+    """``harness.models.zoo`` -> ``models``; ``harness.cli`` -> ``cli``; ``harness`` -> ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def floor_violations(imports: ImportGraph, floors=HARNESS_FLOORS, core: str = CORE) -> list[str]:
+    """Imports that run up the floors, rooms not on any floor, and pairs of rooms importing
+    each other (one line each, with an import of each way)."""
+    level = {room: i for i, rooms in enumerate(floors) for room in rooms}
+    ties: dict[tuple[str, str], str] = {}
+    lines = []
+    for e in imports.edges:
+        if e.importer.split(".")[0] != core or e.target.split(".")[0] != core or e.target not in imports.modules:
+            continue
+        a, b = room_of(e.importer), room_of(e.target)
+        if a == b:
+            continue
+        for room in (a, b):
+            if room not in level:
+                lines.append(f"{room} is on no floor of HARNESS_FLOORS ({e.where})")
+        if a in level and b in level and level[b] > level[a]:
+            lines.append(f"{a} imports {b}, a floor above it ({e.where})")
+        ties.setdefault((a, b), e.where)
+    lines += [f"{a} and {b} import each other ({where}; {ties[(b, a)]})"
+              for (a, b), where in ties.items() if a < b and (b, a) in ties]
+    return sorted(set(lines))
 
 
 def plugin_imports_of_core(imports: ImportGraph, core: str = CORE, plugins=PLUGIN_PACKAGES) -> list[str]:
@@ -206,6 +257,11 @@ def test_modules_import_without_cycles(repo):
     assert not cycles, _report("import cycles among harness/, benchmarks/ and methods/", cycles)
 
 
+def test_harness_rooms_import_only_down_their_floors(repo):
+    offenders = floor_violations(repo)
+    assert not offenders, _report("harness/ imports that run up HARNESS_FLOORS or tie two rooms", offenders)
+
+
 def test_no_private_name_crosses_a_module_boundary(repo):
     offenders = private_imports(repo)
     assert not offenders, _report("private names imported from another module (make them public, "
@@ -273,3 +329,20 @@ def test_a_core_module_importing_a_plugin_is_reported(tmp_path):
     imports = read_imports(root, ("core", "plugins"))
     assert plugin_imports_of_core(imports, "core", ("plugins",)) == [
         "core.run imports plugins.p (core/run.py:2)"]
+
+
+def test_an_import_up_the_floors_and_a_two_way_tie_are_reported(tmp_path):
+    root = _tree(tmp_path, {
+        "core/__init__.py": "",
+        "core/base.py": "def f():\n    from core.top import run\n",
+        "core/top/__init__.py": "",
+        "core/top/run.py": "from core import base\n",
+        "core/side.py": "import core.base\n",
+        "core/lost.py": "import core.base\n",
+    })
+    floors = (("__init__", "base", "side"), ("top",))
+    assert floor_violations(read_imports(root, ("core",)), floors, "core") == [
+        "base and top import each other (core/base.py:2; core/top/run.py:1)",
+        "base imports top, a floor above it (core/base.py:2)",
+        "lost is on no floor of HARNESS_FLOORS (core/lost.py:1)",
+    ]

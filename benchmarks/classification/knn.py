@@ -33,7 +33,7 @@ from benchmarks.classification.common import (FeatureKind, accuracy_metrics, fea
 from benchmarks.classification.similarity_buffer import SimilarityBuffer
 from harness.context.chance import uniform_topk
 from harness.data.transforms import ResizeCenterCrop
-from harness.running.device import resolve_device
+from harness.runtime.device import resolve_device
 from harness.errors import ConfigError, DataError
 from harness.running.features import extract_features
 from harness.models.handle import ModelHandle
@@ -229,7 +229,7 @@ class KNNConfig:
     n_last_blocks: int = 1  # CLS of the last n blocks concatenated (iBOT eval_knn option)
     ks: list[int] = field(default_factory=lambda: [10, 20, 100, 200])
     temperature: float = 0.07
-    precision: Literal["fp32", "fp16", "bf16"] = "fp32"  # feature extraction (harness.running.device)
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"  # feature extraction (harness.runtime.device)
     # Exact search either way; the two differ only in float rounding of the similarities.
     # auto: faiss on the CPU, torch where the search runs on a GPU.
     backend: Backend = "auto"

@@ -41,7 +41,7 @@ from benchmarks.classification.linear_data import (STREAM_INIT, AugmentedImages,
 from benchmarks.classification.linear_heads import (GridHistory, GridSGD, LinearHeads, Schedule, select_best,
                                                     train_grid)
 from harness.context.chance import uniform_topk
-from harness.running.device import module_device, pin_memory
+from harness.runtime.device import module_device, pin_memory
 from harness.data.transforms import ResizeCenterCrop
 from harness.errors import ConfigError
 from harness.running.features import batch_features, extract_features
@@ -95,7 +95,7 @@ class LinearConfig:
     hflip: bool = True
     cached_features: bool = False  # train on cached val-transform features, no augmentation
     seed: int = 0
-    precision: Literal["fp32", "fp16", "bf16"] = "fp32"  # feature extraction (harness.running.device)
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"  # feature extraction (harness.runtime.device)
     # ---- execution only (not in the fingerprint)
     num_workers: int = 0
     feature_batch_size: int = 64

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchmarks.classification.similarity_buffer import SimilarityBuffer
-from harness.running.device import resolve_device
+from harness.runtime.device import resolve_device
 from harness.errors import ConfigError
 
 
@@ -34,7 +34,7 @@ class IndexSpec:
     nprobe: int = 32
     train_size: int = 131072
     seed: int = 0
-    device: str = "auto"         # exact search: auto | cpu | cuda | cuda:N (harness.running.device)
+    device: str = "auto"         # exact search: auto | cpu | cuda | cuda:N (harness.runtime.device)
     block: int = 262144          # torch backend: bank rows per matmul block
 
 

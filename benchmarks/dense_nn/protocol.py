@@ -44,7 +44,7 @@ from benchmarks.dense_nn.subsets import Subset, check_nested, plan_subsets, writ
 from harness.config import from_dict
 from harness.context.chance import uniform_segmentation
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, PatchMultipleResize, SquareResize
-from harness.running.device import module_device
+from harness.runtime.device import module_device
 from harness.errors import ConfigError, DataError
 from harness.io_utils import atomic_write
 from harness.presets import load_presets
@@ -77,7 +77,7 @@ class Config:
     norm_std: list[float] = field(default_factory=lambda: list(IMAGENET_STD))
     n_last_blocks: int = 1               # patch tokens of the last n blocks, concatenated
     feature_norm: bool = True            # final LayerNorm on the tokens
-    precision: Literal["fp32", "fp16", "bf16"] = "fp32"  # feature extraction (harness.running.device)
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"  # feature extraction (harness.runtime.device)
     # --- memory bank
     bank_augment: Literal["none", "hbird"] = "none"
     aug_epochs: int = 1
@@ -152,7 +152,7 @@ def core_settings(cfg: Config, num_classes: int, ignore_index: int, patch_size: 
                   model_device: str | None = None) -> CoreSettings:
     """``model_device`` (the backbone's device, e.g. "cpu", "cuda:1") resolves search_device
     "auto": a run asked for on the CPU searches on the CPU even where torch sees a GPU. Without
-    a model (features in) "auto" is CUDA when torch sees one (harness.running.device)."""
+    a model (features in) "auto" is CUDA when torch sees one (harness.runtime.device)."""
     search_device = cfg.search_device
     if search_device == "auto" and model_device is not None:
         search_device = model_device

@@ -33,7 +33,7 @@ from harness.models.backbone import create_backbone
 from harness.config import fingerprint
 from harness.data.io import data_identity
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
-from harness.running.device import device_type, resolve_device
+from harness.runtime.device import device_type, resolve_device
 from harness.errors import DataError
 
 TRAINER_VERSION = 1  # part of the cache key: a change to the trainer must not reuse checkpoints

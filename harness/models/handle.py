@@ -12,7 +12,7 @@ import torch
 from harness.models.backbone import ViTBackbone, create_backbone
 from harness.models.checkpoints import load_backbone
 from harness.models.feature_backbone import AdaptedBackbone, state_content_hash
-from harness.running.device import module_device, resolve_device
+from harness.runtime.device import module_device, resolve_device
 
 
 @dataclass
@@ -78,7 +78,7 @@ class ModelHandle:
         return protocol.run(self, data_root)
 
     def to(self, device: str | torch.device | None) -> "ModelHandle":
-        """Move the backbone to a device spec (harness.running.device: auto | cpu | cuda | cuda:N)."""
+        """Move the backbone to a device spec (harness.runtime.device: auto | cpu | cuda | cuda:N)."""
         self.backbone.to(resolve_device(device))
         return self
 

@@ -1,1 +1,2 @@
-"""Running work: suites, evaluation of a model by a protocol, feature extraction, devices, processes and launchers."""
+"""Running work: suites and paper tables (one runner), evaluation of a model by a protocol, feature
+extraction and caching, launchers."""

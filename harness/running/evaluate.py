@@ -7,11 +7,11 @@ from typing import Any
 
 import torch
 
-from harness.running import distributed as dist
+from harness.runtime import distributed as dist
 from harness.results import records as results
-from harness.running.device import device_record
+from harness.runtime.device import device_record
 from harness.running.features import leading_extractions, serve_extractions
-from harness.running.memory import peak_rss_mb
+from harness.runtime.memory import peak_rss_mb
 from harness.models.handle import ModelHandle
 from harness.protocol import Protocol, RunIdentity
 from harness.registry import PROTOCOLS

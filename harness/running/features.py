@@ -40,8 +40,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from harness.running import device as devices
-from harness.running import distributed as dist
+from harness.runtime import device as devices
+from harness.runtime import distributed as dist
 from harness.config import fingerprint
 from harness.data.io import content_stamp
 from harness.io_utils import clean_stale_tempdirs, make_owned_tempdir

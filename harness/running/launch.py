@@ -66,7 +66,7 @@ class LaunchOptions:
         """The device spec every job gets and every cache key is computed from, fixed here in
         the parent. `auto` on SLURM is CUDA when the jobs ask for GPUs (a login node's own lack
         of one says nothing about the compute nodes); locally, CUDA when this machine has one."""
-        from harness.running.device import device_type
+        from harness.runtime.device import device_type
 
         if self.device.strip().lower() != "auto":
             return self.device
@@ -286,7 +286,7 @@ class JobSettings:
         fails here, clearly); returns it."""
         import torch
 
-        from harness.running.device import prepare, resolve_device
+        from harness.runtime.device import prepare, resolve_device
 
         if self.threads:
             torch.set_num_threads(self.threads)
@@ -326,8 +326,8 @@ def distributed_pretrain_job(cfg, out_dir: str, source: str, progress: bool, set
 
     from harness.training.engine import pretrain
 
-    # GPUs stay all visible (not one per task, submitit's default): harness.running.distributed and
-    # harness.running.device pick this task's GPU by LOCAL_RANK, as under torchrun. Overwrite, since
+    # GPUs stay all visible (not one per task, submitit's default): harness.runtime.distributed and
+    # harness.runtime.device pick this task's GPU by LOCAL_RANK, as under torchrun. Overwrite, since
     # variables inherited from a shell that was itself a distributed job describe that job.
     env = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
     print(f"rank {env.rank} of {env.world_size} (local rank {env.local_rank}), "

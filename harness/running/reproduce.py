@@ -15,7 +15,7 @@ from typing import Callable
 
 import pandas as pd
 
-from harness.running.device import DEVICE_HELP
+from harness.runtime.device import DEVICE_HELP
 from harness.errors import CheckpointError, DataError, SslBenchError
 from harness.paper.gpus import DEFAULT_GPU, DEFAULT_PRECISION, GpuChoice
 from harness.paper.plan import Job, format_plan, job_values, plan

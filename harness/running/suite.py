@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.config import apply_overrides, fingerprint, from_dict, load_config, to_dict
 from harness.data.io import data_stamp
-from harness.running.device import device_type, prepare, resolve_device
+from harness.runtime.device import device_type, prepare, resolve_device
 from harness.errors import ConfigError, NotApplicable, SslBenchError
 from harness.running.evaluate import build_protocol, evaluate
 from harness.results.margins import MarginSpec, check_margins, format_margins, margins_failed
@@ -63,7 +63,7 @@ class ProtocolEntry:
 @dataclass
 class SuiteConfig:
     synth: SynthSpec | None = None
-    device: str = "auto"  # where every model pretrains and runs (harness.running.device)
+    device: str = "auto"  # where every model pretrains and runs (harness.runtime.device)
     pretrain_data: str = "{synth}"
     pretrain_overrides: list[str] = field(default_factory=list)  # applied to every pretrained model
     models: list[ModelEntry] = field(default_factory=list)

@@ -28,8 +28,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from harness.running import device as devices
-from harness.running import distributed as dist
+from harness.runtime import device as devices
+from harness.runtime import distributed as dist
 from harness.models.checkpoints import save_checkpoint
 from harness.config import fingerprint, from_dict, to_dict
 from harness.errors import ConfigError, FolderLockedError
