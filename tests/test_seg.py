@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -539,8 +540,9 @@ def test_installer_patch_and_wheel_lookup(tmp_path, monkeypatch):
 
     tag = im.python_tag()
     assert im.find_wheel(tmp_path) is None and im.find_wheel(None) is None
-    (tmp_path / f"mmcv-2.1.0-{tag}-{tag}-linux_x86_64.whl").write_bytes(b"")
-    (tmp_path / "mmcv-2.2.0-cp311-cp311-linux_x86_64.whl").write_bytes(b"")
+    for name in (f"mmcv-2.1.0-{tag}-{tag}-linux_x86_64.whl", "mmcv-2.2.0-cp311-cp311-linux_x86_64.whl"):
+        with zipfile.ZipFile(tmp_path / name, "w") as zf:  # a wheel with the compiled ops inside
+            zf.writestr("mmcv/_ext.cpython-311-x86_64-linux-gnu.so", b"")
     assert im.find_wheel(tmp_path).name.startswith("mmcv-2.1.0-")
 
     # the stamp makes the no-op instant, and any version change invalidates it

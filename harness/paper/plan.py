@@ -21,7 +21,7 @@ from harness.paper.gpus import GpuChoice
 from harness.paper.spec import DatasetSpec, ProtocolSpec, Table, load_table, matching_settings
 from harness.paper.verdict import tolerance_lines
 from harness.paths import default_zoo_dir
-from harness.results.text_table import text_table
+from harness.text_table import text_table
 from harness.models.zoo import ZooLookup, find_checkpoint
 
 # ----------------------------------------------------------------------------- cost

@@ -19,7 +19,7 @@ import yaml
 from harness.config import CONFIG_ROOT, from_dict
 from harness.errors import ConfigError
 from harness.paths import shipped
-from harness.results.records import fraction_value, parse_variant
+from harness.variants import fraction_value, parse_variant
 
 PAPER_DIR = shipped("results/paper")
 TABLES_DIR = CONFIG_ROOT / "paper"

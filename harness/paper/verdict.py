@@ -14,8 +14,8 @@ from typing import Any, Iterable
 import pandas as pd
 
 from harness.paper.spec import ProtocolSpec, Table, same_variant_value
-from harness.results.records import parse_variant
-from harness.results.text_table import text_table
+from harness.variants import parse_variant
+from harness.text_table import text_table
 
 # Verdicts a measured cell can get, and what a cell's `outcome` is: "pass" only for OK;
 # "fail" for a cell whose run finished (or broke) without a pass; "not run" for a cell

@@ -25,10 +25,11 @@ import pandas as pd
 from harness.results import html_assets
 from harness.io_utils import atomic_write, atomic_write_text
 from harness.protocol_info import declared_headline, headline_metric, variant_text
-from harness.results.records import fraction_value, iter_records, parse_variant, variant_label
+from harness.results.records import iter_records
+from harness.variants import fraction_value, parse_variant, variant_label
 from harness.results.table import (SHORT_FP, IncomparableResultsError, column_label, conflict_message,
                                    disambiguate_data, disambiguate_models, fingerprint_conflicts, flatten_records)
-from harness.results.text_table import text_table
+from harness.text_table import text_table
 
 # Column levels of the table returned by build_leaderboard.
 LEVELS = ("protocol", "dataset", "split", "variant", "metric", "fingerprint", "stat")

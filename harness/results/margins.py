@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.results.text_table import text_table
+from harness.text_table import text_table
 
 
 @dataclass

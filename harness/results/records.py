@@ -13,7 +13,6 @@ import json
 import platform
 import socket
 import subprocess
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -21,6 +20,7 @@ import harness
 from harness.config import fingerprint
 from harness.io_utils import atomic_write_json
 from harness.paths import results_dir, source_checkout
+from harness.variants import fraction_value, variant_label
 
 
 def runs_dir() -> Path:
@@ -114,36 +114,6 @@ def iter_records(directory: Path | None = None) -> Iterator[dict]:
             yield json.loads(p.read_text())
         except json.JSONDecodeError:
             continue  # a foreign or damaged file is not a record
-
-
-# ----------------------------------------------------------------------------- variants
-def variant_label(variant: dict | None) -> str:
-    """Canonical text of a variant dict: ``fraction=1/8,k=20`` (keys sorted)."""
-    if not variant:
-        return ""
-    return ",".join(f"{k}={_fmt_value(v)}" for k, v in sorted(variant.items()))
-
-
-def _fmt_value(v: Any) -> str:
-    if isinstance(v, float) and v.is_integer():
-        return str(int(v))
-    return str(v)
-
-
-def parse_variant(label: str) -> dict[str, str]:
-    if not label:
-        return {}
-    return dict(item.split("=", 1) for item in label.split(","))
-
-
-def fraction_value(v: Any) -> float | None:
-    """``"1/8"``, ``0.125``, ``"0.125"`` -> 0.125; None if it is not a fraction."""
-    try:
-        if isinstance(v, str) and "/" in v:
-            return float(Fraction(v.strip()))
-        return float(v)
-    except (ValueError, ZeroDivisionError, TypeError):
-        return None
 
 
 # ----------------------------------------------------------------------------- the DataFrame API

@@ -39,7 +39,8 @@ import pandas as pd
 from harness.results import html_assets
 from harness.results.leaderboard import build_leaderboard, column_keys, display_labels, format_cell
 from harness.protocol_info import declared_headline, headline_metric
-from harness.results.records import fraction_value, load_results, parse_variant, runs_dir, to_records, variant_label
+from harness.results.records import load_results, runs_dir, to_records
+from harness.variants import fraction_value, parse_variant, variant_label
 from harness.results.table import SHORT_FP, disambiguate_models, flatten_records
 
 RANDOM_INIT = "random_init"  # ModelHandle.random_init's method: the baseline of the deltas
