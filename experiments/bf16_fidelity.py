@@ -8,7 +8,7 @@ strict fp32 (TF32 off).
 
 The bf16 extraction mode (precision="bf16": torch.autocast to bfloat16 around the forward)
 may be used only where this report shows both metrics within --tolerance (0.1 point) of
-fp32. Protocols: harness.running.evaluate.build_protocol("knn", "synth", ...) (top-1 at every k)
+fp32. Protocols: harness.protocol_info.build_protocol("knn", "synth", ...) (top-1 at every k)
 and build_protocol("dense_nn", "cribo", ...) on the VOC layout (fraction 1/1). Models: the
 newest pretrained checkpoint under <ssl-bench home>/checkpoints/*/backbone.safetensors (if
 any) and the random-init vit_cpu_tiny baseline. Features are extracted afresh into a
@@ -38,7 +38,7 @@ def find_checkpoint() -> Path | None:
 
 
 def _knn(model, root: Path, precision: str) -> tuple[dict, float]:
-    from harness.running.evaluate import build_protocol
+    from harness.protocol_info import build_protocol
 
     proto = build_protocol("knn", "synth", {"precision": precision, "progress": False})
     t = time.perf_counter()
@@ -47,7 +47,7 @@ def _knn(model, root: Path, precision: str) -> tuple[dict, float]:
 
 
 def _dense(model, root: Path, precision: str) -> tuple[float, float]:
-    from harness.running.evaluate import build_protocol
+    from harness.protocol_info import build_protocol
 
     proto = build_protocol("dense_nn", "cribo", {"dataset": "voc", "fractions": ["1/1"], "seeds": [42],
                                                   "precision": precision, "progress": False,
@@ -60,7 +60,7 @@ def _dense(model, root: Path, precision: str) -> tuple[float, float]:
 def _cls_cosine(model, root: Path, half: str = "bf16") -> tuple[float, float, int]:
     """Cosine similarity of fp32 vs half-precision CLS features of the k-NN val images (cache hits)."""
     from benchmarks.classification.common import load_splits
-    from harness.running.evaluate import build_protocol
+    from harness.protocol_info import build_protocol
     from harness.running.features import extract_features
 
     proto = build_protocol("knn", "synth", {"progress": False})

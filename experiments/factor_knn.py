@@ -25,7 +25,7 @@ from experiments.reference_learners import REFERENCES
 from harness.models.backbone import ARCHS
 from harness.data.synthetic import default_root, generate
 from harness.errors import DataError
-from harness.running.evaluate import build_protocol
+from harness.protocol_info import build_protocol
 from harness.models.handle import ModelHandle
 
 

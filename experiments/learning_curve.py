@@ -21,7 +21,7 @@ import torch
 from harness.config import apply_overrides, load_config
 from harness.data.synthetic import default_root, generate
 from harness.training.engine import Trainer, load_pretrain_config
-from harness.running.evaluate import build_protocol
+from harness.protocol_info import build_protocol
 from harness.models.handle import ModelHandle
 
 

@@ -108,7 +108,8 @@ def _values(pairs: list[str] | None) -> dict:
 
 
 def cmd_eval(args) -> int:
-    from harness.running.evaluate import build_protocol, evaluate
+    from harness.protocol_info import build_protocol
+    from harness.running.evaluate import evaluate
     from harness.results.leaderboard import build_leaderboard, format_console
 
     model = _model(args)

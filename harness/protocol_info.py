@@ -1,11 +1,21 @@
-"""What registered protocols declare about their numbers, for the tables that show them
-(leaderboards, reports, `ssl-bench compare`, load_results(headline=True))."""
+"""Registered protocols by name: the one place a protocol object is built from its name, preset
+and settings (suites, paper tables, `ssl-bench eval`, the report's paper cells), and what
+protocols declare about their numbers, for the tables that show them (leaderboards, reports,
+`ssl-bench compare`, load_results(headline=True))."""
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Iterable
+from typing import Any, Iterable
 
 from harness.errors import SslBenchError
+
+
+def build_protocol(name: str, preset: str | None = None, values: dict[str, Any] | None = None,
+                   source: str = "<command line>"):
+    """The registered protocol ``name`` with its preset's settings, then ``values`` on top."""
+    from harness.registry import PROTOCOLS
+
+    return PROTOCOLS.get(name).from_preset(preset, values, source)
 
 
 def _declared(protocol: str, attribute: str, default):

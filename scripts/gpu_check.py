@@ -200,7 +200,7 @@ def sharded_check(data: Path, work: Path) -> dict:
 
 
 def protocol_checks(data: Path, checkpoint: Path, device: str) -> list:
-    from harness.running.evaluate import build_protocol
+    from harness.protocol_info import build_protocol
     from harness.running.features import extract_features
     from harness.models.handle import ModelHandle
 
@@ -266,7 +266,7 @@ def seg_checks(data: Path, model, device: str) -> list:
         import mmseg  # noqa: F401
     except ImportError:
         return [skipped(n, "mmseg is not installed (bash scripts/install_mmcv.sh)") for n in names]
-    from harness.running.evaluate import build_protocol
+    from harness.protocol_info import build_protocol
 
     out = []
     for protocol, name in zip(("seg_linear", "segmenter"), names):

@@ -12,7 +12,8 @@ from harness.context.chance import ChanceModel, uniform_segmentation, uniform_to
 from harness.context.pixels import PixelBackbone, pixel_model
 from harness.context.supervised import SupervisedSpec, checkpoint_dir, train_supervised
 from harness.errors import ConfigError, NotApplicable
-from harness.running.evaluate import build_protocol, evaluate
+from harness.protocol_info import build_protocol
+from harness.running.evaluate import evaluate
 from harness.models.handle import ModelHandle
 from harness.running.suite import (ModelEntry, ProtocolEntry, SuiteConfig, SuiteData, SynthSpec, evaluate_entry, prepare_model,
                            run_suite)

@@ -128,7 +128,8 @@ def test_device_type_of_a_spec_asks_no_gpu(monkeypatch):
 def test_peak_gpu_memory_is_reset_before_each_measurement(tiny_model, fake_gpus, tf32_flags, monkeypatch,
                                                            tmp_path):
     devices.prepare(torch.device("cuda", 0))
-    from harness.running.evaluate import build_protocol, evaluate
+    from harness.protocol_info import build_protocol
+    from harness.running.evaluate import evaluate
     from harness.models.handle import ModelHandle
     from harness.protocol import ProtocolResult
 

@@ -13,7 +13,8 @@ from harness.cli import main
 from harness.errors import CheckpointError, ConfigError, RegistryError
 from harness.models.importers import import_checkpoint
 from harness.models.sources import ModelSpec, build_model, parse_spec
-from harness.running.evaluate import build_protocol, evaluate
+from harness.protocol_info import build_protocol
+from harness.running.evaluate import evaluate
 from harness.running.features import extract_features
 from harness.data.transforms import PatchMultipleResize
 from harness.registry import DATASETS

@@ -264,7 +264,7 @@ def paper_cells(table: str, records: list[dict]) -> pd.DataFrame:
     has records of other settings says so instead (``other settings``)."""
     from harness.paper.spec import load_table
     from harness.paper.verdict import compare_cells
-    from harness.registry import PROTOCOLS
+    from harness.protocol_info import build_protocol
 
     tab = load_table(table)
     rows = tab.rows
@@ -273,8 +273,8 @@ def paper_cells(table: str, records: list[dict]) -> pd.DataFrame:
     for (zoo, protocol, dataset), grp in keyed.groupby(["zoo_name", "protocol", "dataset"], sort=False):
         ds, ps = tab.spec.datasets[dataset], tab.spec.protocols[protocol]
         try:
-            want = PROTOCOLS.get(protocol).from_preset(ps.preset, {"dataset": ds.reader, **ps.values},
-                                                       source=str(tab.source)).fingerprint()
+            want = build_protocol(protocol, ps.preset, {"dataset": ds.reader, **ps.values},
+                                  source=str(tab.source)).fingerprint()
         except Exception:  # a protocol that cannot be built here: match by preset instead
             want = None
         found = [r for r in records if r["model"]["name"] == zoo and r["protocol"]["name"] == protocol

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -14,13 +13,6 @@ from harness.running.features import leading_extractions, serve_extractions
 from harness.runtime.memory import peak_rss_mb
 from harness.models.handle import ModelHandle
 from harness.protocol import Protocol, RunIdentity
-from harness.registry import PROTOCOLS
-
-
-def build_protocol(name: str, preset: str | None = None, values: dict[str, Any] | None = None,
-                   source: str = "<command line>"):
-    cls = PROTOCOLS.get(name)
-    return cls.from_preset(preset, values, source)
 
 
 def already_done(model: ModelHandle, protocol: Protocol, identity: RunIdentity,

@@ -16,7 +16,8 @@ from harness.config import apply_overrides, fingerprint, from_dict, load_config,
 from harness.data.io import data_stamp
 from harness.runtime.device import device_type, prepare, resolve_device
 from harness.errors import ConfigError, NotApplicable, SslBenchError
-from harness.running.evaluate import build_protocol, evaluate
+from harness.protocol_info import build_protocol
+from harness.running.evaluate import evaluate
 from harness.results.margins import MarginSpec, check_margins, format_margins, margins_failed
 from harness.models.handle import ModelHandle
 from harness.models.sources import BuildContext, ModelSpec, build_model, parse_spec
