@@ -110,18 +110,29 @@ class Protocol:
         k values, which are not in the fingerprint since each k is its own record) runs again."""
         return fingerprint({"protocol": self.registry_name, **to_dict(self.cfg)})
 
-    def identity(self, data_root: Path) -> RunIdentity:
-        """This request's identity on ``data_root``: harness.running.evaluate asks for it first, to
-        find earlier records and to key the new ones; ``artifact_dir`` keys its folder by the same
-        object. Computed once per (data root, request): reading the data stamp walks the data set."""
+    def model_settings(self, model: ModelHandle) -> dict[str, Any]:
+        """What this protocol builds differently for ``model``, beyond the model's own identity
+        (the mmseg protocols: the backbone wrapper and head of a model their ViT cannot load);
+        folded into the fingerprint of the model's runs when not empty. Default: nothing."""
+        return {}
+
+    def identity(self, data_root: Path, model: ModelHandle | None = None) -> RunIdentity:
+        """This request's identity on ``data_root`` (for ``model``, whose ``model_settings`` join
+        the fingerprint): harness.running.evaluate asks for it first, to find earlier records and
+        to key the new ones; ``artifact_dir`` keys its folder by the same object. Computed once per
+        (data root, request, model settings): reading the data stamp walks the data set."""
         # harness.data imports every reader: the contract loads it only when asked
         from harness.data.io import data_identity
 
         request = self.request_hash()
+        extra = self.model_settings(model) if model is not None else {}
         known = self.__dict__.setdefault("_identities", {})
-        key = (str(data_root), request)
+        key = (str(data_root), request, fingerprint(extra) if extra else "")
         if key not in known:
-            known[key] = RunIdentity(self.fingerprint(), request, data_identity(data_root))
+            data = self.__dict__.setdefault("_data_identities", {})
+            if str(data_root) not in data:
+                data[str(data_root)] = data_identity(data_root)
+            known[key] = RunIdentity(self.fingerprint(extra or None), request, data[str(data_root)])
         return known[key]
 
     def precision(self) -> str:
@@ -134,7 +145,7 @@ class Protocol:
         (resolved root and stamp) and the whole protocol request, so that no other model's,
         data set's or request's run writes there. Within it, files are named by what tells the
         run's records apart (split, seed, variant). ``base``: default results/runs/<protocol>/."""
-        identity = self.identity(data_root)
+        identity = self.identity(data_root, model)
         key = fingerprint({"weights": model.cache_key, "model": model.name, "data": identity.data,
                            "request": identity.request}, length=20)
         return Path(base or results_dir() / "runs" / self.registry_name) / key

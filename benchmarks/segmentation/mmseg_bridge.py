@@ -530,6 +530,10 @@ def build_mmseg_config(cfg: SegConfig, data: ResolvedData, *, backbone: dict, de
         custom_hooks=[dict(type="SslBenchValidationLog",
                            path=str(validation_log or Path(work_dir) / VALIDATION_LOG))],
     )
+    if backbone.get("type") == "SslBenchFeatureBackbone" and not backbone.get("frozen"):
+        # a foreign model trained end to end may hold weights its features never reach (a
+        # transformers pooler, a classifier left in place): DDP must not wait for their gradients
+        d["model_wrapper_cfg"] = dict(type="MMDistributedDataParallel", find_unused_parameters=True)
     # yapf formatting of the dumped config costs seconds per checkpoint (mmengine stores the
     # config text in every checkpoint); the unformatted text is the same config.
     return Config(d, format_python_code=False)
@@ -718,14 +722,9 @@ def run_one(cfg: SegConfig, data: ResolvedData, *, backbone: dict, decode_head: 
             "iters": cfg.iters}
 
 
-def run_seg_protocol(backbone_state_dict: dict[str, torch.Tensor], arch_kwargs: dict, cfg: SegConfig,
-                     data_root: str | Path, work_dir: str | Path, *, head: str,
-                     frozen: bool) -> list[dict]:
-    """The protocol as a plain function: every lr of ``cfg.lrs``, one dict per lr.
-
-    ``arch_kwargs`` needs ``num_heads`` (the rest is read off the state dict). ``head``:
-    "linear" (FCNHead, num_convs=0) or "mask" (SegmenterMaskTransformerHead).
-    """
+def prepare_data(cfg: SegConfig, data_root: str | Path) -> ResolvedData:
+    """Import the mmseg stack, register the harness's mmseg pieces and find the data: what every
+    run needs before its backbone is configured."""
     require_mmseg()
     import mmseg.datasets  # noqa: F401  (registers datasets, transforms)
     import mmseg.evaluation  # noqa: F401
@@ -733,11 +732,14 @@ def run_seg_protocol(backbone_state_dict: dict[str, torch.Tensor], arch_kwargs: 
 
     register_mmseg_modules()
     register_metric()
-    data = resolve_data(cfg.dataset, data_root)
+    return resolve_data(cfg.dataset, data_root)
+
+
+def run_sweep(cfg: SegConfig, data: ResolvedData, work_dir: str | Path, *, backbone: dict,
+              decode_head: dict, head: str) -> list[dict]:
+    """Every lr of ``cfg.lrs`` with one mmseg backbone and head config, one dict per lr (the
+    same sweep whichever backbone: mmseg's ViT or a feature-contract backbone)."""
     work_dir = Path(work_dir)
-    weights = save_converted(backbone_state_dict, work_dir / "backbone_mmseg.safetensors")
-    backbone = backbone_config(backbone_state_dict, arch_kwargs, cfg, frozen=frozen, weights=weights)
-    decode_head = head_config(head, backbone["embed_dims"], backbone["num_heads"], data.num_classes)
     out = []
     for lr in cfg.lrs:
         log.info("%s on %s: lr %g, %d iterations", head, cfg.dataset, lr, cfg.iters)
@@ -747,6 +749,36 @@ def run_seg_protocol(backbone_state_dict: dict[str, torch.Tensor], arch_kwargs: 
                    synthetic=data.is_synthetic)
         out.append(res)
     return out
+
+
+def run_seg_protocol(backbone_state_dict: dict[str, torch.Tensor], arch_kwargs: dict, cfg: SegConfig,
+                     data_root: str | Path, work_dir: str | Path, *, head: str,
+                     frozen: bool) -> list[dict]:
+    """The protocol on a ViT's weights, as mmseg's VisionTransformer: every lr of ``cfg.lrs``,
+    one dict per lr.
+
+    ``arch_kwargs`` needs ``num_heads`` (the rest is read off the state dict). ``head``:
+    "linear" (FCNHead, num_convs=0) or "mask" (SegmenterMaskTransformerHead).
+    """
+    data = prepare_data(cfg, data_root)
+    work_dir = Path(work_dir)
+    weights = save_converted(backbone_state_dict, work_dir / "backbone_mmseg.safetensors")
+    backbone = backbone_config(backbone_state_dict, arch_kwargs, cfg, frozen=frozen, weights=weights)
+    decode_head = head_config(head, backbone["embed_dims"], backbone["num_heads"], data.num_classes)
+    return run_sweep(cfg, data, work_dir, backbone=backbone, decode_head=decode_head, head=head)
+
+
+def vit_mismatch(backbone_state_dict: dict[str, torch.Tensor]) -> str | None:
+    """Why mmseg's VisionTransformer cannot compute a ViT with these weights (register tokens,
+    layer scale, SwiGLU, no CLS position, a fractional MLP ratio), or None when it can."""
+    try:
+        convert_state_dict(backbone_state_dict)
+        mlp_ratio = describe_vit(backbone_state_dict)["mlp_ratio"]
+    except CheckpointError as exc:
+        return str(exc)
+    if abs(mlp_ratio - round(mlp_ratio)) > 1e-9:
+        return f"mlp ratio {mlp_ratio} is not an integer; mmseg's ViT needs one"
+    return None
 
 
 def backbone_config(backbone_state_dict: dict[str, torch.Tensor], arch_kwargs: dict, cfg: SegConfig, *,

@@ -2,6 +2,12 @@
 protocol base; their settings are ``SegConfig`` (benchmarks/segmentation/config.py, with the
 source of every default). Both run through mmseg: benchmarks/segmentation/mmseg_bridge.py
 builds the mmengine config from these settings and runs it.
+
+Two backbone paths, one sweep: a ViT whose weights mmseg's ``VisionTransformer`` computes
+exactly (the harness ViT of every method and zoo checkpoint, a plain timm ViT) is rebuilt as
+that ViT (mmseg_bridge.py); any other model keeps its own module, wrapped as an mmseg backbone
+that returns its patch grid (mmseg_adapted.py). Only the second path adds to the fingerprint
+(``model_settings``): the ViT path's records are those it always wrote.
 """
 from __future__ import annotations
 
@@ -12,8 +18,34 @@ from pathlib import Path
 import torch
 
 from benchmarks.segmentation.config import EXECUTION_ONLY, SegConfig
-from benchmarks.segmentation.mmseg_bridge import MASK_DROP_PATH, MASK_LAYERS, MMSEG_VERSION, run_seg_protocol
+from benchmarks.segmentation import mmseg_adapted
+from benchmarks.segmentation.mmseg_bridge import (MASK_DROP_PATH, MASK_LAYERS, MMSEG_VERSION, run_seg_protocol,
+                                                  vit_mismatch)
 from harness.errors import ConfigError, NotApplicable
+from harness.models.backbone import ViTBackbone
+from harness.models.feature_backbone import is_adapted
+
+
+# ============================================================================ which backbone path
+def mmseg_vit_weights(backbone) -> tuple[dict, dict] | None:
+    """(state dict, arch kwargs with num_heads) of a backbone that mmseg's VisionTransformer
+    computes exactly: the harness ViT, or an adapted timm ViT that computes what the harness ViT
+    computes (``native_equivalent``), whose weights convert strictly; None for any other model."""
+    if is_adapted(backbone):
+        if not backbone.native_equivalent():
+            return None
+        module = backbone.model
+        state = module.state_dict()
+        arch = {"num_heads": module.blocks[0].attn.num_heads}
+    elif isinstance(backbone, ViTBackbone):
+        state = backbone.backbone_state_dict()
+        arch = dict(getattr(backbone, "arch_kwargs", {}) or {})
+        arch.setdefault("num_heads", backbone.blocks[0].attn.num_heads)
+    else:
+        return None
+    if vit_mismatch(state) is not None:
+        return None
+    return state, arch
 
 
 # ============================================================================ protocol glue
@@ -86,34 +118,49 @@ class SegProtocolBase:
     def fingerprint(self, extra: dict | None = None) -> str:
         return super().fingerprint({"head_spec": self.head_spec(), **(extra or {})})
 
+    def model_settings(self, model) -> dict:
+        """Nothing for a model on the ViT path; for any other, the head spec with how its
+        features reach the head (mmseg_adapted.head_spec: the mask transformer's head count)."""
+        if model.context == "pixels" or not hasattr(model.backbone, "embed_dim"):
+            return {}  # refused by run, or not this protocol's model (the chance row)
+        if mmseg_vit_weights(model.backbone) is not None:
+            return {}
+        return {"head_spec": {**self.head_spec(),
+                              **mmseg_adapted.head_spec(model.backbone, self.HEAD, self.FROZEN)}}
+
     def default_work_dir(self, model, data_root: Path) -> Path:
         from harness.data.io import data_stamp
         from harness.paths import home
 
-        # the data stamp too: mmengine resumes from this folder, never from another data set's run
+        # the data stamp too: mmengine resumes from this folder, never from another data set's run;
+        # the model's cache key holds its adapter's settings, the fingerprint its backbone path
+        fingerprint = self.identity(data_root, model).fingerprint
         return (home() / "mmseg" / model.cache_key[:16]
-                / f"{self.registry_name}-{self.fingerprint()}-{data_stamp(data_root)[:8]}")
+                / f"{self.registry_name}-{fingerprint}-{data_stamp(data_root)[:8]}")
 
     def precision(self) -> str:
         return "fp16" if self.cfg.amp else "fp32"  # mmengine's AmpOptimWrapper autocasts to fp16
 
     def run(self, model, data_root: Path) -> list:
-        if model.context == "pixels":  # mmseg rebuilds a ViT from weights; pixels have none
-            raise NotApplicable(f"{self.registry_name} finetunes a ViT through mmseg; the raw-pixel "
-                                "baseline has no network to load")
+        if model.context == "pixels":  # mmseg trains on a network's features; pixels have none
+            raise NotApplicable(f"{self.registry_name} trains a segmentation head on a network's features "
+                                "through mmseg; the raw-pixel baseline has no network")
         if model.device.type == "cpu" and torch.cuda.is_available():
             # mmengine's Runner puts the model on the GPU whenever one is visible
             raise ConfigError(f"{self.registry_name} runs through mmengine, which trains on the GPU when "
                               "torch sees one: run it with --device cuda, or hide the GPUs "
                               "(CUDA_VISIBLE_DEVICES='') to run it on the CPU")
-        b = model.backbone
-        state = b.backbone_state_dict() if hasattr(b, "backbone_state_dict") else b.state_dict()
-        state = {k: v.detach().cpu() for k, v in state.items()}  # mmengine loads them from a file
-        arch = dict(getattr(b, "arch_kwargs", {}) or {})
-        arch.setdefault("num_heads", b.blocks[0].attn.num_heads)
         work_dir = Path(self.cfg.work_dir) if self.cfg.work_dir else self.default_work_dir(model, data_root)
-        runs = run_seg_protocol(state, arch, self.cfg, data_root, work_dir, head=self.HEAD,
-                                frozen=self.FROZEN)
+        vit = mmseg_vit_weights(model.backbone)
+        if vit is not None:
+            state, arch = vit
+            state = {k: v.detach().cpu() for k, v in state.items()}  # mmengine loads them from a file
+            runs = run_seg_protocol(state, arch, self.cfg, data_root, work_dir, head=self.HEAD,
+                                    frozen=self.FROZEN)
+        else:
+            runs = mmseg_adapted.run_feature_seg_protocol(
+                model.backbone, model.cache_key, self.cfg, data_root, work_dir, head=self.HEAD,
+                frozen=self.FROZEN, protocol=self.registry_name)
         if int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) != 0:
             return []  # one set of records per run, written by rank 0
         return to_results(runs, self.cfg)

@@ -18,7 +18,7 @@ from harness.protocol import Protocol, RunIdentity
 def already_done(model: ModelHandle, protocol: Protocol, identity: RunIdentity,
                  runs_dir: Path | None = None) -> list[dict]:
     """Records of an earlier run of this exact (model weights, protocol request, data root and
-    stamp: ``identity``, from ``protocol.identity(data_root)``). Older records match only where
+    stamp: ``identity``, from ``protocol.identity(data_root, model)``). Older records match only where
     they name the same checkpoint sha256 and root: a random init's record without its weights
     key cannot tell which init seed it measured."""
     key = results.model_identity(model.record_info())
@@ -57,7 +57,7 @@ def evaluate(model: ModelHandle, protocol: Protocol, data_root: Path, *, preset:
              runs_dir: Path | None = None, force: bool = False) -> tuple[list[dict], bool]:
     """Returns (records, skipped). Records are written only after the whole protocol run
     succeeded, so a failing run leaves no partial results."""
-    identity = protocol.identity(data_root)
+    identity = protocol.identity(data_root, model)
     if not force:
         done = already_done(model, protocol, identity, runs_dir)
         if done:
