@@ -237,7 +237,8 @@ def test_linear_head_width_comes_from_the_adapter(tmp_path, monkeypatch, synth_t
 @needs_mmseg
 def test_both_protocols_on_a_resnet_a_swin_and_a_transformers_dinov2(synth_tiny, isolated_home):
     pytest.importorskip("transformers")
-    from harness.running.evaluate import build_protocol, evaluate
+    from harness.protocol_info import build_protocol
+    from harness.running.evaluate import evaluate
     from model_zoo_fixtures import tiny_dinov2
 
     data = _few_ade_images(synth_tiny, isolated_home / "ade")
