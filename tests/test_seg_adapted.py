@@ -256,3 +256,30 @@ def test_both_protocols_on_a_resnet_a_swin_and_a_transformers_dinov2(synth_tiny,
                 assert rec["protocol"]["fingerprint"] != protocol.fingerprint()
             work = Path(records[0]["artifacts"]["work_dir"])
             assert model.cache_key[:16] in str(work)
+
+
+@pytest.mark.slow
+@needs_mmseg
+def test_a_timm_vit_and_its_zoo_conversion_share_one_seg_record(synth_tiny, isolated_home):
+    """A plain timm ViT takes mmseg's ViT path with the harness ViT's weights key: the same file
+    reached through `timm:` and through `zoo convert` is one model, measured once."""
+    from harness.cli import main
+    from harness.protocol_info import build_protocol
+    from harness.running.evaluate import evaluate
+    from model_zoo_fixtures import timm_vit_file
+
+    data = _few_ade_images(synth_tiny, isolated_home / "ade")
+    path = timm_vit_file(isolated_home)
+    assert main(["zoo", "convert", str(path), "--out", str(isolated_home / "converted"), "--drop", "head.*",
+                 "--pos-interp", "timm"]) == 0
+    via_timm = build_model(f"timm:vit_small_patch16_224.dino,weights={path}", name="vit-s")
+    via_zoo = build_model(f"checkpoint:{isolated_home / 'converted.safetensors'}", name="vit-s")
+    assert via_timm.cache_key == via_zoo.cache_key
+    (state_a, arch_a), (state_b, arch_b) = (mmseg_vit_weights(m.backbone) for m in (via_timm, via_zoo))
+    assert arch_a["num_heads"] == arch_b["num_heads"] == 6 and state_a.keys() == state_b.keys()
+    assert all(torch.equal(state_a[k], state_b[k]) for k in state_a)  # one mmseg ViT, whichever way
+    protocol = build_protocol("seg_linear", "synth", TINY)
+    first, skipped = evaluate(via_timm, protocol, data)
+    assert not skipped and first[0]["protocol"]["fingerprint"] == protocol.fingerprint()
+    again, skipped = evaluate(via_zoo, protocol, data)
+    assert skipped and [r["metrics"] for r in again] == [r["metrics"] for r in first]
