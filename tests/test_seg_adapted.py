@@ -195,14 +195,37 @@ def test_feature_backbone_returns_the_patch_grid_frozen_or_trainable():
 
 
 @needs_mmseg
+def test_feature_backbone_takes_user_code_and_vits_with_registers(tmp_path):
+    from model_zoo_fixtures import user_code
+
+    code = user_code(tmp_path)
+    for spec, shape in ((f"code:{code}:build,features={code}:features", (1, 48, 8, 8)),
+                        ("random_init:vit_cpu_tiny,reg_tokens=4", (1, 64, 8, 8))):
+        model = build_model(spec)
+        x = torch.randn(1, 3, 64, 64)
+        (fmap,) = _build(model, frozen=True)(x)
+        with torch.no_grad():
+            want = model.backbone.get_features(x, 1, True).patches[:, 0].permute(0, 3, 1, 2)
+        assert fmap.shape == shape
+        torch.testing.assert_close(fmap, want, atol=0, rtol=0)
+
+
+@needs_mmseg
 def test_mmengine_init_leaves_the_handed_over_weights():
-    """mmengine's init_weights walks every child; a timm ViT's own init_weights re-draws its
-    weights, so the wrapper must stop there."""
-    model = build_model({"source": "timm", "target": "vit_small_patch16_224", "weights": "random", "depth": 1})
-    module = _build(model, frozen=False)
-    module.init_weights()
+    """mmengine's init_weights walks every child; a timm ViT's own init_weights (the harness ViT's
+    too) re-draws its weights, so the wrapper must stop there."""
+    from mmseg.registry import MODELS
+
+    from benchmarks.segmentation import mmseg_bridge as mb
+
+    model = build_model("random_init:vit_cpu_tiny,reg_tokens=4")  # a timm VisionTransformer subclass
+    ma.register_feature_backbone()
+    with ma.handed_over(model.cache_key, model.backbone):
+        seg = MODELS.build(dict(type="EncoderDecoder", backbone=ma.feature_backbone_config(model.cache_key, False),
+                                decode_head=mb.head_config("linear", 64, 2, 4)))
+    seg.init_weights()  # what mmengine's Runner calls before training
     for k, v in model.backbone.state_dict().items():
-        assert torch.equal(module.backbone.state_dict()[k], v), k
+        assert torch.equal(seg.backbone.backbone.state_dict()[k], v), k
 
 
 @needs_mmseg
@@ -283,3 +306,15 @@ def test_a_timm_vit_and_its_zoo_conversion_share_one_seg_record(synth_tiny, isol
     assert not skipped and first[0]["protocol"]["fingerprint"] == protocol.fingerprint()
     again, skipped = evaluate(via_zoo, protocol, data)
     assert skipped and [r["metrics"] for r in again] == [r["metrics"] for r in first]
+
+
+def test_a_refusal_is_one_error_line_and_no_record(synth_tiny, isolated_home, capsys):
+    from harness.cli import main
+
+    rc = main(["eval", "--protocol", "seg_linear", "--preset", "synth", "--dataset", "synth_ade", "--data-root",
+               str(synth_tiny), "--model", "timm:resnet18,weights=random", "--set", "crop_size=80"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error:") and "stride 32" in err[0]
+    runs = isolated_home / "results" / "runs"
+    assert not (runs.exists() and list(runs.rglob("*.json")))
+    assert not (isolated_home / "home" / "mmseg").exists()
