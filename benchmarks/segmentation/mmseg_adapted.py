@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 FEATURE_BACKBONE = "SslBenchFeatureBackbone"
 # The rule of the mask transformer's head count (recorded in the fingerprint's head spec).
-MASK_HEADS_RULE = "the model's own when it declares a count dividing the width, else width // 64 rounded down to a divisor"
+MASK_HEADS_RULE = "the model's own if it divides the width, else width // 64 lowered to a divisor"
 HEAD_WIDTH = 64  # the head width of ViT-S, -B and -L
 
 # backbones handed over to the mmseg module: cache key -> module (harness.models.feature_backbone)
