@@ -277,6 +277,8 @@ def test_both_protocols_on_a_resnet_a_swin_and_a_transformers_dinov2(synth_tiny,
                 assert rec["model"]["weights_key"] == model.cache_key and rec["model"]["adapter"]
                 assert rec["protocol"]["fingerprint"] == protocol.identity(data, model).fingerprint
                 assert rec["protocol"]["fingerprint"] != protocol.fingerprint()
+                spec_ = rec["protocol"]["params"]["head_spec"]  # the head spec, readable in the record
+                assert spec_["backbone"] == "feature_contract" and ("mask_heads" in spec_) == (name == "segmenter")
             work = Path(records[0]["artifacts"]["work_dir"])
             assert model.cache_key[:16] in str(work)
 
@@ -304,6 +306,7 @@ def test_a_timm_vit_and_its_zoo_conversion_share_one_seg_record(synth_tiny, isol
     protocol = build_protocol("seg_linear", "synth", TINY)
     first, skipped = evaluate(via_timm, protocol, data)
     assert not skipped and first[0]["protocol"]["fingerprint"] == protocol.fingerprint()
+    assert "head_spec" not in first[0]["protocol"]["params"]  # the ViT path's records as they were
     again, skipped = evaluate(via_zoo, protocol, data)
     assert skipped and [r["metrics"] for r in again] == [r["metrics"] for r in first]
 

@@ -56,12 +56,13 @@ def best_of(runs: list[dict], key: str = "mIoU") -> dict:
     return max(finite, key=lambda r: r["metrics"][key])
 
 
-def to_results(runs: list[dict], cfg: SegConfig, split: str = "val") -> list:
+def to_results(runs: list[dict], cfg: SegConfig, split: str = "val", extra_params: dict | None = None) -> list:
     """One ProtocolResult per lr (variant lr=<lr>) + the best over the sweep (variant lr=best).
 
     Every record names the lr its number comes from (params ``lr``) and carries all the
     validations of that lr's training (params ``validations``: [iteration, mIoU] pairs);
     the number is the last validation's (``reported_iter`` = iters), CrIBo's final one.
+    ``extra_params`` join every record's params (the feature-contract path's head spec).
     """
     from harness.protocol import ProtocolResult
 
@@ -69,7 +70,7 @@ def to_results(runs: list[dict], cfg: SegConfig, split: str = "val") -> list:
         return {"lr": r["lr"], "eta_min": r["lr"] * cfg.eta_min_ratio, "iters": r["iters"],
                 "num_classes": r["num_classes"], "train_lists": r["train_lists"],
                 "synthetic": r["synthetic"], "validations": r["validations"],
-                "reported_iter": r["reported_iter"], "reported": "last validation"}
+                "reported_iter": r["reported_iter"], "reported": "last validation", **(extra_params or {})}
 
     def artifacts(r: dict) -> dict:
         return {"per_class_csv": r["csv"], "validation_log": r["validation_log"], "work_dir": r["work_dir"]}
@@ -152,15 +153,17 @@ class SegProtocolBase:
                               "(CUDA_VISIBLE_DEVICES='') to run it on the CPU")
         work_dir = Path(self.cfg.work_dir) if self.cfg.work_dir else self.default_work_dir(model, data_root)
         vit = mmseg_vit_weights(model.backbone)
+        extra = {}
         if vit is not None:
             state, arch = vit
             state = {k: v.detach().cpu() for k, v in state.items()}  # mmengine loads them from a file
             runs = run_seg_protocol(state, arch, self.cfg, data_root, work_dir, head=self.HEAD,
                                     frozen=self.FROZEN)
         else:
+            extra = self.model_settings(model)  # the head spec, readable in the records
             runs = mmseg_adapted.run_feature_seg_protocol(
                 model.backbone, model.cache_key, self.cfg, data_root, work_dir, head=self.HEAD,
                 frozen=self.FROZEN, protocol=self.registry_name)
         if int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) != 0:
             return []  # one set of records per run, written by rank 0
-        return to_results(runs, self.cfg)
+        return to_results(runs, self.cfg, extra_params=extra)
