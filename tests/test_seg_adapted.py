@@ -1,7 +1,7 @@
 """The mmseg protocols on models mmseg's ViT cannot load (benchmarks/segmentation/mmseg_adapted.py):
 which path a model takes, the mmseg backbone module, the mask head's count, the refusals, and
-(slow) seg_linear and Segmenter end to end on a ResNet, a Swin and a transformers DINOv2 with
-random weights on a few SynthScenes images."""
+(slow) seg_linear and Segmenter end to end on a ResNet, a Swin, a transformers DINOv2 and user
+code with random weights on a few SynthScenes images."""
 from __future__ import annotations
 
 import shutil
@@ -258,15 +258,17 @@ def test_linear_head_width_comes_from_the_adapter(tmp_path, monkeypatch, synth_t
 # ============================================================================ slow: end to end
 @pytest.mark.slow
 @needs_mmseg
-def test_both_protocols_on_a_resnet_a_swin_and_a_transformers_dinov2(synth_tiny, isolated_home):
+def test_both_protocols_on_a_resnet_a_swin_a_transformers_dinov2_and_user_code(synth_tiny, isolated_home):
     pytest.importorskip("transformers")
     from harness.protocol_info import build_protocol
     from harness.running.evaluate import evaluate
-    from model_zoo_fixtures import tiny_dinov2
+    from model_zoo_fixtures import tiny_dinov2, user_code
 
     data = _few_ade_images(synth_tiny, isolated_home / "ade")
     hf_dir, _ = tiny_dinov2(isolated_home)
-    for spec, crop in (("timm:resnet18,weights=random", 64), (SMALL_SWIN, 64), (f"hf:{hf_dir}", 56)):
+    code = user_code(isolated_home)
+    for spec, crop in (("timm:resnet18,weights=random", 64), (SMALL_SWIN, 64), (f"hf:{hf_dir}", 56),
+                       (f"code:{code}:build,features={code}:features", 64)):
         model = build_model(spec)
         for name in ("seg_linear", "segmenter"):
             protocol = build_protocol(name, "synth", {**TINY, "crop_size": crop})
