@@ -77,7 +77,7 @@ class _CountingProtocol(Protocol):
     def __init__(self, out: Path):
         self.out = out
 
-    def fingerprint(self):
+    def fingerprint(self, extra=None):
         return "counting"
 
     def request_hash(self):
