@@ -17,14 +17,13 @@ checkpoint.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError, SslBenchError
-from harness.protocol_info import headline_metric
+from harness.errors import ConfigError
+from harness.protocol_info import headline_metric, setting_names
 from harness.results.records import is_record, iter_records, model_identity, runs_dir
 from harness.text_table import text_table
 from harness.variants import variant_label
@@ -319,20 +318,6 @@ def _same(a: Any, b: Any) -> bool:
     return _norm(a) == _norm(b)
 
 
-def setting_kinds(protocol: str) -> tuple[set[str], set[str]] | None:
-    """(fingerprinted settings, execution-only settings) of a registered protocol; None when it
-    is not registered here."""
-    from harness.registry import PROTOCOLS
-
-    try:
-        cls = PROTOCOLS.get(protocol)
-    except SslBenchError:
-        return None
-    names = {f.name for f in dataclasses.fields(cls.Config)}
-    execution = set(cls.NOT_IN_FINGERPRINT)
-    return names - execution, execution
-
-
 def _variant_differences(have: dict, want: dict) -> list[tuple[str, Any, Any]]:
     """(key, have, want) for every key of ``want`` that ``have`` does not match (None = must be absent)."""
     from harness.paper.spec import same_variant_value
@@ -353,7 +338,7 @@ def _protocol_differences(a: Side, b: Side) -> tuple[list[Difference], list[Diff
     reported: list[Difference] = []
     if a.protocol != b.protocol:
         diffs.append(Difference("protocol", "protocol", a.protocol, b.protocol, YES, "another protocol"))
-    kinds = setting_kinds(a.protocol) if a.protocol == b.protocol else None
+    kinds = setting_names(a.protocol) if a.protocol == b.protocol else None
     paper = a.paper is not None or b.paper is not None
     fingerprinted, execution = kinds if kinds else (set(), set())
     for key in sorted(set(a.params) | set(b.params)):
@@ -574,5 +559,5 @@ def cmd_explain(args) -> int:
 
 
 __all__ = ["YES", "MAY", "NO", "GROUPS", "Side", "PaperCell", "Difference", "record_side", "paper_side",
-           "model_records", "resolve_sides", "setting_kinds", "explain", "format_explanation", "add_cli",
+           "model_records", "resolve_sides", "explain", "format_explanation", "add_cli",
            "cmd_explain"]
