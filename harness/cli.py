@@ -283,12 +283,13 @@ def build_parser() -> argparse.ArgumentParser:
     # Modules with their own subcommands add them (imported here, when the parser is built).
     from harness import scaffold
     from harness.results import compare
+    from harness.results import explain
     from harness.running import reproduce as paper_reproduce
     from harness.results import report
     from harness.models import zoo
     from harness.context import supervised
 
-    for module in (scaffold, zoo, paper_reproduce, report, compare, supervised):
+    for module in (scaffold, zoo, paper_reproduce, report, compare, explain, supervised):
         module.add_cli(sub)
     return p
 

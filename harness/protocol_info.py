@@ -57,3 +57,20 @@ def headline_metric(protocol: str, metrics: Iterable[str]) -> str | None:
             if m.lower() == want.lower():
                 return m
     return sorted(metrics)[0] if metrics else None
+
+
+def setting_names(protocol: str) -> tuple[set[str], set[str]] | None:
+    """(the settings in the fingerprint, the execution-only ones: ``NOT_IN_FINGERPRINT``) of a
+    registered protocol, by the fields of its ``Config``; None for a protocol not registered here.
+    A record's params hold the first and what the run reported; this tells them apart."""
+    import dataclasses
+
+    from harness.registry import PROTOCOLS
+
+    try:
+        cls = PROTOCOLS.get(protocol)
+    except SslBenchError:
+        return None
+    names = {f.name for f in dataclasses.fields(cls.Config)}
+    execution = set(cls.NOT_IN_FINGERPRINT)
+    return names - execution, execution

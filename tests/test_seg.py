@@ -469,7 +469,7 @@ def test_linear_training_keeps_backbone_bit_identical_and_resumes_weights_only(t
 
 
 @needs_mmseg
-def test_every_validation_is_recorded_and_the_last_is_reported(tmp_path, monkeypatch):
+def test_every_validation_is_recorded_and_the_last_is_reported(tmp_path, monkeypatch, capfd):
     """CrIBo's schedules validate every iters/10 and at the end, and its train.py reports
     nothing else: every validation is kept (iteration, mIoU), the number is the last one."""
     from benchmarks.segmentation.seg_linear import SegLinear
@@ -498,6 +498,11 @@ def test_every_validation_is_recorded_and_the_last_is_reported(tmp_path, monkeyp
         assert rec.params["validations"] == run["validations"] and rec.params["reported_iter"] == 4
         assert rec.params["reported"] == "last validation"
     assert records[0].artifacts["validation_log"] == run["validation_log"]
+    # mmengine's dump and logs are in the run's log file; the console has one line for the run
+    assert "System environment" in Path(records[0].artifacts["mmengine_log"]).read_text()
+    out, err = capfd.readouterr()
+    assert "System environment" not in out + err
+    assert [line for line in (out + err).splitlines() if line.startswith("[mmseg linear head]")] != []
 
     # run again: the finished run is read back, not trained (no new mmengine session)
     sessions = sorted(p.name for p in (work / "lr0.01").iterdir() if p.is_dir())

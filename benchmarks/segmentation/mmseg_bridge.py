@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from benchmarks.segmentation import mmengine_log
 from benchmarks.segmentation.layouts import mmseg_layout
 from harness.models.checkpoints import state_mismatch
 from harness.data.segmentation import MmsegLayout
@@ -689,7 +690,6 @@ def run_one(cfg: SegConfig, data: ResolvedData, *, backbone: dict, decode_head: 
     (iteration, mIoU) in order.
     """
     from mmengine.dist import is_main_process
-    from mmengine.runner import Runner
 
     work_dir.mkdir(parents=True, exist_ok=True)
     csv_path = work_dir / "per_class_iou.csv"
@@ -707,19 +707,23 @@ def run_one(cfg: SegConfig, data: ResolvedData, *, backbone: dict, decode_head: 
         mm_cfg = build_mmseg_config(cfg, data, backbone=backbone, decode_head=decode_head, lr=lr,
                                     work_dir=work_dir, csv_path=csv_path, experiment=experiment,
                                     validation_log=log_path)
-        runner = Runner.from_cfg(mm_cfg)
-        with mmengine_checkpoint_loading():
-            runner.train()
-            hook = next(h for h in runner.hooks if type(h).__name__ == "SslBenchValidationLog")
-            if cfg.iters not in hook.history:
-                # resumed from the last checkpoint of a run whose final validation did not finish
-                runner.val()
+        with mmengine_log.run_log() as quiet:  # mmengine's console output -> the run's log file
+            runner = quiet.build_runner(mm_cfg)
+            with mmengine_checkpoint_loading():
+                runner.train()
+                hook = next(h for h in runner.hooks if type(h).__name__ == "SslBenchValidationLog")
+                if cfg.iters not in hook.history:
+                    # resumed from the last checkpoint of a run whose final validation did not finish
+                    runner.val()
         earlier.update(hook.history)
+        mmengine_log_file = quiet.log_file
+    else:
+        mmengine_log_file = None
     history = dict(sorted(earlier.items()))
     return {"lr": lr, "metrics": dict(history[cfg.iters]), "reported_iter": cfg.iters,
             "validations": [[it, m.get("mIoU")] for it, m in history.items()],
             "csv": str(csv_path), "validation_log": str(log_path), "work_dir": str(work_dir),
-            "iters": cfg.iters}
+            "iters": cfg.iters, "mmengine_log": mmengine_log_file}
 
 
 def prepare_data(cfg: SegConfig, data_root: str | Path) -> ResolvedData:
@@ -739,6 +743,8 @@ def run_sweep(cfg: SegConfig, data: ResolvedData, work_dir: str | Path, *, backb
               decode_head: dict, head: str) -> list[dict]:
     """Every lr of ``cfg.lrs`` with one mmseg backbone and head config, one dict per lr (the
     same sweep whichever backbone: mmseg's ViT or a feature-contract backbone)."""
+    from mmengine.dist import is_main_process
+
     work_dir = Path(work_dir)
     out = []
     for lr in cfg.lrs:
@@ -747,6 +753,8 @@ def run_sweep(cfg: SegConfig, data: ResolvedData, work_dir: str | Path, *, backb
                       work_dir=work_dir / f"lr{lr:g}", tag=f"{head}_{data.spec.name}")
         res.update(dataset=data.spec.name, num_classes=data.num_classes, train_lists=data.train_lists,
                    synthetic=data.is_synthetic)
+        if is_main_process():
+            mmengine_log.run_line(head, cfg.dataset, lr, res["metrics"], cfg.iters, res["mmengine_log"])
         out.append(res)
     return out
 

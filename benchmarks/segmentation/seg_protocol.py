@@ -73,7 +73,8 @@ def to_results(runs: list[dict], cfg: SegConfig, split: str = "val", extra_param
                 "reported_iter": r["reported_iter"], "reported": "last validation", **(extra_params or {})}
 
     def artifacts(r: dict) -> dict:
-        return {"per_class_csv": r["csv"], "validation_log": r["validation_log"], "work_dir": r["work_dir"]}
+        return {"per_class_csv": r["csv"], "validation_log": r["validation_log"], "work_dir": r["work_dir"],
+                **({"mmengine_log": r["mmengine_log"]} if r.get("mmengine_log") else {})}
 
     out = []
     for r in runs:

@@ -11,6 +11,8 @@ leaderboard.html's), plots embedded as SVG data URIs, no request leaves the page
 - a provenance panel per row: checkpoint, sha256, weights key, protocol preset, settings and
   fingerprint, the checkpoint's training config when its .json is readable, git commit,
   device, dates and record ids;
+- a sweeps section: every value of each swept setting the records keep (harness.results.sweeps),
+  not only the best;
 - a paper section: the published numbers (results/paper) beside the records of the zoo
   checkpoints they name, with delta and verdict (harness.paper.verdict.compare_cells); records
   measured under other settings than the table's are refused, as the leaderboard refuses
@@ -40,6 +42,7 @@ from harness.results import html_assets
 from harness.results.leaderboard import build_leaderboard, column_keys, display_labels, format_cell
 from harness.protocol_info import declared_headline, headline_metric
 from harness.results.records import load_results, runs_dir, to_records
+from harness.results.sweeps import sweeps_section
 from harness.variants import fraction_value, parse_variant, variant_label
 from harness.results.table import SHORT_FP, disambiguate_models, flatten_records
 
@@ -486,6 +489,9 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
     sections = [_protocol_section(df, p, gs, records_by_row, i) for i, (p, gs) in enumerate(by_protocol.items())]
     if not sections:
         sections = ['<section><h2>No records</h2><p class="note">No result record was found.</p></section>']
+    sweeps = sweeps_section(records)  # every value of each sweep the records keep
+    if sweeps:
+        sections.append(sweeps)
     if tables:
         sections.append(_paper_section(cells, tables))
     messages = df.attrs.get("messages") or []
@@ -494,7 +500,7 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
                         + "".join(f"<li>{esc(m)}</li>" for m in messages) + "</ul></section>")
     n_models = len(df.index)
     nav = "".join(f'<a href="#protocol-{esc(p)}">{esc(p)}</a>' for p in by_protocol) + \
-        ('<a href="#paper">paper</a>' if tables else "") + ('<a href="#conflicts">not comparable</a>' if messages else "")
+        ('<a href="#sweeps">sweeps</a>' if sweeps else "") + ('<a href="#paper">paper</a>' if tables else "") + ('<a href="#conflicts">not comparable</a>' if messages else "")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'">
