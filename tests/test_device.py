@@ -61,6 +61,8 @@ def test_the_cpu_kernel_probe_runs_once_per_process_and_reads_a_kernel_failure(m
     def packs_without_avx512(*a, **k):  # what an AMX Xeon raises under ATEN_CPU_CAPABILITY=default
         raise RuntimeError(PACK_ERROR + "\nException raised from pack_vnni2 at vec_half.h:114")
 
+    with torch.inference_mode():  # the caller's grad mode does not decide the answer
+        assert devices.cpu_kernel_failure.__wrapped__("bf16", backward=True) == devices.cpu_kernel_failure("bf16", True)
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", packs_without_avx512)
     assert devices.cpu_kernel_failure.__wrapped__("bf16") == PACK_ERROR  # its first line
     assert devices.cpu_kernel_failure.__wrapped__("fp32") is None  # fp32 asks nothing of them

@@ -114,14 +114,17 @@ def cpu_kernel_failure(precision: str, backward: bool = False) -> str | None:
         return None
     g = torch.Generator().manual_seed(0)
     tokens, heads, head_dim = 128, 4, 64
-    x = torch.randn(tokens, heads * head_dim, generator=g, requires_grad=backward)
+    x = torch.randn(tokens, heads * head_dim, generator=g)
     w = torch.randn(3 * heads * head_dim, heads * head_dim, generator=g) * head_dim ** -0.5
-    try:
-        with torch.autocast(device_type="cpu", dtype=_DTYPES[precision]):
-            q, k, v = torch.nn.functional.linear(x, w).reshape(1, tokens, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
-            out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
-        if backward:
-            out.float().sum().backward()
+    try:  # whatever grad mode the caller is in (an extraction runs under inference_mode)
+        with torch.inference_mode(False), torch.set_grad_enabled(backward):
+            x = x.clone().requires_grad_(backward)
+            with torch.autocast(device_type="cpu", dtype=_DTYPES[precision]):
+                qkv = torch.nn.functional.linear(x, w).reshape(1, tokens, 3, heads, head_dim)
+                q, k, v = qkv.permute(2, 0, 3, 1, 4)
+                out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            if backward:
+                out.float().sum().backward()
     except RuntimeError as exc:
         return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return None
