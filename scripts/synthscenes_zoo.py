@@ -8,7 +8,8 @@
 SSL_BENCH_HOME) and runs each recipe of configs/zoo/synthscenes_recipes.yaml as its own
 `ssl-bench pretrain` (methods) or `ssl-bench supervised` (the supervised reference) process,
 one after another, into RUNS/<name>/; beside each run it writes provenance.json: the exact
-command, the code commit and whether the tree was clean, the machine, torch, and the wall time.
+command (with the placeholders `{synthscenes}` and `{out}` for this machine's folders, which
+`ssl-bench zoo command NAME` resolves on another), the data folder, the code commit and whether the tree was clean, the machine, torch, and the wall time.
 A run cut off resumes from RUNS/<name>/resume.pt when `train` is run again.
 
 `register` copies each run's backbone into configs/zoo/synthscenes/<name>.safetensors (+ .json,
@@ -48,11 +49,12 @@ def load_recipes() -> dict:
     return yaml.safe_load(RECIPES.read_text())
 
 
-def recipe_command(recipe: dict, data_root: Path, out: Path) -> list[str]:
-    """The ssl-bench arguments that train one recipe into ``out``."""
+def recipe_command(recipe: dict, data_root: str | Path = "{synthscenes}", out: str | Path = "{out}") -> list[str]:
+    """The ssl-bench arguments that train one recipe into ``out``; by default with the
+    placeholders the zoo records (harness.models.zoo.recorded_command resolves them)."""
     if "pretrain" in recipe:
         sets = [a for s in recipe.get("set", []) for a in ("--set", s)]
-        return ["pretrain", f"configs/{recipe['pretrain']}", *sets, "--data-root", str(data_root),
+        return ["pretrain", recipe["pretrain"], *sets, "--data-root", str(data_root),
                 "--out", str(out), "--no-progress"]
     sets = [a for k, v in recipe["supervised"].items() for a in ("--set", f"{k}={v}")]
     return ["supervised", *sets, "--data-root", str(data_root), "--out", str(out), "--no-progress"]
@@ -95,7 +97,9 @@ def train(args) -> None:
         start = dt.datetime.now(dt.timezone.utc)
         t0 = time.perf_counter()
         subprocess.run([sys.executable, str(ROOT / "run_benchmark.py"), *cmd], cwd=ROOT, check=True)
-        prov = {"command": "ssl-bench " + " ".join(cmd), "recipe": recipe,
+        # recorded with the placeholders of this machine's folders, so that it runs anywhere
+        prov = {"command": " ".join(["ssl-bench", *recipe_command(recipe)]), "data_root": str(data_root),
+                "recipe": recipe,
                 "code_commit": git("rev-parse", "HEAD"), "tree_clean": git("status", "--porcelain") == "",
                 "started": start.isoformat(timespec="seconds"), "wall_s": round(time.perf_counter() - t0, 1),
                 "made_by": "python -m scripts.synthscenes_zoo train", **machine()}
@@ -136,7 +140,7 @@ def register(args) -> None:
         log = SHIPPED / f"{name}.log.jsonl"
         log.write_text("".join(json.dumps({k: v for k, v in r.items() if k in keep or k.startswith("loss")})
                                + "\n" for r in rows))
-        data_root = Path(prov["command"].split("--data-root ")[1].split()[0])
+        data_root = Path(prov["data_root"])
         synth = json.loads((data_root / "meta.json").read_text())
         entries.append({
             "name": name, "method": meta["method"], "arch": meta["arch"], "patch_size": meta["patch_size"],

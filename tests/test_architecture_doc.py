@@ -33,3 +33,18 @@ def test_every_harness_path_the_doc_names_exists():
     paths = set(re.findall(r"`(harness/[\w/]+\.py)`", DOC.read_text()))
     stale = sorted(p for p in paths if not (REPO / p).is_file())
     assert paths and not stale, f"docs/ARCHITECTURE.md names modules that do not exist: {stale}"
+
+
+def test_the_counts_and_lists_the_doc_states_are_the_codes():
+    """The importer layouts it counts and the modules that add their own subcommands."""
+    from harness.models.importers import LAYOUTS
+
+    block = _layout_block()
+    assert re.search(rf"\b{len(LAYOUTS)} layouts\)", block), f"the importers hold {len(LAYOUTS)} layouts"
+    cli_entry = block[block.index("  cli.py "):block.index("(`add_cli(subparsers)`)")]
+    with_cli = sorted(str(p.relative_to(REPO / "harness").with_suffix("")) for p in (REPO / "harness").rglob("*.py")
+                      if "def add_cli(" in p.read_text())
+    cli_source = (REPO / "harness" / "cli.py").read_text()
+    for module in with_cli:
+        assert module in cli_entry, f"docs/ARCHITECTURE.md's cli.py entry does not name {module}"
+        assert f"import {module.rsplit('/', 1)[-1]}" in cli_source, f"harness/cli.py does not add {module}'s commands"

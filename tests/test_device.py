@@ -49,6 +49,59 @@ def test_precision_names_are_checked():
         devices.check_precision("fp8", torch.device("cpu"))
 
 
+PACK_ERROR = "pack_vnni2 is only supported when avx512 is supported"
+
+
+def test_the_cpu_kernel_probe_runs_once_per_process_and_reads_a_kernel_failure(monkeypatch):
+    assert devices.cpu_kernel_failure("fp32") is None
+    first = devices.cpu_kernel_failure("bf16")
+    hits = devices.cpu_kernel_failure.cache_info().hits
+    assert devices.cpu_kernel_failure("bf16") is first and devices.cpu_kernel_failure.cache_info().hits == hits + 1
+
+    def packs_without_avx512(*a, **k):  # what an AMX Xeon raises under ATEN_CPU_CAPABILITY=default
+        raise RuntimeError(PACK_ERROR + "\nException raised from pack_vnni2 at vec_half.h:114")
+
+    with torch.inference_mode():  # the caller's grad mode does not decide the answer
+        assert devices.cpu_kernel_failure.__wrapped__("bf16", backward=True) == devices.cpu_kernel_failure("bf16", True)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", packs_without_avx512)
+    assert devices.cpu_kernel_failure.__wrapped__("bf16") == PACK_ERROR  # its first line
+    assert devices.cpu_kernel_failure.__wrapped__("fp32") is None  # fp32 asks nothing of them
+
+
+def test_a_cpu_that_cannot_run_a_precision_is_one_clear_refusal(monkeypatch):
+    seen = []
+    monkeypatch.setattr(devices, "cpu_kernel_failure", lambda p, backward=False: seen.append((p, backward)) or PACK_ERROR)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    with pytest.raises(DeviceError) as err:
+        devices.prepare(torch.device("cpu"), "bf16", backward=True)
+    msg = str(err.value)
+    assert "\n" not in msg and PACK_ERROR in msg and "ATEN_CPU_CAPABILITY=default" in msg
+    assert msg.endswith("use precision fp32 or unset ATEN_CPU_CAPABILITY") and seen == [("bf16", True)]
+    assert devices.check_precision("fp32", torch.device("cpu")) == "fp32" and len(seen) == 1
+
+
+def test_bf16_refused_by_the_cpu_is_one_error_line_from_eval_and_pretrain(isolated_home, synth_tiny, capsys,
+                                                                          monkeypatch, tmp_path):
+    import yaml
+
+    from harness.cli import main
+    from test_engine import TINY_DINO
+
+    monkeypatch.setattr(devices, "cpu_kernel_failure", lambda p, backward=False: PACK_ERROR)
+    cfg = tmp_path / "dino.yaml"
+    cfg.write_text(yaml.safe_dump(TINY_DINO))
+    runs = (KNN + ["--data-root", str(synth_tiny / "imagenet"), "--device", "cpu", "--set", "precision=bf16"],
+            ["pretrain", str(cfg), "--data-root", str(synth_tiny), "--out", str(tmp_path / "o"), "--no-progress",
+             "--device", "cpu", "--set", "train.precision=bf16", "--set", "train.max_steps=2"])
+    for argv in runs:
+        rc = main(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and err[0].startswith("error: precision bf16 was asked for on the CPU")
+    runs_dir = isolated_home / "results" / "runs"
+    assert not runs_dir.exists() or not any(runs_dir.iterdir())
+    assert not (tmp_path / "o" / "backbone.safetensors").exists()
+
+
 def test_autocast_is_off_for_fp32_and_on_for_half_precisions():
     x = torch.randn(4, 8)
     w = torch.randn(8, 8)
@@ -175,6 +228,10 @@ def test_trainer_wraps_the_method_in_distributed_data_parallel(tmp_path, synth_t
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_half_precision_pretraining_runs_and_logs_the_data_share(tmp_path, synth_tiny, precision):
     import yaml
+
+    failure = devices.cpu_kernel_failure(precision, backward=True)
+    if failure:
+        pytest.skip(f"this CPU cannot run torch's {precision} kernels here: {failure}")
 
     from test_engine import TINY_DINO
 

@@ -228,6 +228,25 @@ def test_dataset_layouts_resolve(tmp_path):
         mb.resolve_data("ade20k", tmp_path / "nowhere")
 
 
+def test_every_layout_names_a_registered_data_set_and_the_data_layer_holds_no_protocol_setting():
+    """How mmseg reads a data set and for how many iterations are the protocols' settings
+    (benchmarks/segmentation/layouts.py); the data layer only registers the names."""
+    import harness.data.segmentation as data_seg
+    from benchmarks.segmentation.layouts import ALIASES, LAYOUTS, mmseg_layout
+    from harness.registry import DATASETS
+
+    for name, layout in LAYOUTS.items():
+        assert name == layout.name and name in DATASETS
+    assert all(target in LAYOUTS for target in ALIASES.values())
+    assert mmseg_layout("voc") is mmseg_layout("synth_voc") is LAYOUTS["voc12aug"]
+    assert (mmseg_layout("ade20k").long_iters, mmseg_layout("voc").short_iters) == (160_000, 20_000)
+    with pytest.raises(ConfigError, match="'cityscapes' is unknown; choose one of voc12aug, ade20k"):
+        mmseg_layout("cityscapes")
+    text = Path(data_seg.__file__).read_text()
+    assert not any(word in text for word in ("iters", "Dataset\"", "MmsegLayout", "scale_ratio"))
+    assert not hasattr(DATASETS.get("ade20k"), "mmseg")
+
+
 # ============================================================================ dependency
 def test_missing_mmcv_ops_is_a_clear_error(monkeypatch, tmp_path):
     from benchmarks.segmentation.seg_linear import SegLinear

@@ -1,5 +1,6 @@
 """The recipe on record is the one that made each shipped SynthScenes checkpoint: the first 30
-steps of every recipe, retrained here, log the losses of the shipped training log."""
+steps of every recorded command, resolved here and run as recorded (with the step flag
+appended), log the losses of the shipped training log."""
 import json
 import os
 import subprocess
@@ -9,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.models.zoo import SHIPPED_ZOO_DIR, load_zoo
-from scripts.synthscenes_zoo import RECIPES, recipe_command
+from harness.models.zoo import SHIPPED_ZOO_DIR, load_zoo, recorded_command
+from scripts.synthscenes_zoo import RECIPES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -30,11 +31,12 @@ def test_first_steps_of_every_recipe_log_the_shipped_losses(tmp_path):
     subprocess.run(sys_path + ["data", "synth", "--preset", spec["data"]["synth_preset"], "--seed",
                                str(spec["data"]["synth_seed"]), "--no-progress"], env=env, check=True,
                    capture_output=True)
-    data_root = next((tmp_path / "home" / "data").iterdir())
     zoo = load_zoo()
     for name, recipe in spec["recipes"].items():
         out = tmp_path / name
-        cmd = recipe_command(recipe, data_root, out)
+        with pytest.MonkeyPatch.context() as mp:  # the data cache the command resolves to
+            mp.setenv("SSL_BENCH_HOME", env["SSL_BENCH_HOME"])
+            cmd = recorded_command(zoo[name], out)
         cmd += ["--set", f"steps={STEPS}"] if "supervised" in recipe else ["--set", f"train.max_steps={STEPS}"]
         done = subprocess.run(sys_path + cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]

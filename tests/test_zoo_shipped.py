@@ -2,7 +2,10 @@
 names (size, sha256), its training log is the one on record, its recipe is the one the
 retrain suite runs, and a changed byte stops a run with one clear error."""
 import json
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ import yaml
 from harness.models import zoo as zoo_module
 from harness.errors import CheckpointError, ConfigError
 from harness.io_utils import sha256_file
-from harness.models.zoo import SHIPPED_ZOO_DIR, load_zoo, verify_shipped, zoo_model
+from harness.models.zoo import SHIPPED_ZOO_DIR, load_zoo, recorded_command, verify_shipped, zoo_model
 
 REPO = Path(__file__).resolve().parent.parent
 ZOO_FILE = SHIPPED_ZOO_DIR / "synthscenes.yaml"
@@ -49,6 +52,72 @@ def test_provenance_says_how_to_regenerate_it(name):
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     assert rows[-1]["step"] == prov["steps"]
     assert all("loss" in r and "lr" in r for r in rows)
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_the_recorded_command_is_the_recipe_with_placeholders_for_the_machine_folders(name):
+    from scripts.synthscenes_zoo import recipe_command
+
+    command = SHIPPED[name].provenance["command"]
+    assert command == " ".join(["ssl-bench", *recipe_command(RECIPES[name])])
+    assert "--data-root {synthscenes}" in command and "--out {out}" in command
+    assert not [a for a in shlex.split(command) if a.startswith(("/", "~")) or "configs/" in a]
+
+
+def test_a_recorded_command_resolves_on_this_machine(isolated_home, monkeypatch):
+    from harness.data.synthetic import GENERATOR_VERSION, default_root
+
+    entry = SHIPPED["synth_dino"]
+    args = recorded_command(entry, isolated_home / "retrain")
+    synth = entry.provenance["data"]["synthscenes"]
+    assert args[args.index("--data-root") + 1] == str(default_root(synth["preset"], synth["seed"]))
+    assert args[args.index("--data-root") + 1].startswith(str(isolated_home / "home"))
+    assert args[args.index("--out") + 1] == str((isolated_home / "retrain").resolve())
+    assert args[:2] == ["pretrain", "methods/dino_cpu.yaml"] and not any("{" in a for a in args)
+    other = dict(entry.provenance, data={"synthscenes": {**synth, "version": GENERATOR_VERSION + 1}})
+    monkeypatch.setattr(entry, "provenance", other)
+    with pytest.raises(ConfigError, match=f"SynthScenes v{GENERATOR_VERSION + 1}; this harness generates"):
+        recorded_command(entry, "o")
+    monkeypatch.setattr(entry, "provenance", dict(entry.provenance, command="ssl-bench pretrain x --out {outdir}"))
+    with pytest.raises(ConfigError, match=r"holds \{outdir\}, which this harness does not resolve"):
+        recorded_command(entry, "o")
+
+
+def test_zoo_command_prints_the_data_generation_until_the_data_is_there(isolated_home, capsys):
+    from harness.cli import main
+    from harness.data.synthetic import default_root
+
+    assert main(["zoo", "command", "synth_supervised", "--out", str(isolated_home / "o")]) == 0
+    first, command = capsys.readouterr().out.strip().splitlines()
+    assert first == "ssl-bench data synth --preset small --seed 0"
+    assert command == shlex.join(["ssl-bench", *recorded_command(SHIPPED["synth_supervised"], isolated_home / "o")])
+    default_root("small", 0).mkdir(parents=True)
+    assert main(["zoo", "command", "synth_supervised", "--out", str(isolated_home / "o")]) == 0
+    assert capsys.readouterr().out.strip().splitlines() == [command]
+    assert main(["zoo", "command", "dino_vits16"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: dino_vits16 is a published checkpoint")
+
+
+@pytest.mark.slow  # ~25 s: SynthScenes small, then two trainings of 2 steps
+def test_printed_commands_run_verbatim_from_any_folder(tmp_path):
+    """What `ssl-bench zoo command` prints runs as printed, outside the checkout, with only
+    the documented step flag appended."""
+    env = dict(__import__("os").environ, SSL_BENCH_HOME=str(tmp_path / "home"), OMP_NUM_THREADS="2")
+    cli = [sys.executable, str(REPO / "run_benchmark.py")]
+    for name, steps in (("synth_supervised", "steps=2"), ("synth_dino", "train.max_steps=2")):
+        out = tmp_path / name
+        printed = subprocess.run(cli + ["zoo", "command", name, "--out", str(out)], env=env, cwd=tmp_path,
+                                 capture_output=True, text=True, check=True).stdout.strip().splitlines()
+        for line in printed:
+            argv = shlex.split(line)
+            assert argv[0] == "ssl-bench"
+            extra = ["--set", steps] if argv[1] != "data" else []
+            done = subprocess.run(cli + argv[1:] + extra, env=env, cwd=tmp_path, capture_output=True, text=True,
+                                  timeout=600)
+            assert done.returncode == 0, done.stderr[-2000:]
+        assert (out / "backbone.safetensors").is_file()
+        assert json.loads((out / "log.jsonl").read_text().splitlines()[-1])["step"] == 2
 
 
 def test_retrain_suite_runs_the_recipes_on_record():

@@ -50,9 +50,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from benchmarks.segmentation import mmengine_log
-from benchmarks.segmentation.layouts import mmseg_layout
+from benchmarks.segmentation.layouts import MmsegLayout, mmseg_layout
 from harness.models.checkpoints import state_mismatch
-from harness.data.segmentation import MmsegLayout
 from harness.errors import CheckpointError, ConfigError, DataError, MissingDependencyError
 
 if TYPE_CHECKING:

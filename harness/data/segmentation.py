@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal, Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 from PIL import Image
@@ -51,24 +50,6 @@ ADE20K_CLASSES = (
 )
 assert len(VOC_CLASSES) == 21 and len(ADE20K_CLASSES) == 150
 
-@dataclass(frozen=True)
-class MmsegLayout:
-    """How mmsegmentation's dataset config reads a dataset (the segmentation protocols run
-    through mmseg), with sizes relative to the 512 crop its configs assume."""
-
-    name: str
-    mmseg_type: str
-    num_classes: int
-    long_iters: int                                 # CrIBo's *-160k / *-80k configs
-    short_iters: int                                # its Segmenter-only *-40k / *-20k configs
-    reduce_zero_label: bool
-    layout: Literal["ade", "voc", "context", "coco_stuff"]
-    scale_ratio: tuple[float, float] = (4.0, 1.0)  # Resize scale / crop: (2048, 512) at 512
-    train_crop_ratio: float = 1.0                   # pipeline RandomCrop / crop (Context: 480 / 512)
-    pad_train: bool = False                         # voc12aug's extra Pad(crop) in the pipeline
-    seg_map_suffix: str = ".png"
-
-
 _SYNTH_HINT = ("point the data root at a folder that holds it, or generate SynthScenes with "
                "`ssl-bench data synth --out DIR` and use DIR as the data root")
 
@@ -94,7 +75,6 @@ class SegmentationDataset:
     """
 
     name: str = "segmentation"
-    mmseg: ClassVar[MmsegLayout | None] = None  # how the mmseg protocols read it, if they do
     ignore_index: int = IGNORE_INDEX
     num_classes: int
     class_names: tuple[str, ...]
@@ -200,7 +180,6 @@ class VOCSegmentation(SegmentationDataset):
 
     name = "voc"
     SPLITS = ("train", "val", "trainaug")
-    mmseg = MmsegLayout("voc12aug", "PascalVOCDataset", 21, 80_000, 20_000, False, "voc", pad_train=True)
 
     def __init__(self, root: str | Path, split: str = "train"):
         if split not in self.SPLITS:
@@ -251,7 +230,6 @@ class ADE20KSegmentation(SegmentationDataset):
     so class indices run 0..149 (0..15 for SynthScenes)."""
 
     name = "ade20k"
-    mmseg = MmsegLayout("ade20k", "ADE20KDataset", 150, 160_000, 40_000, True, "ade")
     _ALIASES = {"training": "training", "train": "training", "validation": "validation",
                 "val": "validation"}
 
@@ -301,32 +279,27 @@ class ADE20KSegmentation(SegmentationDataset):
 
 
 class ReadByMmsegOnly:
-    """A dataset only mmseg reads, inside the segmentation protocols (``seg_linear``,
-    ``segmenter``): registered for its :class:`MmsegLayout`; the harness has no reader for it."""
+    """A data set only mmsegmentation reads, inside the segmentation protocols (how, in
+    benchmarks/segmentation/layouts.py): registered by name; the harness has no reader for it."""
 
     harness_reader: ClassVar[bool] = False
-    mmseg: ClassVar[MmsegLayout]
+    name: ClassVar[str]
 
     def __init__(self, root: str | Path, split: str = "val"):
-        raise DataError(f"{self.mmseg.name} is read by mmsegmentation inside the segmentation "
-                        f"protocols (seg_linear, segmenter); the harness has no reader for it")
+        raise DataError(f"{self.name} is read by mmsegmentation inside the segmentation protocols; "
+                        f"the harness has no reader for it")
 
 
 @register_dataset("pascal_context")
 class PascalContext(ReadByMmsegOnly):
-    # CrIBo's configs/_base_/datasets/pascal_context.py: 60 classes (background included).
-    mmseg = MmsegLayout("pascal_context", "PascalContextDataset", 60, 80_000, 20_000, False,
-                        "context", scale_ratio=(520 / 512, 520 / 512), train_crop_ratio=480 / 512)
+    name = "pascal_context"  # 60 classes, background included
 
 
 @register_dataset("pascal_context_59")
 class PascalContext59(ReadByMmsegOnly):
-    # mmseg's pascal_context_59.py: background ignored (reduce_zero_label).
-    mmseg = MmsegLayout("pascal_context_59", "PascalContextDataset59", 59, 80_000, 20_000, True,
-                        "context", scale_ratio=(520 / 512, 520 / 512), train_crop_ratio=480 / 512)
+    name = "pascal_context_59"  # background ignored
 
 
 @register_dataset("coco_stuff164k")
 class CocoStuff164k(ReadByMmsegOnly):
-    mmseg = MmsegLayout("coco_stuff164k", "COCOStuffDataset", 171, 160_000, 40_000, False,
-                        "coco_stuff", seg_map_suffix="_labelTrainIds.png")
+    name = "coco_stuff164k"

@@ -10,6 +10,8 @@ shipped checkpoint is verified against its entry's size and sha256 on every use.
 from __future__ import annotations
 
 import difflib
+import re
+import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -196,8 +198,62 @@ def verify_shipped(entry: ZooEntry) -> Path:
         raise CheckpointError(
             f"shipped checkpoint {entry.name}: {path} {problem}. It is not the file ssl-bench "
             f"ships; restore it (`git checkout -- {path}` in the checkout, or reinstall "
-            f"ssl-bench), or retrain it with the command in its zoo entry's provenance")
+            f"ssl-bench), or retrain it with the command that made it (`ssl-bench zoo command {entry.name}`)")
     return path
+
+
+# The folders of a recorded command (a shipped entry's provenance.command), which differ from
+# machine to machine; everything else in it runs as recorded.
+COMMAND_PLACEHOLDERS = {
+    "{synthscenes}": "the SynthScenes folder of the entry's provenance.data, in this machine's data cache "
+                     "(`ssl-bench data synth --preset P --seed S` makes it)",
+    "{out}": "the output folder of the training",
+}
+
+
+def recorded_command(entry: ZooEntry, out: str | Path) -> list[str]:
+    """The arguments of ``ssl-bench`` that made the shipped checkpoint ``entry``, with its
+    placeholders resolved on this machine: ``{out}`` to ``out``, ``{synthscenes}`` to the
+    SynthScenes cache folder of the preset and seed the entry was trained on."""
+    command = entry.provenance.get("command") or ""
+    if not command.startswith("ssl-bench "):
+        raise ConfigError(f"{entry.name}: no recorded `ssl-bench ...` command in its provenance "
+                          f"(found {command!r})")
+    values = {"{out}": str(Path(out).expanduser().resolve())}
+    if "{synthscenes}" in command:
+        values["{synthscenes}"] = str(_synthscenes_folder(entry))
+    args = shlex.split(command)[1:]
+    resolved = [re.sub(r"\{[a-z_]+\}", lambda m: values.get(m.group(0), m.group(0)), a) for a in args]
+    left = sorted({m for a in resolved for m in re.findall(r"\{[a-z_]+\}", a)})
+    if left:
+        raise ConfigError(f"{entry.name}: its recorded command holds {', '.join(left)}, which this harness "
+                          f"does not resolve; known placeholders: {', '.join(COMMAND_PLACEHOLDERS)}")
+    return resolved
+
+
+def _synthscenes_folder(entry: ZooEntry) -> Path:
+    from harness.data.synthetic import GENERATOR_VERSION, default_root
+
+    synth = (entry.provenance.get("data") or {}).get("synthscenes") or {}
+    if not {"preset", "seed", "version"} <= set(synth):
+        raise ConfigError(f"{entry.name}: its recorded command names {{synthscenes}} but its provenance.data "
+                          f"says no SynthScenes preset, seed and version (found {synth})")
+    if synth["version"] != GENERATOR_VERSION:
+        raise ConfigError(f"{entry.name} was trained on SynthScenes v{synth['version']}; this harness generates "
+                          f"v{GENERATOR_VERSION}, other images: its command cannot run on the data it was "
+                          f"recorded with (use the ssl-bench version of its code_commit)")
+    return default_root(synth["preset"], int(synth["seed"]))
+
+
+def format_recorded_command(entry: ZooEntry, out: str | Path) -> str:
+    """The shell lines that retrain ``entry`` here: the data generation, when its SynthScenes
+    folder is not there yet, then the recorded command."""
+    lines = []
+    if "{synthscenes}" in entry.provenance.get("command", "") and not _synthscenes_folder(entry).is_dir():
+        synth = entry.provenance["data"]["synthscenes"]
+        lines.append(f"ssl-bench data synth --preset {shlex.quote(str(synth['preset']))} --seed {int(synth['seed'])}")
+    lines.append(shlex.join(["ssl-bench", *recorded_command(entry, out)]))
+    return "\n".join(lines)
 
 
 def verify_file(entry: ZooEntry, file: str | Path) -> str:
@@ -287,8 +343,8 @@ def zoo_model(name: str, zoo_dir: str | Path, trust: bool = False, zoo_path: str
 
 # ----------------------------------------------------------------------------- CLI
 def add_cli(subparsers) -> None:
-    """Adds `zoo list|import|convert` to an argparse subparsers object."""
-    z = subparsers.add_parser("zoo", help="published checkpoints: list, import")
+    """Adds `zoo list|import|convert|command` to an argparse subparsers object."""
+    z = subparsers.add_parser("zoo", help="published checkpoints: list, import, convert; the command of a shipped one")
     zs = z.add_subparsers(dest="zoo_command", required=True)
     ls = zs.add_parser("list", help="list the published checkpoints with their download URLs")
     ls.add_argument("--method", default=None)
@@ -317,6 +373,16 @@ def add_cli(subparsers) -> None:
                     help="how the checkpoint resizes its position embeddings when loaded (default official: "
                          "the DINO family's; timm: a timm ViT's own, the same features as --model timm:NAME)")
     cv.set_defaults(func=cmd_zoo_convert)
+    cm = zs.add_parser("command", help="the command that made a shipped checkpoint, resolved for this machine",
+                       description="Prints the recorded `ssl-bench` command of a shipped checkpoint with its "
+                                   "placeholders resolved (" + "; ".join(f"{k}: {v}" for k, v in
+                                                                         COMMAND_PLACEHOLDERS.items())
+                                   + "), preceded by the data generation when the data is not there yet. "
+                                     "It runs as printed; append `--set train.max_steps=N` (pretrain) or "
+                                     "`--set steps=N` (supervised) to stop after N steps.")
+    cm.add_argument("name")
+    cm.add_argument("--out", default=None, help="output folder of the retraining (default ./NAME)")
+    cm.set_defaults(func=cmd_zoo_command)
 
 
 def cmd_zoo_list(args) -> int:
@@ -339,5 +405,15 @@ def cmd_zoo_convert(args) -> int:
     return 0
 
 
-__all__ = ["add_cli", "cmd_zoo_list", "cmd_zoo_import", "cmd_zoo_convert", "ZooEntry", "ZooLookup", "load_zoo", "zoo_files", "verify_shipped", "zoo_entry", "zoo_list", "format_zoo", "verify_file",
+def cmd_zoo_command(args) -> int:
+    entry = zoo_entry(args.name)
+    if not entry.shipped:
+        raise ConfigError(f"{entry.name} is a published checkpoint, not one ssl-bench trained: it records no "
+                          f"command; shipped ones: {', '.join(n for n, e in load_zoo().items() if e.shipped)}")
+    print(format_recorded_command(entry, args.out or Path.cwd() / entry.name))
+    return 0
+
+
+__all__ = ["add_cli", "cmd_zoo_list", "cmd_zoo_command", "recorded_command", "format_recorded_command",
+           "COMMAND_PLACEHOLDERS", "cmd_zoo_import", "cmd_zoo_convert", "ZooEntry", "ZooLookup", "load_zoo", "zoo_files", "verify_shipped", "zoo_entry", "zoo_list", "format_zoo", "verify_file",
            "zoo_import", "find_checkpoint", "zoo_model"]

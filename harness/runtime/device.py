@@ -10,11 +10,14 @@ Precision: ``fp32 | fp16 | bf16``. fp32 is strict: TF32 tensor-core maths is swi
 CUDA (for every precision: the flags are process-wide), so a GPU's fp32 number differs from the
 CPU's only by summation order. fp16 and bf16
 autocast the forward passes (as the official DINO / iBOT / CrIBo ``--use_fp16`` does, with
-a gradient scaler for fp16 training).
+a gradient scaler for fp16 training). On a CPU, fp16 and bf16 are also tried once per process
+on a small attention block (`cpu_kernel_failure`): a CPU whose torch kernels cannot run them is
+one clear error before any work, never a crash inside a model.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import platform
 from typing import Any
@@ -95,9 +98,55 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     raise DeviceError(f"device must be {DEVICE_HELP}; found {spec!r}")
 
 
-def check_precision(precision: str, device: torch.device) -> str:
+@functools.cache
+def cpu_kernel_failure(precision: str, backward: bool = False) -> str | None:
+    """Why this CPU cannot run `precision`'s kernels in this process, or None when it can.
+
+    Tried once per process on what a ViT block does under autocast: a linear layer and
+    scaled_dot_product_attention (and their backward for training). The shape is one the
+    CPU flash-attention kernel packs its bf16/fp16 operands for where the CPU has AMX (64+
+    tokens and queries): under ``ATEN_CPU_CAPABILITY=default`` torch picks that packing from
+    the hardware but runs the kernels built without AVX-512, and the packing raises
+    ("pack_vnni2 is only supported when avx512 is supported"). Asking torch's could-pack
+    rule instead would tie this to one torch version's internals; running the kernels asks
+    the one thing that matters."""
+    if precision == "fp32":
+        return None
+    g = torch.Generator().manual_seed(0)
+    tokens, heads, head_dim = 128, 4, 64
+    x = torch.randn(tokens, heads * head_dim, generator=g)
+    w = torch.randn(3 * heads * head_dim, heads * head_dim, generator=g) * head_dim ** -0.5
+    try:  # whatever grad mode the caller is in (an extraction runs under inference_mode)
+        with torch.inference_mode(False), torch.set_grad_enabled(backward):
+            x = x.clone().requires_grad_(backward)
+            with torch.autocast(device_type="cpu", dtype=_DTYPES[precision]):
+                qkv = torch.nn.functional.linear(x, w).reshape(1, tokens, 3, heads, head_dim)
+                q, k, v = qkv.permute(2, 0, 3, 1, 4)
+                out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            if backward:
+                out.float().sum().backward()
+    except RuntimeError as exc:
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return None
+
+
+def _cpu_kernels_note() -> str:
+    forced = os.environ.get("ATEN_CPU_CAPABILITY")
+    note = f"torch {torch.__version__}, CPU kernels {torch.backends.cpu.get_cpu_capability()}"
+    return note + (f" (ATEN_CPU_CAPABILITY={forced})" if forced else "")
+
+
+def check_precision(precision: str, device: torch.device, backward: bool = False) -> str:
+    """`precision` if `device` can run it (its backward too when `backward`); else DeviceError."""
     if precision not in PRECISIONS:
         raise DeviceError(f"precision must be one of {', '.join(PRECISIONS)}; found {precision!r}")
+    if device.type == "cpu" and precision != "fp32":
+        failure = cpu_kernel_failure(precision, backward)
+        if failure:
+            unset = " or unset ATEN_CPU_CAPABILITY" if os.environ.get("ATEN_CPU_CAPABILITY") else ""
+            raise DeviceError(f"precision {precision} was asked for on the CPU, but this CPU cannot run torch's "
+                              f"{precision} attention kernels here ({_cpu_kernels_note()}): {failure}; "
+                              f"use precision fp32{unset}")
     if precision == "bf16" and device.type == "cuda":
         # native bf16 maths from compute capability 8.0 (Ampere); torch.cuda.is_bf16_supported()
         # also counts emulation (V100, T4) and asks the current GPU, not the requested one
@@ -109,13 +158,14 @@ def check_precision(precision: str, device: torch.device) -> str:
     return precision
 
 
-def prepare(device: torch.device, precision: str = "fp32") -> torch.device:
-    """Make `device` current for this process and check that it can run `precision`.
+def prepare(device: torch.device, precision: str = "fp32", backward: bool = False) -> torch.device:
+    """Make `device` current for this process and check that it can run `precision` (its
+    backward too when `backward`: training).
 
     TF32 is switched off on CUDA whatever the precision: fp32 means fp32 (cuDNN allows TF32 by
     default), and the flags are process-wide, so an fp16 run that switched them on would leave
     the fp32 evaluations after it in TF32. Autocast regions compute in fp16/bf16 regardless."""
-    check_precision(precision, device)
+    check_precision(precision, device, backward)
     if device.type == "cuda":
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = False

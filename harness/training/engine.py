@@ -141,7 +141,7 @@ class Trainer:
         data_root = cfg.data.get("root")
         if not data_root:
             raise ConfigError(f"{source}: data.root is required for pretraining")
-        self.device = devices.prepare(devices.resolve_device(t.device), t.precision)
+        self.device = devices.prepare(devices.resolve_device(t.device), t.precision, backward=True)
         torch.manual_seed(t.seed)
         self.method = build_method(cfg, source)
         if dist.is_dist() and self.device.type == "cuda":
