@@ -285,10 +285,11 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.results import compare
     from harness.running import reproduce as paper_reproduce
     from harness.results import report
+    from harness.results import records as results_records
     from harness.models import zoo
     from harness.context import supervised
 
-    for module in (scaffold, zoo, paper_reproduce, report, compare, supervised):
+    for module in (scaffold, zoo, paper_reproduce, report, compare, supervised, results_records):
         module.add_cli(sub)
     return p
 
