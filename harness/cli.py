@@ -147,15 +147,16 @@ def cmd_features(args) -> int:
 def cmd_leaderboard(args) -> int:
     from harness.results import records as results
     from harness.results.leaderboard import build_leaderboard, format_console, write_leaderboard
+    from harness.results.run_table import run_table
     from harness.paths import results_dir
 
     runs = Path(args.runs) if args.runs else None
-    df = build_leaderboard(list(results.iter_records(runs)))
-    if not len(df):
+    table = run_table(build_leaderboard(list(results.iter_records(runs))))  # built once, read by every view
+    if table.empty:
         print(f"no records under {runs or results.runs_dir()}")
         return 1
-    paths = write_leaderboard(df, Path(args.out) if args.out else results_dir())
-    print(format_console(df))
+    paths = write_leaderboard(table, Path(args.out) if args.out else results_dir())
+    print(format_console(table))
     for kind, p in paths.items():
         print(f"{kind:>12}: {p}")
     return 0
