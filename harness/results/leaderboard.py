@@ -438,8 +438,8 @@ def plot_selection(t: RunTable, keys: list[tuple], limit: int = PLOT_MODELS) -> 
     if len(models) <= limit:
         return models, ""
     cols = [t.col[c] for c in keys]
-    with np.errstate(invalid="ignore"):
-        score = np.nanmean(np.where(t.n[:, cols] > 0, t.mean[:, cols], np.nan), axis=1)
+    has = t.n[:, cols] > 0
+    score = np.where(has, t.mean[:, cols], 0.0).sum(axis=1) / np.maximum(has.sum(axis=1), 1)
     ranked = sorted(models, key=lambda m: -score[t.row[m]])[:limit]
     keep = set(ranked)
     return [m for m in models if m in keep], f"top {limit} of {len(models)} models by mean"
