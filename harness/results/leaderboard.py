@@ -428,7 +428,7 @@ def _safe(name: str) -> str:
 
 
 # ----------------------------------------------------------------------------- plots
-PLOT_MODELS = 12  # models a plot draws at most: past a dozen, bars and lines cannot be told apart
+PLOT_MODELS = 10  # models a plot draws at most: matplotlib's ten default colours, none shared
 
 
 def plot_selection(t: RunTable, keys: list[tuple], limit: int = PLOT_MODELS) -> tuple[list[str], str]:
@@ -460,7 +460,7 @@ def plot_protocol_bars(df: pd.DataFrame | RunTable, protocol: str, path: Path) -
     if not keys:
         return None
     models, note = plot_selection(t, keys)
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(keys) * max(1, len(models)) * 0.35 + 3), 4.5))
+    fig, ax = plt.subplots(figsize=(min(18, max(6, 1.2 * len(keys) * max(1, len(models)) * 0.35 + 3)), 4.5))
     width = 0.8 / max(1, len(models))
     x = np.arange(len(keys))
     cols = [t.col[c] for c in keys]
