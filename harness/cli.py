@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -13,9 +14,9 @@ RETRAIN_SUITE = "suites/synthscenes_retrain.yaml"  # `--pretrain`: the shipped c
 
 
 def _threads(n: int | None) -> None:
-    import torch
+    if n:  # torch only when asked: the commands that read records never import it
+        import torch
 
-    if n:
         torch.set_num_threads(n)
 
 
@@ -147,15 +148,16 @@ def cmd_features(args) -> int:
 def cmd_leaderboard(args) -> int:
     from harness.results import records as results
     from harness.results.leaderboard import build_leaderboard, format_console, write_leaderboard
+    from harness.results.run_table import run_table
     from harness.paths import results_dir
 
     runs = Path(args.runs) if args.runs else None
-    df = build_leaderboard(list(results.iter_records(runs)))
-    if not len(df):
+    table = run_table(build_leaderboard(list(results.iter_records(runs))))  # built once, read by every view
+    if table.empty:
         print(f"no records under {runs or results.runs_dir()}")
         return 1
-    paths = write_leaderboard(df, Path(args.out) if args.out else results_dir())
-    print(format_console(df))
+    paths = write_leaderboard(table, Path(args.out) if args.out else results_dir())
+    print(format_console(table))
     for kind, p in paths.items():
         print(f"{kind:>12}: {p}")
     return 0
@@ -171,7 +173,7 @@ def cmd_data_synth(args) -> int:
 
 
 def device_arg(parser, default_from: str = "auto") -> None:
-    from harness.runtime.device import DEVICE_HELP
+    from harness.runtime import DEVICE_HELP
 
     parser.add_argument("--device", default=None,
                         help=f"where the work runs: {DEVICE_HELP} (default: {default_from})")
@@ -192,7 +194,22 @@ def _launcher_args(q, launcher_help: str) -> None:
                    help="any other sbatch option, e.g. account=proj (repeatable)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The modules that add their own subcommands (``add_cli(subparsers)``), with the commands each adds.
+SUBCOMMAND_MODULES = {
+    "harness.scaffold": ("new-method",),
+    "harness.models.zoo": ("zoo",),
+    "harness.running.reproduce": ("reproduce", "paper"),
+    "harness.results.report": ("report",),
+    "harness.results.compare": ("compare",),
+    "harness.results.explain": ("explain",),
+    "harness.context.supervised": ("supervised",),
+    "harness.results.records": ("records",),
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `ssl-bench` parser; ``command``: the command about to run (the parser then holds the
+    subcommands of the module that adds it, not every module's); None: every command."""
     p = argparse.ArgumentParser(prog="ssl-bench", description=__doc__)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--pretrain", action="store_true",
@@ -280,17 +297,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_data_synth)
 
-    # Modules with their own subcommands add them (imported here, when the parser is built).
-    from harness import scaffold
-    from harness.results import compare
-    from harness.results import explain
-    from harness.running import reproduce as paper_reproduce
-    from harness.results import report
-    from harness.models import zoo
-    from harness.context import supervised
-
-    for module in (scaffold, zoo, paper_reproduce, report, compare, explain, supervised):
-        module.add_cli(sub)
+    # Modules with their own subcommands add them; for one known command only its module is
+    # imported (`leaderboard`, `report`, `records` then import neither torch nor timm).
+    # An unknown command gets every module's, so that argparse lists them all.
+    known = command in sub.choices or any(command in commands for commands in SUBCOMMAND_MODULES.values())
+    for module, commands in SUBCOMMAND_MODULES.items():
+        if command is None or command in commands or not known:
+            importlib.import_module(module).add_cli(sub)
     return p
 
 
@@ -341,9 +354,17 @@ def parse_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> argp
     return parser.parse_args([a for a in top if a != "--pretrain"] + ["run", suite] + rest)
 
 
+def command_of(argv: list[str]) -> str | None:
+    """The command argv runs ("run" without one); None when it only asks for help."""
+    top, rest = split_top_level(argv)
+    if rest and not rest[0].startswith("-"):
+        return rest[0]
+    return None if any(a in ("-h", "--help") for a in top) and not rest else "run"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(command_of(argv))
     args = parse_command_line(parser, argv)
     _threads(args.threads)
     try:

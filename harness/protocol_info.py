@@ -19,11 +19,13 @@ def build_protocol(name: str, preset: str | None = None, values: dict[str, Any] 
 
 
 def _declared(protocol: str, attribute: str, default):
+    """What a protocol declares; a built-in one is read from its declarations without importing
+    it (harness.registry); a protocol not registered here (records of an absent plugin): ``default``."""
     from harness.registry import PROTOCOLS
 
     try:
-        return getattr(PROTOCOLS.get(protocol), attribute, default)
-    except SslBenchError:  # not registered here (records of an absent plugin)
+        return PROTOCOLS.declared(protocol, attribute, default)
+    except SslBenchError:
         return default
 
 

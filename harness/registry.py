@@ -26,6 +26,10 @@ _BUILTIN_MODULES = {
     "model source": ["harness.models.sources", "harness.context.pixels", "harness.context.chance",
                      "harness.running.suite"],
 }
+# Modules that state as data what built-in components declare about themselves (a protocol's
+# headline metric and variant labels): ``DECLARATIONS = {name: {attribute: value}}``. Tables read
+# them without importing the components' modules (and torch with them).
+_DECLARATION_MODULES = {"protocol": ["benchmarks.declarations"]}
 _ENTRY_POINT_GROUPS = {"method": "ssl_bench.methods", "protocol": "ssl_bench.protocols",
                        "model source": "ssl_bench.model_sources"}
 
@@ -82,6 +86,18 @@ class Registry(Generic[T]):
                 f"{', '.join(sorted(self._items)) or '(none)'}"
             ) from None
 
+    def declared(self, name: str, attribute: str, default=None):
+        """What component ``name`` declares as ``attribute`` (a class attribute): from the
+        built-in declarations when it is a built-in one (nothing imported), else from the
+        registered component; ``default`` when it declares nothing or is not registered."""
+        builtin = _builtin_declarations(self.kind)
+        if name in builtin:
+            return builtin[name].get(attribute, default)
+        try:
+            return getattr(self.get(name), attribute, default)
+        except RegistryError:
+            return default
+
     def names(self) -> list[str]:
         self.load_all()
         return sorted(self._items)
@@ -89,6 +105,18 @@ class Registry(Generic[T]):
     def __contains__(self, name: str) -> bool:
         self.load_all()
         return name in self._items
+
+
+_DECLARED: dict[str, dict[str, dict]] = {}
+
+
+def _builtin_declarations(kind: str) -> dict[str, dict]:
+    if kind not in _DECLARED:
+        found: dict[str, dict] = {}
+        for module in _DECLARATION_MODULES.get(kind, []):
+            found.update(importlib.import_module(module).DECLARATIONS)
+        _DECLARED[kind] = found
+    return _DECLARED[kind]
 
 
 def _describe(obj) -> str:

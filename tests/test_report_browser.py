@@ -112,9 +112,9 @@ def check_page(page, errors: list[str], requests: list[str]) -> None:
     assert ok.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(216, 243, 220)"
     assert bad.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(253, 226, 225)"
 
-    # the embedded plots load (fraction curve, k curve)
+    # the embedded plot loads (the fraction curve; k = 10 and 20 are two points, no curve)
     loaded = page.eval_on_selector_all("img.plot", "els => els.map(e => e.complete && e.naturalWidth > 0)")
-    assert len(loaded) >= 2 and all(loaded), f"plots not loaded: {loaded}"
+    assert len(loaded) >= 1 and all(loaded), f"plots not loaded: {loaded}"
 
     assert errors == [], f"console errors: {errors}"
     assert all(u.startswith(("file:", "data:")) for u in requests), f"network requests: {requests}"

@@ -9,6 +9,7 @@ dataset or protocol is missing says so; it never stops the rest of the table.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, Iterable
 
 import pandas as pd
@@ -193,5 +194,74 @@ def format_comparison(cells: pd.DataFrame, title: str = "", show_unreproducible:
     return "\n".join(out)
 
 
+# ----------------------------------------------------------------------------- records vs a table
+SHORT_FP = 8  # characters of a fingerprint shown in messages
+
+
+def paper_cells(table: str, records: list[dict], by_model: dict[str, list[dict]] | None = None) -> pd.DataFrame:
+    """A published table's cells beside the records (dicts) of the zoo checkpoints it names
+    (model name = zoo name, as ``ssl-bench reproduce`` names them): measured, delta, verdict.
+    Only records measured under the table's protocol settings count; a cell whose checkpoint
+    has records of other settings says so instead (``other settings``). ``by_model``: the
+    records grouped by model name, when the caller has them (see :func:`records_by_model`).
+    The table's protocol is built (its fingerprint computed) only where a checkpoint has records."""
+    from harness.paper.spec import load_table
+    from harness.protocol_info import build_protocol
+
+    by_model = records_by_model(records) if by_model is None else by_model
+    tab = load_table(table)
+    rows = tab.rows
+    jobs = []
+    keyed = rows[rows["zoo_name"] != ""]
+    for (zoo, protocol, dataset), grp in keyed.groupby(["zoo_name", "protocol", "dataset"], sort=False):
+        ds, ps = tab.spec.datasets[dataset], tab.spec.protocols[protocol]
+        found = [r for r in by_model.get(zoo, []) if r["protocol"]["name"] == protocol
+                 and r["protocol"].get("dataset") in (ds.reader, dataset)]
+        want = None
+        if found:
+            try:
+                want = build_protocol(protocol, ps.preset, {"dataset": ds.reader, **ps.values},
+                                      source=str(tab.source)).fingerprint()
+            except Exception:  # a protocol that cannot be built here: match by preset instead
+                want = None
+        same = [r for r in found if (r["protocol"].get("fingerprint") == want if want
+                                     else r["protocol"].get("preset") == ps.preset)]
+        # variant "": a table's settings variants (e.g. one run per memory size) are not told
+        # apart here, so records of several such runs make their cells ambiguous, never merged
+        job = SimpleNamespace(protocol=protocol, variant="", cells=list(grp.index), records=same, skipped=False,
+                              status="done" if same else ("other settings" if found else "no record"),
+                              message="")
+        if found and not same:
+            fps = sorted({f"@{(r['protocol'].get('fingerprint') or '')[:SHORT_FP]}" for r in found})
+            job.message = (f"{zoo}'s {protocol} records were measured under {', '.join(fps)}, the table's "
+                           f"settings (preset {ps.preset}) give @{(want or '?')[:SHORT_FP]}: not comparable")
+        elif not found:
+            job.message = f"no record of {zoo} on {protocol}/{dataset}: ssl-bench reproduce {tab.name}"
+        jobs.append(job)
+    cells = compare_cells(tab, jobs)
+    cells.insert(0, "table_name", tab.name)
+    cells["title"] = tab.spec.title
+    return cells
+
+
+def records_by_model(records: Iterable[dict]) -> dict[str, list[dict]]:
+    """Record dicts grouped by model name (what paper_cells looks checkpoints up in)."""
+    out: dict[str, list[dict]] = {}
+    for r in records:
+        out.setdefault((r.get("model") or {}).get("name"), []).append(r)
+    return out
+
+
+def all_paper_cells(records: list[dict], tables: Iterable[str] | None = None) -> pd.DataFrame:
+    """paper_cells of every table (or of ``tables``), for the cells a record speaks to."""
+    from harness.paper.spec import list_tables
+
+    by_model = records_by_model(records)
+    frames = [paper_cells(t, records, by_model) for t in (list_tables() if tables is None else tables)]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 __all__ = ["OK", "DIFFERS", "INCONCLUSIVE", "AMBIGUOUS", "NOT_MEASURED", "FAILED_RUN", "cell_variant", "measure_cell",
-           "verdict", "compare_cells", "exit_status", "tolerance_lines", "format_comparison"]
+           "verdict", "compare_cells", "exit_status", "tolerance_lines", "format_comparison", "paper_cells",
+           "all_paper_cells", "records_by_model"]

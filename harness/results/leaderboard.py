@@ -26,6 +26,7 @@ from harness.results import html_assets
 from harness.io_utils import atomic_write, atomic_write_text
 from harness.protocol_info import declared_headline, headline_metric, variant_text
 from harness.results.records import iter_records
+from harness.results.run_table import CI_NONE, CI_SEEDS, RunTable, run_table
 from harness.variants import fraction_value, parse_variant, variant_label
 from harness.results.table import (SHORT_FP, IncomparableResultsError, column_label, conflict_message,
                                    disambiguate_data, disambiguate_models, fingerprint_conflicts, flatten_records)
@@ -112,8 +113,14 @@ def compare(records: list[dict], strict: bool = True) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- views
-def column_keys(df: pd.DataFrame) -> list[tuple]:
+# Every view takes the build_leaderboard frame or its RunTable (harness.results.run_table): a
+# caller that shows a run several ways builds the RunTable once and passes it to each.
+
+
+def column_keys(df: pd.DataFrame | RunTable) -> list[tuple]:
     """The (protocol, dataset, split, variant, metric, fingerprint) keys, in table order."""
+    if isinstance(df, RunTable):
+        return list(df.keys)
     seen, out = set(), []
     for c in df.columns:
         if c[:6] not in seen:
@@ -122,18 +129,9 @@ def column_keys(df: pd.DataFrame) -> list[tuple]:
     return out
 
 
-def _conflicted(df: pd.DataFrame) -> set[tuple]:
-    """Column keys (without fingerprint) that exist under several fingerprints."""
-    count: dict[tuple, int] = defaultdict(int)
-    for c in column_keys(df):
-        count[c[:5]] += 1
-    return {k for k, v in count.items() if v > 1}
-
-
-def display_labels(df: pd.DataFrame) -> dict[tuple, str]:
+def display_labels(df: pd.DataFrame | RunTable) -> dict[tuple, str]:
     """Column key -> label; the short fingerprint is appended where needed to tell columns apart."""
-    conflicted = _conflicted(df)
-    return {c: column_label(c, with_fp=c[:5] in conflicted) for c in column_keys(df)}
+    return dict(run_table(df).labels)
 
 
 def format_cell(mean: float, std: float, n: float, digits: int = 2) -> str:
@@ -145,19 +143,29 @@ def format_cell(mean: float, std: float, n: float, digits: int = 2) -> str:
     return f"{mean:.{digits}f}"
 
 
-def formatted(df: pd.DataFrame, headline_only: bool = False, digits: int = 2) -> pd.DataFrame:
-    """Display table: one string column per column key, cells ``mean ± std (n=k)``."""
-    labels = display_labels(df)
-    keys = column_keys(df)
-    if headline_only:
-        by_group: dict[tuple, list[str]] = defaultdict(list)
-        for c in keys:
-            by_group[(c[0], c[1], c[2], c[3], c[5])].append(c[4])
-        keys = [c for c in keys if c[4] == headline_metric(c[0], by_group[(c[0], c[1], c[2], c[3], c[5])])]
-    out = pd.DataFrame(index=df.index)
+def _headline_keys(t: RunTable) -> list[tuple]:
+    """The columns of each (protocol, dataset, split, variant, fingerprint)'s headline metric."""
+    by_group: dict[tuple, list[str]] = defaultdict(list)
+    for c in t.keys:
+        by_group[(c[0], c[1], c[2], c[3], c[5])].append(c[4])
+    return [c for c in t.keys if c[4] == headline_metric(c[0], by_group[(c[0], c[1], c[2], c[3], c[5])])]
+
+
+def _formatted_columns(t: RunTable, keys: list[tuple], digits: int = 2) -> dict[tuple, list[str]]:
+    out = {}
     for c in keys:
-        out[labels[c]] = [format_cell(m, s, n, digits) for m, s, n in
-                          zip(df[c + ("mean",)], df[c + ("std",)], df[c + ("n",)])]
+        j = t.col[c]
+        out[c] = [format_cell(m, s, n, digits) if n > 0 else "" for m, s, n in
+                  zip(t.mean[:, j].tolist(), t.std[:, j].tolist(), t.n[:, j].tolist())]
+    return out
+
+
+def formatted(df: pd.DataFrame | RunTable, headline_only: bool = False, digits: int = 2) -> pd.DataFrame:
+    """Display table: one string column per column key, cells ``mean ± std (n=k)``."""
+    t = run_table(df)
+    keys = _headline_keys(t) if headline_only else t.keys
+    cols = _formatted_columns(t, keys, digits)
+    out = pd.DataFrame({t.labels[c]: cols[c] for c in keys}, index=pd.Index(t.models, name="model"))
     out.index.name = "model"
     return out
 
@@ -182,15 +190,15 @@ class ProtocolTable:
         return col[4] == self.headline
 
 
-def protocol_tables(df: pd.DataFrame, headline_only: bool = False) -> list[ProtocolTable]:
+def protocol_tables(df: pd.DataFrame | RunTable, headline_only: bool = False) -> list[ProtocolTable]:
     """The leaderboard split into one table per (protocol, dataset, split), in table order.
     Headers read metric then variant as the protocol declares it (``VARIANT_LABELS``), with the
     short fingerprint where one (protocol, dataset, split, variant, metric) has several.
     ``headline_only``: the headline metric's columns alone, and of a sweep that also reports its
     best (``lr=<value>`` and ``lr=best``) the best alone (the console's view)."""
-    conflicted = _conflicted(df)
+    t = run_table(df)
     groups: dict[tuple, list[tuple]] = defaultdict(list)
-    for c in column_keys(df):
+    for c in t.keys:
         groups[c[:3]].append(c)
     tables = []
     for (protocol, dataset, split), keys in groups.items():
@@ -199,78 +207,93 @@ def protocol_tables(df: pd.DataFrame, headline_only: bool = False) -> list[Proto
         keys = sorted(keys, key=lambda c: (c[4] != headline, metric_order[c[4]]))  # stable: variants keep order
         if headline_only:
             keys = [c for c in keys if c[4] == headline]
-            best = {(c[4], c[5]) for c in keys if parse_variant(c[3]).get("lr") == "best"}
-            keys = [c for c in keys if (c[4], c[5]) not in best or parse_variant(c[3]).get("lr") in (None, "best")]
+            best = {(c[4], c[5]) for c in keys if t.variants[c].get("lr") == "best"}
+            keys = [c for c in keys if (c[4], c[5]) not in best or t.variants[c].get("lr") in (None, "best")]
         headers = {}
         for c in keys:
-            text = " ".join(t for t in (c[4], variant_text(protocol, parse_variant(c[3]))) if t)
-            headers[c] = f"{text} @{c[5][:SHORT_FP]}" if c[:5] in conflicted else text
+            text = " ".join(x for x in (c[4], variant_text(protocol, t.variants[c])) if x)
+            headers[c] = f"{text} @{c[5][:SHORT_FP]}" if c[:5] in t.conflicted else text
         tables.append(ProtocolTable(protocol, dataset, split, headline, keys, headers))
     return tables
 
 
-def random_init_baselines(df: pd.DataFrame) -> dict[str, list[str]]:
+def random_init_baselines(df: pd.DataFrame | RunTable) -> dict[str, list[str]]:
     """Row -> the random-init rows its deltas are taken against (their mean). A random-init row
     is one whose records say so (context ``random_init``, harness.context); only rows of a
     method's or an imported checkpoint's model (no context) get them: every random-init row of
     their architecture (several init seeds show the baseline's own noise), else the only one
     there is. The other context rows (chance, pixels, supervised) are references too."""
-    models = df.attrs.get("models", {})
-    kinds = {m: (models.get(m) or {}).get("context") for m in df.index}
-    refs = [m for m in df.index if kinds[m] == "random_init"]
+    t = run_table(df)
+    models, kinds = t.model_info, t.context
+    refs = [m for m in t.models if kinds[m] == "random_init"]
+    arch_of = {m: (models.get(m) or {}).get("arch") for m in t.models}
     out = {}
-    for m in df.index:
+    for m in t.models:
         if kinds[m] is not None or not refs:
             continue
-        same_arch = [r for r in refs if (models.get(r) or {}).get("arch") == (models.get(m) or {}).get("arch")]
+        same_arch = [r for r in refs if arch_of[r] == arch_of[m]]
         chosen = same_arch or (refs if len(refs) == 1 else [])
         if chosen:
             out[m] = chosen
     return out
 
 
-def random_init_references(df: pd.DataFrame) -> dict[str, str]:
+def random_init_references(df: pd.DataFrame | RunTable) -> dict[str, str]:
     """Row -> its random-init row, for rows that have exactly one (:func:`random_init_baselines`)."""
     return {m: refs[0] for m, refs in random_init_baselines(df).items() if len(refs) == 1}
 
 
-def _best_rows(df: pd.DataFrame, col: tuple, rows: list[str]) -> set[str]:
+def baseline_delta(t: RunTable, model: str, key: tuple, baselines: dict[str, list[str]]) -> float | None:
+    """A cell's difference to the mean of its row's random-init rows (those with a number in the
+    column); None where the row has none."""
+    j = t.col[key]
+    base = [t.mean[t.row[r], j] for r in baselines.get(model, []) if t.n[t.row[r], j] > 0]
+    if not base:
+        return None
+    return t.mean[t.row[model], j] - sum(base) / len(base)
+
+
+def best_rows(t: RunTable, col: tuple, rows: list[str]) -> set[str]:
     """Rows holding the column's highest mean (every metric here is higher-is-better); none
     when fewer than two rows have a number or all of them are equal."""
-    means = {m: df.at[m, col + ("mean",)] for m in rows if df.at[m, col + ("n",)] > 0}
+    j = t.col[col]
+    means = {m: t.mean[t.row[m], j] for m in rows if t.n[t.row[m], j] > 0}
     top = max(means.values(), default=math.nan)
     best = {m for m, v in means.items() if math.isclose(v, top, rel_tol=0, abs_tol=1e-9)}
     return best if len(means) >= 2 and len(best) < len(means) else set()
 
 
-def _table_cells(df: pd.DataFrame, table: ProtocolTable, best_mark, digits: int = 2) -> tuple[list[str], list[list[str]]]:
+def _table_cells(t: RunTable, table: ProtocolTable, best_mark, digits: int = 2) -> tuple[list[str], list[list[str]]]:
     """(rows, cells) of one protocol table: ``mean ± std (n=k)`` (``mean (n=1)`` for one seed),
     ``best_mark(text)`` on the best mean of each column, and on headline columns the delta to
     the row's random-init reference (``Δ +1.23``)."""
-    rows = [m for m in df.index if any(df.at[m, c + ("n",)] > 0 for c in table.columns)]
-    baselines = random_init_baselines(df)
-    best = {c: _best_rows(df, c, rows) for c in table.columns}
+    rows = t.rows_with(table.columns)
+    baselines = random_init_baselines(t)
+    best = {c: best_rows(t, c, rows) for c in table.columns}
+    cols = [(c, t.col[c], table.is_headline(c)) for c in table.columns]
     cells = []
     for m in rows:
+        i = t.row[m]
         line = []
-        for c in table.columns:
-            mean, std, n = df.at[m, c + ("mean",)], df.at[m, c + ("std",)], df.at[m, c + ("n",)]
+        for c, j, headline in cols:
+            n = t.n[i, j]
             if not n > 0:
                 line.append("")
                 continue
+            mean, std = t.mean[i, j], t.std[i, j]
             value = f"{mean:.{digits}f}"
             text = (best_mark(value) if m in best[c] else value) + (
                 f" ± {std:.{digits}f} (n={int(n)})" if n > 1 else " (n=1)")
-            base = [df.at[r, c + ("mean",)] for r in baselines.get(m, []) if df.at[r, c + ("n",)] > 0]
-            if table.is_headline(c) and base:
-                text += f" Δ {mean - sum(base) / len(base):+.{digits}f}"
+            delta = baseline_delta(t, m, c, baselines) if headline else None
+            if delta is not None:
+                text += f" Δ {delta:+.{digits}f}"
             line.append(text)
         cells.append(line)
     return rows, cells
 
 
-def _legend(df: pd.DataFrame, best: str) -> str:
-    refs = sorted({r for rows in random_init_baselines(df).values() for r in rows})
+def _legend(t: RunTable, best: str) -> str:
+    refs = sorted({r for rows in random_init_baselines(t).values() for r in rows})
     text = f"{best}: the best mean of the column (higher is better)"
     if len(refs) == 1:
         text += f"; Δ: difference to the random-init row ({refs[0]}) on the headline metric"
@@ -280,52 +303,61 @@ def _legend(df: pd.DataFrame, best: str) -> str:
     return text
 
 
-def format_console(df: pd.DataFrame) -> str:
+def format_console(df: pd.DataFrame | RunTable) -> str:
     """One block per (protocol, dataset, split): the headline metric's columns (the protocol's
     ``HEADLINE_METRIC``), the best marked ``*``, each row's delta to random init; then the
     fingerprint messages."""
-    if df.empty:
+    t = run_table(df)
+    if t.empty:
         return "no result records found"
     blocks = []
-    for table in protocol_tables(df, headline_only=True):
-        rows, cells = _table_cells(df, table, best_mark=lambda v: v + "*")
+    for table in protocol_tables(t, headline_only=True):
+        rows, cells = _table_cells(t, table, best_mark=lambda v: v + "*")
         if not rows:
             continue
         fps = ", ".join(dict.fromkeys(f"@{c[5][:SHORT_FP]}" for c in table.columns))
         body = text_table(["model"] + [table.headers[c] for c in table.columns],
                           [[m] + line for m, line in zip(rows, cells)], right=range(1, len(table.columns) + 1))
         blocks.append(f"== {table.protocol} ==  {table.title}  (fingerprints {fps})\n{body}")
-    blocks.append(_legend(df, "*"))
-    messages = df.attrs.get("messages") or []
-    if messages:
-        blocks.append("NOT COMPARABLE:\n" + "\n".join(f"- {m}" for m in messages))
+    blocks.append(_legend(t, "*"))
+    if t.messages:
+        blocks.append("NOT COMPARABLE:\n" + "\n".join(f"- {m}" for m in t.messages))
     return "\n\n".join(blocks)
 
 
 # ----------------------------------------------------------------------------- writers
-def fingerprint_table(df: pd.DataFrame) -> pd.DataFrame:
-    labels = display_labels(df)
-    rows = [dict(column=labels[c], protocol=c[0], dataset=c[1], split=c[2], variant=c[3],
-                 metric=c[4], fingerprint=c[5]) for c in column_keys(df)]
+def fingerprint_table(df: pd.DataFrame | RunTable) -> pd.DataFrame:
+    t = run_table(df)
+    rows = [dict(column=t.labels[c], protocol=c[0], dataset=c[1], split=c[2], variant=c[3],
+                 metric=c[4], fingerprint=c[5]) for c in t.keys]
     return pd.DataFrame(rows, columns=["column", "protocol", "dataset", "split", "variant", "metric",
                                        "fingerprint"])
 
 
-def long_table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (model, column): numbers with their std, n and fingerprint."""
-    labels = display_labels(df)
-    models = df.attrs.get("models", {})
+LONG_INTERVAL_COLUMNS = ["ci95_low", "ci95_high", "ci_method"]
+
+
+def long_table(df: pd.DataFrame | RunTable) -> pd.DataFrame:
+    """One row per (model, column): numbers with their std, n and fingerprint, then the 95%
+    interval of the mean over seeds (``ci95_low``, ``ci95_high``: Student's t, n - 1 degrees of
+    freedom) and how it was made (``ci_method``: empty bounds and ``none: one seed`` for n = 1)."""
+    t = run_table(df)
     rows = []
-    for model in df.index:
-        info = models.get(model, {})
-        for c in column_keys(df):
-            n = df.at[model, c + ("n",)]
-            if not n == n or n == 0:
+    half = t.ci_half
+    for model in t.models:
+        i = t.row[model]
+        info = t.model_info.get(model, {})
+        for c in t.keys:
+            j = t.col[c]
+            n = t.n[i, j]
+            if n == 0:
                 continue
+            mean, h = t.mean[i, j], half[i, j]
             rows.append(dict(model=model, method=info.get("method"), arch=info.get("arch"),
                              protocol=c[0], dataset=c[1], split=c[2], variant=c[3], metric=c[4],
-                             fingerprint=c[5], column=labels[c], mean=df.at[model, c + ("mean",)],
-                             std=df.at[model, c + ("std",)], n=int(n)))
+                             fingerprint=c[5], column=t.labels[c], mean=mean, std=t.std[i, j], n=int(n),
+                             ci95_low=mean - h, ci95_high=mean + h,
+                             ci_method=CI_SEEDS if n > 1 else CI_NONE))
     return pd.DataFrame(rows)
 
 
@@ -333,15 +365,16 @@ def _md_escape(s: str) -> str:
     return str(s).replace("|", "\\|")
 
 
-def to_markdown(df: pd.DataFrame) -> str:
+def to_markdown(df: pd.DataFrame | RunTable) -> str:
     """One table per (protocol, dataset, split): headline metric first, then the other metrics;
     the best mean of each column in bold; on headline columns each row's delta to random init."""
-    labels = display_labels(df)
+    t = run_table(df)
+    labels = t.labels
     out = ["# Leaderboard", "",
            "One table per protocol and data set, its headline metric first. Cells: mean ± std over "
-           "seeds (n = number of seeds). " + _legend(df, "**Bold**") + ".", ""]
-    for table in protocol_tables(df):
-        rows, cells = _table_cells(df, table, best_mark=lambda v: f"**{v}**")
+           "seeds (n = number of seeds). " + _legend(t, "**Bold**") + ".", ""]
+    for table in protocol_tables(t):
+        rows, cells = _table_cells(t, table, best_mark=lambda v: f"**{v}**")
         fps = ", ".join(dict.fromkeys(f"`{c[5][:SHORT_FP]}`" for c in table.columns))
         out += [f"## {_md_escape(table.protocol)} · {_md_escape(table.title)}", "",
                 f"Headline: {table.headline}. Fingerprint {fps}.", "",
@@ -349,19 +382,17 @@ def to_markdown(df: pd.DataFrame) -> str:
                 "|---|" + "---:|" * len(table.columns)]
         out += ["| " + " | ".join(_md_escape(v) for v in [m] + line) + " |" for m, line in zip(rows, cells)]
         out.append("")
-    messages = df.attrs.get("messages") or []
-    if messages:
-        out += ["## Not comparable", ""] + [f"- {m}" for m in messages] + [""]
-    keys = column_keys(df)
+    if t.messages:
+        out += ["## Not comparable", ""] + [f"- {m}" for m in t.messages] + [""]
     out += ["## Fingerprints", "", "| column | fingerprint |", "|---|---|"]
-    out += [f"| {_md_escape(labels[c])} | `{c[5]}` |" for c in keys]
+    out += [f"| {_md_escape(labels[c])} | `{c[5]}` |" for c in t.keys]
     return "\n".join(out) + "\n"
 
 
-def to_html(df: pd.DataFrame, title: str = "ssl-bench leaderboard") -> str:
-    keys = column_keys(df)
-    labels = display_labels(df)
-    table = formatted(df)
+def to_html(df: pd.DataFrame | RunTable, title: str = "ssl-bench leaderboard") -> str:
+    t = run_table(df)
+    keys, labels = t.keys, t.labels
+    texts = _formatted_columns(t, keys)
     esc = html.escape
     head = ['<tr><th class="sort" data-col="0">model</th>' + "".join(
         f'<th class="sort" data-col="{j + 1}" title="{esc(c[5])}">{esc(labels[c])}</th>'
@@ -369,16 +400,15 @@ def to_html(df: pd.DataFrame, title: str = "ssl-bench leaderboard") -> str:
         '<tr class="fp"><th>fingerprint</th>' + "".join(
             f'<th title="{esc(c[5])}"><code>{esc(c[5][:SHORT_FP])}</code></th>' for c in keys) + "</tr>"]
     body = []
-    for model in table.index:
+    for i, model in enumerate(t.models):
         cells = [f'<td data-v="{esc(str(model))}">{esc(str(model))}</td>']
         for c in keys:
-            mean = df.at[model, c + ("mean",)]
+            mean = t.mean[i, t.col[c]]
             v = "" if mean != mean else repr(float(mean))
-            cells.append(f'<td data-v="{v}">{esc(table.at[model, labels[c]])}</td>')
+            cells.append(f'<td data-v="{v}">{esc(texts[c][i])}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
-    messages = df.attrs.get("messages") or []
-    msg_html = ("<h2>Not comparable</h2><ul>" + "".join(f"<li>{esc(m)}</li>" for m in messages)
-                + "</ul>") if messages else ""
+    msg_html = ("<h2>Not comparable</h2><ul>" + "".join(f"<li>{esc(m)}</li>" for m in t.messages)
+                + "</ul>") if t.messages else ""
     fp_rows = "".join(f"<tr><td>{esc(labels[c])}</td><td><code>{esc(c[5])}</code></td></tr>" for c in keys)
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{esc(title)}</title>
@@ -397,37 +427,59 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
 
 
-def plot_protocol_bars(df: pd.DataFrame, protocol: str, path: Path) -> Path | None:
+# ----------------------------------------------------------------------------- plots
+PLOT_MODELS = 10  # models a plot draws at most: matplotlib's ten default colours, none shared
+
+
+def plot_selection(t: RunTable, keys: list[tuple], limit: int = PLOT_MODELS) -> tuple[list[str], str]:
+    """(models, note): the models with a number in ``keys``; past ``limit`` the ``limit`` with
+    the highest mean over the columns they have, in table order, and a note saying so."""
+    models = t.rows_with(keys)
+    if len(models) <= limit:
+        return models, ""
+    cols = [t.col[c] for c in keys]
+    has = t.n[:, cols] > 0
+    score = np.where(has, t.mean[:, cols], 0.0).sum(axis=1) / np.maximum(has.sum(axis=1), 1)
+    ranked = sorted(models, key=lambda m: -score[t.row[m]])[:limit]
+    keep = set(ranked)
+    return [m for m in models if m in keep], f"top {limit} of {len(models)} models by mean"
+
+
+def _outside_legend(ax) -> None:
+    """The legend right of the axes, never over the data (savefig's bbox_inches='tight' keeps it)."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+
+
+def plot_protocol_bars(df: pd.DataFrame | RunTable, protocol: str, path: Path) -> Path | None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = display_labels(df)
-    table = formatted(df, headline_only=True)  # picks the headline columns
-    keys = [c for c in column_keys(df) if c[0] == protocol and labels[c] in table.columns]
+    t = run_table(df)
+    keys = [c for c in _headline_keys(t) if c[0] == protocol]
     if not keys:
         return None
-    models = [m for m in df.index if any(df.at[m, c + ("n",)] > 0 for c in keys)]
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(keys) * max(1, len(models)) * 0.35 + 3), 4.5))
+    models, note = plot_selection(t, keys)
+    fig, ax = plt.subplots(figsize=(min(18, max(6, 1.2 * len(keys) * max(1, len(models)) * 0.35 + 3)), 4.5))
     width = 0.8 / max(1, len(models))
     x = np.arange(len(keys))
+    cols = [t.col[c] for c in keys]
     for i, m in enumerate(models):
-        means = [df.at[m, c + ("mean",)] for c in keys]
-        stds = [df.at[m, c + ("std",)] for c in keys]
-        ax.bar(x + (i - (len(models) - 1) / 2) * width, means, width, yerr=stds, capsize=2, label=m)
+        r = t.row[m]
+        ax.bar(x + (i - (len(models) - 1) / 2) * width, t.mean[r, cols], width, yerr=t.std[r, cols], capsize=2, label=m)
     ax.set_xticks(x)
-    ax.set_xticklabels([labels[c].split(" | ", 1)[1] for c in keys], rotation=20, ha="right", fontsize=8)
+    ax.set_xticklabels([t.labels[c].split(" | ", 1)[1] for c in keys], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel(keys[0][4])
-    ax.set_title(protocol)
-    ax.legend(fontsize=7)
+    ax.set_title(protocol + (f" ({note})" if note else ""))
+    _outside_legend(ax)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=110))
+    atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=110, bbox_inches="tight"))
     plt.close(fig)
     return path
 
 
-def plot_fraction_curves(df: pd.DataFrame, out_dir: Path, protocol: str | None = None) -> list[Path]:
+def plot_fraction_curves(df: pd.DataFrame | RunTable, out_dir: Path, protocol: str | None = None) -> list[Path]:
     """Headline metric vs training fraction (log x), one line per model; one figure per
     (protocol, dataset, split, other variant values, metric, fingerprint) whose columns have a
     ``fraction`` variant (dense NN's subsets); ``protocol``: only that protocol's."""
@@ -435,13 +487,14 @@ def plot_fraction_curves(df: pd.DataFrame, out_dir: Path, protocol: str | None =
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    t = run_table(df)
     groups: dict[tuple, list[tuple[float, tuple]]] = defaultdict(list)
-    for c in column_keys(df):
+    for c in t.keys:
         if protocol is not None and c[0] != protocol:
             continue
         if c[4].lower() != (declared_headline(c[0]) or c[4]).lower():
             continue
-        var = parse_variant(c[3])
+        var = dict(t.variants[c])
         frac = fraction_value(var.pop("fraction", None))
         if frac is None:
             continue
@@ -450,14 +503,17 @@ def plot_fraction_curves(df: pd.DataFrame, out_dir: Path, protocol: str | None =
     multi_fp = len({g[:5] for g in groups}) < len(groups)
     for (protocol, dataset, split, rest, metric, fp), pts in sorted(groups.items()):
         pts.sort()
+        models, note = plot_selection(t, [c for _, c in pts])
         fig, ax = plt.subplots(figsize=(6, 4.2))
-        for m in df.index:
+        for m in models:
+            r = t.row[m]
             xs, ys, es = [], [], []
             for frac, c in pts:
-                if df.at[m, c + ("n",)] > 0:
+                j = t.col[c]
+                if t.n[r, j] > 0:
                     xs.append(frac)
-                    ys.append(df.at[m, c + ("mean",)])
-                    es.append(df.at[m, c + ("std",)])
+                    ys.append(t.mean[r, j])
+                    es.append(t.std[r, j])
             if xs:
                 ax.errorbar(xs, ys, yerr=es, marker="o", capsize=2, label=m)
         ax.set_xscale("log")
@@ -465,46 +521,49 @@ def plot_fraction_curves(df: pd.DataFrame, out_dir: Path, protocol: str | None =
         ax.set_ylabel(metric)
         ticks = [f for f, _ in pts]
         ax.set_xticks(ticks)
-        ax.set_xticklabels([str(Fraction(t).limit_denominator(1024)) for t in ticks])
+        ax.set_xticklabels([str(Fraction(x).limit_denominator(1024)) for x in ticks])
         ax.minorticks_off()
-        ax.set_title(" ".join(t for t in (protocol, f"{dataset}/{split}", rest, f"@{fp[:SHORT_FP]}") if t))
-        ax.legend(fontsize=7)
+        ax.set_title(" ".join(x for x in (protocol, f"{dataset}/{split}", rest, f"@{fp[:SHORT_FP]}",
+                                          f"({note})" if note else "") if x))
+        _outside_legend(ax)
         fig.tight_layout()
         name = f"{protocol}_{dataset}_{split}" + (f"_{rest}" if rest else "") + \
                (f"_{fp[:SHORT_FP]}" if multi_fp else "") + "_fraction.png"
         path = out_dir / _safe(name)
-        atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=110))
+        atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=110, bbox_inches="tight"))
         plt.close(fig)
         paths.append(path)
     return paths
 
 
-def write_leaderboard(df_or_records: pd.DataFrame | list[dict], out_dir: str | Path,
+def write_leaderboard(df_or_records: pd.DataFrame | RunTable | list[dict], out_dir: str | Path,
                       extra_sections: list[str] | None = None) -> dict[str, Path]:
     """Write leaderboard.csv (wide, means), leaderboard_long.csv (mean/std/n/fingerprint per
-    cell), leaderboard_fingerprints.csv, leaderboard.md, leaderboard.html and PNG plots into ``out_dir``.
-    ``extra_sections`` (plain-text blocks, e.g. a suite's margins and paper verdicts) are appended
-    to leaderboard.md as preformatted text. Returns {name: path}; plot names are
-    ``plot_<protocol>`` and ``curve_<file stem>``."""
-    df = df_or_records if isinstance(df_or_records, pd.DataFrame) else build_leaderboard(list(df_or_records))
+    cell, then its 95% interval), leaderboard_fingerprints.csv, leaderboard.md, leaderboard.html
+    and PNG plots into ``out_dir``. ``extra_sections`` (plain-text blocks, e.g. a suite's margins
+    and paper verdicts) are appended to leaderboard.md as preformatted text. Returns {name: path};
+    plot names are ``plot_<protocol>`` and ``curve_<file stem>``."""
+    if isinstance(df_or_records, (pd.DataFrame, RunTable)):
+        t = run_table(df_or_records)
+    else:
+        t = run_table(build_leaderboard(list(df_or_records)))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    labels = display_labels(df)
     paths: dict[str, Path] = {}
 
-    wide = pd.DataFrame({labels[c]: df[c + ("mean",)] for c in column_keys(df)}, index=df.index)
+    wide = pd.DataFrame({t.labels[c]: t.mean[:, t.col[c]] for c in t.keys}, index=pd.Index(t.models))
     wide.index.name = "model"
     paths["csv"] = atomic_write_text(out / "leaderboard.csv", wide.to_csv())
-    paths["long_csv"] = atomic_write_text(out / "leaderboard_long.csv", long_table(df).to_csv(index=False))
+    paths["long_csv"] = atomic_write_text(out / "leaderboard_long.csv", long_table(t).to_csv(index=False))
     paths["fingerprints_csv"] = atomic_write_text(out / "leaderboard_fingerprints.csv",
-                                                  fingerprint_table(df).to_csv(index=False))
-    md = to_markdown(df) + "".join(f"\n```\n{block}\n```\n" for block in extra_sections or [])
+                                                  fingerprint_table(t).to_csv(index=False))
+    md = to_markdown(t) + "".join(f"\n```\n{block}\n```\n" for block in extra_sections or [])
     paths["md"] = atomic_write_text(out / "leaderboard.md", md)
-    paths["html"] = atomic_write_text(out / "leaderboard.html", to_html(df))
-    for protocol in dict.fromkeys(c[0] for c in column_keys(df)):
-        p = plot_protocol_bars(df, protocol, out / f"{_safe(protocol)}_bars.png")
+    paths["html"] = atomic_write_text(out / "leaderboard.html", to_html(t))
+    for protocol in dict.fromkeys(c[0] for c in t.keys):
+        p = plot_protocol_bars(t, protocol, out / f"{_safe(protocol)}_bars.png")
         if p:
             paths[f"plot_{protocol}"] = p
-    for p in plot_fraction_curves(df, out):
+    for p in plot_fraction_curves(t, out):
         paths[f"curve_{p.stem}"] = p
     return paths

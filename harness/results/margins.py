@@ -34,11 +34,12 @@ class MarginSpec:
     std_factor: float = 3.0
 
 
-def _values(records: list[dict], model: str, check: MarginCheck) -> list[float]:
+def _values(records: list[dict], check: MarginCheck) -> list[float]:
+    """The check's numbers among one model's records."""
     out = []
     for r in records:
         proto = r.get("protocol") or {}
-        if (r.get("model") or {}).get("name") != model or proto.get("name") != check.protocol:
+        if proto.get("name") != check.protocol:
             continue
         if check.dataset is not None and proto.get("dataset") != check.dataset:
             continue
@@ -59,13 +60,16 @@ def _label(check: MarginCheck) -> str:
 def check_margins(spec: MarginSpec, records: list[dict]) -> list[dict[str, Any]]:
     """One row per (check, model): model mean, reference mean and std, margin, needed, verdict."""
     rows = []
+    by_model: dict[str, list[dict]] = {}  # read once, not once per (check, model)
+    for r in records:
+        by_model.setdefault((r.get("model") or {}).get("name"), []).append(r)
     for check in spec.checks:
-        refs = [statistics.fmean(v) for m in spec.reference if (v := _values(records, m, check))]
+        refs = [statistics.fmean(v) for m in spec.reference if (v := _values(by_model.get(m, []), check))]
         ref_mean = statistics.fmean(refs) if refs else math.nan
         ref_std = statistics.stdev(refs) if len(refs) > 1 else math.nan
         needed = max(check.at_least, spec.std_factor * ref_std) if refs else math.nan
         for model in spec.models:
-            vals = _values(records, model, check)
+            vals = _values(by_model.get(model, []), check)
             row = {"check": _label(check), "model": model, "reference_mean": ref_mean, "reference_std": ref_std,
                    "reference_n": len(refs), "needed": needed}
             if not vals or not refs:

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Iterator
 import harness
 from harness.config import fingerprint
 from harness.io_utils import atomic_write_json
+from harness.results.index import index_of, is_record
 from harness.paths import results_dir, source_checkout
 from harness.variants import fraction_value, variant_label
 
@@ -98,22 +99,28 @@ def make_record(model: dict, protocol: dict, seed: int | None, variant: dict, me
 
 
 def write_record(record: dict, directory: Path | None = None, force: bool = False) -> Path | None:
-    """Write a new record; returns None (and writes nothing) if the key exists and not forced."""
+    """Write a new record (and enter it in the folder's index); returns None (and writes
+    nothing) if the key exists and not forced."""
     path = record_path(record["id"], directory)
     if path.exists() and not force:
         return None
-    return atomic_write_json(path, record)
+    atomic_write_json(path, record)
+    index_of(path.parent).add(path)
+    return path
 
 
 def iter_records(directory: Path | None = None) -> Iterator[dict]:
-    d = Path(directory or runs_dir())
-    if not d.is_dir():
-        return
-    for p in sorted(d.glob("*.json")):
-        try:
-            yield json.loads(p.read_text())
-        except json.JSONDecodeError:
-            continue  # a foreign or damaged file is not a record
+    """Every readable JSON file of a records folder (default results/runs), in file-name order,
+    served by the folder's index (harness.results.index); an unreadable file is named in one
+    line and skipped."""
+    yield from index_of(Path(directory or runs_dir())).records()
+
+
+def find_records(directory: Path | None = None, *, protocol: str, fingerprint: str, model: str) -> list[dict]:
+    """The records of one (protocol, fingerprint, model name), looked up in the folder's index:
+    what skip-if-done reads, without reading the other records."""
+    return list(index_of(Path(directory or runs_dir())).records(protocol=protocol, fingerprint=fingerprint,
+                                                                model=model))
 
 
 # ----------------------------------------------------------------------------- the DataFrame API
@@ -161,12 +168,6 @@ _ABSENT = object()
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def is_record(rec: Any) -> bool:
-    """A result record names its model and its protocol (other JSON files are not records)."""
-    return (isinstance(rec, dict) and isinstance(rec.get("model"), dict) and bool(rec["model"].get("name"))
-            and isinstance(rec.get("protocol"), dict) and bool(rec["protocol"].get("name")))
 
 
 def _raw_fields(rec: dict) -> dict[str, Any]:
@@ -349,3 +350,29 @@ def to_records(df: "pd.DataFrame") -> list[dict]:
         out.append(rec)
     return out
 
+
+# ----------------------------------------------------------------------------- CLI
+def add_cli(subparsers) -> None:
+    r = subparsers.add_parser("records", help="the result records' index (SQLite beside the JSON files)")
+    rs = r.add_subparsers(dest="records_command", required=True)
+    ri = rs.add_parser("reindex", help="rebuild the index of a records folder from its files")
+    ri.add_argument("--runs", default=None, help="records folder (default results/runs)")
+    ri.set_defaults(func=cmd_reindex)
+
+
+def cmd_reindex(args) -> int:
+    import time
+
+    from harness.errors import ConfigError
+    from harness.results.index import RecordIndex
+
+    folder = Path(args.runs) if args.runs else runs_dir()
+    if not folder.is_dir():
+        raise ConfigError(f"records folder {folder} does not exist; give --runs DIR (a folder of result records)")
+    t0 = time.perf_counter()
+    index = RecordIndex(folder)
+    counts = index.reindex()
+    where = "in memory (the folder is not writable)" if index.in_memory else str(index.path)
+    print(f"indexed {counts['records']} records ({counts['other']} other JSON files, {counts['bad']} unreadable) "
+          f"of {folder} in {time.perf_counter() - t0:.1f} s: {where}")
+    return 0

@@ -33,17 +33,19 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Iterable
 
 import pandas as pd
 
+from harness.paper.verdict import all_paper_cells
 from harness.results import html_assets
-from harness.results.leaderboard import build_leaderboard, column_keys, display_labels, format_cell
+from harness.results.leaderboard import (PLOT_MODELS, baseline_delta, build_leaderboard, format_cell,
+                                         plot_selection, random_init_baselines)
 from harness.protocol_info import declared_headline, headline_metric
 from harness.results.records import load_results, runs_dir, to_records
+from harness.results.run_table import RunTable, run_table
 from harness.results.sweeps import sweeps_section
-from harness.variants import fraction_value, parse_variant, variant_label
+from harness.variants import fraction_value, variant_label
 from harness.results.table import SHORT_FP, disambiguate_models, flatten_records
 
 RANDOM_INIT = "random_init"  # ModelHandle.random_init's method: the baseline of the deltas
@@ -60,31 +62,20 @@ class Group:
     metric: str
     keys: list[tuple]  # leaderboard column keys (protocol, dataset, split, variant, metric, fp)
     models: list[str]
-    baseline: dict[tuple, float] = field(default_factory=dict)  # column -> random-init mean
 
 
-def headline_groups(df: pd.DataFrame) -> list[Group]:
+def headline_groups(df: pd.DataFrame | RunTable) -> list[Group]:
     """The headline columns of the leaderboard, grouped by (protocol, dataset, split)."""
-    keys = column_keys(df)
+    t = run_table(df)
     metrics: dict[tuple, list[str]] = defaultdict(list)
-    for c in keys:
+    for c in t.keys:
         metrics[(c[0], c[1], c[2], c[3], c[5])].append(c[4])
     groups: dict[tuple, list[tuple]] = defaultdict(list)
-    for c in keys:
+    for c in t.keys:
         if c[4] == headline_metric(c[0], metrics[(c[0], c[1], c[2], c[3], c[5])]):
             groups[(c[0], c[1], c[2])].append(c)
-    out = []
-    model_info = df.attrs.get("models", {})
-    for (protocol, dataset, split), cols in groups.items():
-        models = [m for m in df.index if any(df.at[m, c + ("n",)] > 0 for c in cols)]
-        g = Group(protocol, dataset, split, cols[0][4], cols, models)
-        base = [m for m in models if (model_info.get(m) or {}).get("method") == RANDOM_INIT]
-        for c in cols:
-            vals = [df.at[m, c + ("mean",)] for m in base if df.at[m, c + ("n",)] > 0]
-            if vals:
-                g.baseline[c] = float(sum(vals) / len(vals))
-        out.append(g)
-    return out
+    return [Group(protocol, dataset, split, cols[0][4], cols, t.rows_with(cols))
+            for (protocol, dataset, split), cols in groups.items()]
 
 
 def _fmt_num(v: Any, digits: int = 2) -> str:
@@ -94,14 +85,18 @@ def _fmt_num(v: Any, digits: int = 2) -> str:
 # ----------------------------------------------------------------------------- plots
 def _svg_uri(fig) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None})
+    fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")  # an outside legend kept
     return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def curve_specs(df: pd.DataFrame, group: Group) -> list[dict]:
-    """The curves of a group: for each variant key whose values are all numbers and take
-    several values, one figure per (other variant values, fingerprint)."""
-    variants = {c: parse_variant(c[3]) for c in group.keys}
+MIN_CURVE_POINTS = 3  # two values of a key are a segment, not a curve: the table shows them
+
+
+def curve_specs(df: pd.DataFrame | RunTable, group: Group) -> list[dict]:
+    """The curves of a group: for each variant key whose values are all numbers and take at
+    least ``MIN_CURVE_POINTS`` values, one figure per (other variant values, fingerprint)."""
+    t = run_table(df)
+    variants = {c: t.variants[c] for c in group.keys}
     names = sorted({k for v in variants.values() for k in v})
     specs = []
     for key in names:
@@ -116,31 +111,37 @@ def curve_specs(df: pd.DataFrame, group: Group) -> list[dict]:
             rest = variant_label({k: v for k, v in var.items() if k != key})
             pts[(rest, c[5])].append((x, var[key], c))
         for (rest, fp), p in sorted(pts.items()):
-            if len({x for x, _, _ in p}) < 2:
+            if len({x for x, _, _ in p}) < MIN_CURVE_POINTS:
                 continue
             specs.append({"key": key, "rest": rest, "fp": fp, "points": sorted(p)})
     return specs
 
 
-def plot_curve(df: pd.DataFrame, group: Group, spec: dict, multi_fp: bool) -> tuple[str, str]:
-    """(title, SVG data URI) of one curve: headline metric vs one variant key, a line per model."""
+def plot_curve(df: pd.DataFrame | RunTable, group: Group, spec: dict, multi_fp: bool) -> tuple[str, str]:
+    """(title, SVG data URI) of one curve: headline metric vs one variant key, a line per model
+    (past ``PLOT_MODELS`` models, those with the highest mean over the curve's columns), the
+    legend beside the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    t = run_table(df)
     xs_all = [x for x, _, _ in spec["points"]]
+    models, note = plot_selection(t, [c for _, _, c in spec["points"]], PLOT_MODELS)
     title = f"{group.metric} vs {spec['key']}" + (f" ({spec['rest']})" if spec["rest"] else "") + \
-        (f" @{spec['fp'][:SHORT_FP]}" if multi_fp else "")
+        (f" @{spec['fp'][:SHORT_FP]}" if multi_fp else "") + (f", {note}" if note else "")
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ssl-bench", "font.size": 9}):
         fig, ax = plt.subplots(figsize=(5.2, 3.4))
-        for m in group.models:
+        for m in models:
+            r = t.row[m]
             xs, ys, es = [], [], []
             for x, _, c in spec["points"]:
-                if df.at[m, c + ("n",)] > 0:
+                j = t.col[c]
+                if t.n[r, j] > 0:
                     xs.append(x)
-                    ys.append(df.at[m, c + ("mean",)])
-                    es.append(df.at[m, c + ("std",)])
+                    ys.append(t.mean[r, j])
+                    es.append(t.std[r, j])
             if xs:
                 ax.errorbar(xs, ys, yerr=es, marker="o", ms=4, capsize=2, label=m)
         if min(xs_all) > 0 and max(xs_all) / min(xs_all) >= 8:
@@ -152,7 +153,7 @@ def plot_curve(df: pd.DataFrame, group: Group, spec: dict, multi_fp: bool) -> tu
         ax.set_ylabel(group.metric)
         ax.set_title(f"{group.protocol} {group.dataset}/{group.split}: {title}", fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
         fig.tight_layout()
         uri = _svg_uri(fig)
         plt.close(fig)
@@ -260,57 +261,6 @@ def _prov_html(p: dict[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------- paper
-def paper_cells(table: str, records: list[dict]) -> pd.DataFrame:
-    """A published table's cells beside the records of the zoo checkpoints it names
-    (model name = zoo name, as ``ssl-bench reproduce`` names them): measured, delta, verdict.
-    Only records measured under the table's protocol settings count; a cell whose checkpoint
-    has records of other settings says so instead (``other settings``)."""
-    from harness.paper.spec import load_table
-    from harness.paper.verdict import compare_cells
-    from harness.protocol_info import build_protocol
-
-    tab = load_table(table)
-    rows = tab.rows
-    jobs = []
-    keyed = rows[rows["zoo_name"] != ""]
-    for (zoo, protocol, dataset), grp in keyed.groupby(["zoo_name", "protocol", "dataset"], sort=False):
-        ds, ps = tab.spec.datasets[dataset], tab.spec.protocols[protocol]
-        try:
-            want = build_protocol(protocol, ps.preset, {"dataset": ds.reader, **ps.values},
-                                  source=str(tab.source)).fingerprint()
-        except Exception:  # a protocol that cannot be built here: match by preset instead
-            want = None
-        found = [r for r in records if r["model"]["name"] == zoo and r["protocol"]["name"] == protocol
-                 and r["protocol"].get("dataset") in (ds.reader, dataset)]
-        same = [r for r in found if (r["protocol"].get("fingerprint") == want if want
-                                     else r["protocol"].get("preset") == ps.preset)]
-        # variant "": a table's settings variants (e.g. one run per memory size) are not told
-        # apart here, so records of several such runs make their cells ambiguous, never merged
-        job = SimpleNamespace(protocol=protocol, variant="", cells=list(grp.index), records=same, skipped=False,
-                              status="done" if same else ("other settings" if found else "no record"),
-                              message="")
-        if found and not same:
-            fps = sorted({f"@{(r['protocol'].get('fingerprint') or '')[:SHORT_FP]}" for r in found})
-            job.message = (f"{zoo}'s {protocol} records were measured under {', '.join(fps)}, the table's "
-                           f"settings (preset {ps.preset}) give @{(want or '?')[:SHORT_FP]}: not comparable")
-        elif not found:
-            job.message = f"no record of {zoo} on {protocol}/{dataset}: ssl-bench reproduce {tab.name}"
-        jobs.append(job)
-    cells = compare_cells(tab, jobs)
-    cells.insert(0, "table_name", tab.name)
-    cells["title"] = tab.spec.title
-    return cells
-
-
-def all_paper_cells(records: list[dict], tables: Iterable[str] | None = None) -> pd.DataFrame:
-    """paper_cells of every table (or of ``tables``), for the cells a record speaks to."""
-    from harness.paper.spec import list_tables
-
-    frames = [paper_cells(t, records) for t in (list_tables() if tables is None else tables)]
-    frames = [f for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
 def _verdict_class(v: str) -> str:
     if v.startswith("ok"):
         return "ok"
@@ -325,20 +275,31 @@ def _th_sort(col: int, label: str, title: str = "", cls: str = "") -> str:
     return f'<th class="sort {cls}" data-col="{col}"{t}>{label}</th>'
 
 
-def _group_table(df: pd.DataFrame, g: Group, records_by_row: dict[tuple, list[dict]], table_id: str) -> str:
-    labels = display_labels(df)
-    info = df.attrs.get("models", {})
+def _interval_html(t: RunTable, i: int, j: int) -> str:
+    """A cell's 95% interval over seeds (n > 1); a cell of one seed has none and says so."""
+    if t.n[i, j] > 1:
+        return (f'<span class="ci" title="95% interval of the mean over {int(t.n[i, j])} seeds (Student\'s t)">'
+                f"95% CI [{t.ci_low[i, j]:.2f}, {t.ci_high[i, j]:.2f}]</span>")
+    return '<span class="ci" title="one seed: no interval is stated">n=1: no interval</span>'
+
+
+def _group_table(t: RunTable, g: Group, records_by_row: dict[tuple, list[dict]], table_id: str,
+                 baselines: dict[str, list[str]]) -> str:
+    labels, info = t.labels, t.model_info
     short = {c: (c[3] or "(no variant)") + (f" @{c[5][:SHORT_FP]}" if "@" in labels[c] else "") for c in g.keys}
     head = [_th_sort(0, "model", cls="name"), _th_sort(1, "method", cls="name"), _th_sort(2, "arch", cls="name")]
     head += [_th_sort(j + 3, esc(short[c]), f"{labels[c]} (fingerprint {c[5]})") for j, c in enumerate(g.keys)]
     fp_row = '<tr class="fp"><th class="name" colspan="3">fingerprint</th>' + "".join(
         f'<th title="{esc(c[5])}"><code>@{esc(c[5][:SHORT_FP])}</code></th>' for c in g.keys) + "</tr>"
-    best = {}  # marked where at least two models measured the column
+    best, tied = {}, {}  # marked where at least two models measured the column
     for c in g.keys:
-        vals = [df.at[m, c + ("mean",)] for m in g.models if df.at[m, c + ("n",)] > 0]
+        j = t.col[c]
+        vals = [t.mean[t.row[m], j] for m in g.models if t.n[t.row[m], j] > 0]
         best[c] = max(vals) if len(vals) > 1 else None
+        tied[c] = t.tied_with_best(c, g.models)
     bodies = []
     for m in g.models:
+        i = t.row[m]
         mi = info.get(m) or {}
         method, arch = mi.get("method") or "", mi.get("arch") or ""
         cells = [f'<td class="name" data-v="{esc(m)}"><button class="prov" type="button" aria-expanded="false" '
@@ -346,18 +307,25 @@ def _group_table(df: pd.DataFrame, g: Group, records_by_row: dict[tuple, list[di
                  f'<td class="text" data-v="{esc(method)}">{esc(method)}</td>',
                  f'<td class="text" data-v="{esc(arch)}">{esc(arch)}</td>']
         for c in g.keys:
-            n = df.at[m, c + ("n",)]
+            j = t.col[c]
+            n = int(t.n[i, j])
             if not n > 0:
                 cells.append('<td data-v=""></td>')
                 continue
-            mean, std = float(df.at[m, c + ("mean",)]), float(df.at[m, c + ("std",)])
-            cls = ' class="best"' if best[c] is not None and mean >= best[c] - 1e-12 else ""
-            text = esc(format_cell(mean, std, n))
-            if c in g.baseline and mi.get("method") != RANDOM_INIT:
-                d = round(mean - g.baseline[c], 2)  # the sign of what is printed
+            mean, std = float(t.mean[i, j]), float(t.std[i, j])
+            if best[c] is not None and mean >= best[c] - 1e-12:
+                cls = ' class="best"'
+            elif m in tied[c]:
+                cls = ' class="tied" title="cannot be told apart from the best: their 95% intervals overlap"'
+            else:
+                cls = ""
+            text = esc(format_cell(mean, std, n)) + _interval_html(t, i, j)
+            delta = baseline_delta(t, m, c, baselines)
+            if delta is not None:  # only a method's or an imported checkpoint's row (no context row)
+                d = round(delta, 2)  # the sign of what is printed
                 sign = "pos" if d > 0 else ("neg" if d < 0 else "")
                 text += f'<span class="delta {sign}">{d:+.2f} vs random init</span>'
-            elif c in g.baseline:
+            elif t.context.get(m) == "random_init" and baselines:
                 text += '<span class="delta">baseline</span>'
             cells.append(f'<td{cls} data-v="{mean!r}">{text}</td>')
         prov = provenance(records_by_row.get((m, g.protocol, g.dataset, g.split), []))
@@ -368,48 +336,51 @@ def _group_table(df: pd.DataFrame, g: Group, records_by_row: dict[tuple, list[di
             + "".join(bodies) + "</table>")
 
 
-def _all_metrics_table(df: pd.DataFrame, protocol: str) -> str:
-    labels = display_labels(df)
-    keys = [c for c in column_keys(df) if c[0] == protocol]
-    models = [m for m in df.index if any(df.at[m, c + ("n",)] > 0 for c in keys)]
+def _all_metrics_table(t: RunTable, protocol: str) -> str:
+    keys = [c for c in t.keys if c[0] == protocol]
+    models = t.rows_with(keys)
     head = _th_sort(0, "model", cls="name") + "".join(
-        _th_sort(j + 1, esc(labels[c].split(" | ", 1)[1]), f"fingerprint {c[5]}") for j, c in enumerate(keys))
+        _th_sort(j + 1, esc(t.labels[c].split(" | ", 1)[1]), f"fingerprint {c[5]}") for j, c in enumerate(keys))
+    cols = [t.col[c] for c in keys]
     rows = []
     for m in models:
+        i = t.row[m]
         cells = [f'<td class="name" data-v="{esc(m)}">{esc(m)}</td>']
-        for c in keys:
-            n = df.at[m, c + ("n",)]
-            mean = df.at[m, c + ("mean",)]
+        for j in cols:
+            n = t.n[i, j]
+            mean = t.mean[i, j]
             v = "" if not n > 0 else repr(float(mean))
-            cells.append(f'<td data-v="{v}">{esc(format_cell(mean, df.at[m, c + ("std",)], n)) if n > 0 else ""}</td>')
+            cells.append(f'<td data-v="{v}">{esc(format_cell(mean, t.std[i, j], n)) if n > 0 else ""}</td>')
         rows.append(f'<tbody class="item" data-text="{esc(m.lower())}"><tr>{"".join(cells)}</tr></tbody>')
     return (f'<details><summary>every metric and variant ({len(keys)} columns)</summary>'
             f'<table class="sortable all-metrics"><thead><tr>{head}</tr></thead>{"".join(rows)}</table></details>')
 
 
-def _protocol_section(df: pd.DataFrame, protocol: str, groups: list[Group],
-                      records_by_row: dict[tuple, list[dict]], idx: int) -> str:
+def _protocol_section(t: RunTable, protocol: str, groups: list[Group],
+                      records_by_row: dict[tuple, list[dict]], idx: int, baselines: dict[str, list[str]]) -> str:
     headline = declared_headline(protocol)
     metric_note = (f"headline metric <b>{esc(groups[0].metric)}</b> (declared by the protocol; higher is better)"
                    if headline else f"headline metric <b>{esc(groups[0].metric)}</b> (the protocol declares none: "
                                     "first metric by name)")
     out = [f'<section class="protocol" id="protocol-{esc(protocol)}" data-protocol="{esc(protocol)}">',
            f"<h2>{esc(protocol)}</h2><p class=\"note\">{metric_note}. Cells: mean ± std over seeds "
-           "(n when &gt; 1); ★ best of the column; the line below a value is its difference to the "
-           "random-init baseline. <b>+</b> opens a row's provenance.</p>"]
+           "(n when &gt; 1) and the 95% interval of the mean (Student's t over seeds; one seed: none); "
+           "★ best of the column; ≈ a row the best cannot be told apart from (their intervals overlap); "
+           "the line below a value of a method's row is its difference to the random-init baseline "
+           "(context rows get none). <b>+</b> opens a row's provenance.</p>"]
     for j, g in enumerate(groups):
         out.append(f"<h3>{esc(g.dataset)}/{esc(g.split)} — {esc(g.metric)}</h3>")
-        out.append(_group_table(df, g, records_by_row, f"t-{idx}-{j}"))
-        specs = curve_specs(df, g)
+        out.append(_group_table(t, g, records_by_row, f"t-{idx}-{j}", baselines))
+        specs = curve_specs(t, g)
         if specs:
             multi_fp = len({s["fp"] for s in specs}) > 1
             figs = []
             for s in specs:
-                title, uri = plot_curve(df, g, s, multi_fp)
+                title, uri = plot_curve(t, g, s, multi_fp)
                 figs.append(f'<figure><img class="plot" alt="{esc(g.protocol)} {esc(title)}" src="{uri}">'
                             f"<figcaption>{esc(title)}</figcaption></figure>")
             out.append('<div class="plots">' + "".join(figs) + "</div>")
-    out.append(_all_metrics_table(df, protocol))
+    out.append(_all_metrics_table(t, protocol))
     out.append("</section>")
     return "\n".join(out)
 
@@ -462,13 +433,21 @@ def _paper_section(cells: pd.DataFrame, tables_checked: list[str]) -> str:
 
 def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = None, *,
                  title: str = "ssl-bench report", paper_tables: list[str] | None = None,
-                 generated: str | None = None) -> str:
+                 generated: str | None = None, table: pd.DataFrame | RunTable | None = None,
+                 paper: pd.DataFrame | None = None) -> str:
     """The HTML page of the records in ``source`` (a records folder, default results/runs;
     record dicts; or a load_results() frame). ``paper_tables``: the published tables to
-    compare with (default all; [] for none)."""
-    frame = source if isinstance(source, pd.DataFrame) else load_results(source)
-    records = to_records(frame) if len(frame) else []
-    df = build_leaderboard(frame)
+    compare with (default all; [] for none). A caller that already has them passes the run's
+    leaderboard (``table``: build_leaderboard's frame or its RunTable) and its paper cells
+    (``paper``: harness.paper.verdict.all_paper_cells of ``paper_tables``), so that neither is
+    computed twice."""
+    if isinstance(source, pd.DataFrame):
+        frame = source
+        records = to_records(frame) if len(frame) else []
+    else:
+        records = _record_dicts(source)
+        frame = load_results(records)
+    t = run_table(table if table is not None else build_leaderboard(frame))
     flat = disambiguate_models(flatten_records(frame))
     row_of = {rid: (m, p, d, s) for rid, m, p, d, s in
               zip(flat["id"], flat["model"], flat["protocol"], flat["dataset"], flat["split"])}
@@ -477,16 +456,21 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
         key = row_of.get(rec.get("id"))
         if key is not None:
             records_by_row[key].append(rec)
-    groups = headline_groups(df) if len(df) else []
+    groups = headline_groups(t) if len(t) else []
     by_protocol: dict[str, list[Group]] = defaultdict(list)
     for g in groups:
         by_protocol[g.protocol].append(g)
     from harness.paper.spec import list_tables
 
     tables = list_tables() if paper_tables is None else list(paper_tables)
-    cells = all_paper_cells(records, tables) if tables else pd.DataFrame()
+    if paper is not None:
+        cells = paper
+    else:
+        cells = all_paper_cells(records, tables) if tables else pd.DataFrame()
     generated = generated or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    sections = [_protocol_section(df, p, gs, records_by_row, i) for i, (p, gs) in enumerate(by_protocol.items())]
+    baselines = random_init_baselines(t)
+    sections = [_protocol_section(t, p, gs, records_by_row, i, baselines)
+                for i, (p, gs) in enumerate(by_protocol.items())]
     if not sections:
         sections = ['<section><h2>No records</h2><p class="note">No result record was found.</p></section>']
     sweeps = sweeps_section(records)  # every value of each sweep the records keep
@@ -494,11 +478,11 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
         sections.append(sweeps)
     if tables:
         sections.append(_paper_section(cells, tables))
-    messages = df.attrs.get("messages") or []
+    messages = t.messages
     if messages:
         sections.append('<section id="conflicts"><h2>Not comparable</h2><ul class="messages">'
                         + "".join(f"<li>{esc(m)}</li>" for m in messages) + "</ul></section>")
-    n_models = len(df.index)
+    n_models = len(t.models)
     nav = "".join(f'<a href="#protocol-{esc(p)}">{esc(p)}</a>' for p in by_protocol) + \
         ('<a href="#sweeps">sweeps</a>' if sweeps else "") + ('<a href="#paper">paper</a>' if tables else "") + ('<a href="#conflicts">not comparable</a>' if messages else "")
     return f"""<!DOCTYPE html>
@@ -517,6 +501,17 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
 <script>{html_assets.sortable_table_script()}</script>
 </body></html>
 """
+
+
+def _record_dicts(source: str | Path | Iterable[dict] | None) -> list[dict]:
+    """The result records of a folder (default results/runs), of one record file, or given as dicts."""
+    from harness.results.records import is_record, iter_records
+
+    if source is None or isinstance(source, (str, Path)):
+        path = Path(source) if source is not None else None
+        found = [json.loads(path.read_text())] if path is not None and path.is_file() else iter_records(path)
+        return [r for r in found if is_record(r)]
+    return [r for r in source if is_record(r)]
 
 
 def write_report(out: str | Path | None = None, source: str | Path | Iterable[dict] | pd.DataFrame | None = None,
@@ -573,5 +568,5 @@ def cmd_report(args) -> int:
     return 0
 
 
-__all__ = ["build_report", "write_report", "paper_cells", "all_paper_cells", "headline_groups", "curve_specs",
+__all__ = ["build_report", "write_report", "headline_groups", "curve_specs",
            "provenance", "chromium_executable", "add_cli", "cmd_report"]

@@ -22,7 +22,9 @@ def already_done(model: ModelHandle, protocol: Protocol, identity: RunIdentity,
     they name the same checkpoint sha256 and root: a random init's record without its weights
     key cannot tell which init seed it measured."""
     key = results.model_identity(model.record_info())
-    return [r for r in results.iter_records(runs_dir)
+    found = results.find_records(runs_dir, protocol=protocol.registry_name, fingerprint=identity.fingerprint,
+                                 model=model.name)
+    return [r for r in found
             if r["protocol"]["fingerprint"] == identity.fingerprint
             and r["protocol"].get("request") == identity.request
             and all(r["protocol"].get(k) == v for k, v in identity.data.items())

@@ -10,7 +10,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.config import apply_overrides, fingerprint, from_dict, load_config, to_dict
 from harness.data.io import data_stamp
@@ -23,6 +23,9 @@ from harness.models.handle import ModelHandle
 from harness.models.sources import BuildContext, ModelSpec, build_model, parse_spec
 from harness.paths import checkpoint_cache_dir, results_dir
 from harness.registry import register_model_source
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -358,11 +361,18 @@ def evaluate_entry(model: ModelHandle, entry: ProtocolEntry, data: SuiteData, so
     return EvalOutcome(entry.name, entry.preset, model.name, records, skipped, time.perf_counter() - t0)
 
 
-def suite_checks(suite: SuiteConfig | None, records: list[dict]) -> tuple[list[str], list[str]]:
-    """(text blocks, failures) of the suite's margins and reproduced paper tables."""
+def report_tables(suite: SuiteConfig | None) -> list[str] | None:
+    """The published tables a run's report compares with: the suite's ``reproduce`` tables,
+    else every table (None)."""
+    return (suite.reproduce or None) if suite is not None else None
+
+
+def suite_checks(suite: SuiteConfig | None, records: list[dict],
+                 paper: pd.DataFrame | None = None) -> tuple[list[str], list[str]]:
+    """(text blocks, failures) of the suite's margins and reproduced paper tables. ``paper``:
+    the run's paper cells (harness.paper.verdict.all_paper_cells) when already computed."""
     from harness.paper.spec import load_table
-    from harness.paper.verdict import exit_status, format_comparison, tolerance_lines
-    from harness.results.report import paper_cells
+    from harness.paper.verdict import exit_status, format_comparison, paper_cells, records_by_model, tolerance_lines
 
     blocks, failed = [], []
     if suite is not None and suite.margins is not None:
@@ -371,9 +381,13 @@ def suite_checks(suite: SuiteConfig | None, records: list[dict]) -> tuple[list[s
         blocks.append(format_margins(suite.margins, rows))
         blocks.append("\n".join(["margins missed (reported, not a failure of the run):", *missed])
                       if missed else "every margin met")
+    by_model = records_by_model(records)
     for table in (suite.reproduce if suite is not None else []):
         tab = load_table(table)
-        cells = paper_cells(table, records)
+        if paper is not None and len(paper) and tab.name in set(paper["table_name"]):
+            cells = paper[paper["table_name"] == tab.name].reset_index(drop=True)
+        else:
+            cells = paper_cells(table, records, by_model)
         blocks.append(format_comparison(cells, f"{tab.spec.title}: measured vs published",
                                         tolerances=tolerance_lines(tab)))
         if exit_status(cells):
@@ -385,24 +399,35 @@ def suite_checks(suite: SuiteConfig | None, records: list[dict]) -> tuple[list[s
 
 def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: Path | None = None,
                  log=print, suite: SuiteConfig | None = None) -> dict[str, Any]:
-    """Write and print the leaderboard of a run's records, the suite's checks, then its failures."""
+    """Write and print the leaderboard of a run's records, the suite's checks, then its failures.
+    The leaderboard (one RunTable) and the paper cells are computed once and shared by the
+    console, the files, the checks and the report."""
+    from harness.paper.verdict import all_paper_cells
     from harness.results.leaderboard import build_leaderboard, format_console, write_leaderboard
+    from harness.results.run_table import run_table
 
     out = Path(out_dir or results_dir())
-    df = build_leaderboard(records)
-    blocks, failed = suite_checks(suite, records) if len(df) else ([], [])
+    table = run_table(build_leaderboard(records))
+    paper = None
+    if len(table):
+        tables = report_tables(suite)
+        try:
+            paper = all_paper_cells(records, tables)
+        except Exception as exc:  # noqa: BLE001 - the checks below compute what they need themselves
+            log(f"(paper cells not computed: {type(exc).__name__}: {exc})")
+    blocks, failed = suite_checks(suite, records, paper) if len(table) else ([], [])
     failures = failures + failed
-    paths = write_leaderboard(df, out, extra_sections=blocks) if len(df) else {}
-    if len(df):
+    paths = write_leaderboard(table, out, extra_sections=blocks) if len(table) else {}
+    if len(table):
         from harness.results.report import write_report
 
         try:  # the page is a view of the records: failing to draw it must not fail the run
-            paths["report"] = write_report(out / "report.html", records,
-                                           paper_tables=(suite.reproduce or None) if suite else None)
+            paths["report"] = write_report(out / "report.html", records, paper_tables=report_tables(suite),
+                                           table=table, paper=paper)
         except Exception as exc:  # noqa: BLE001
             log(f"(report.html not written: {type(exc).__name__}: {exc}; `ssl-bench report` retries)")
     log("")
-    log(format_console(df) if len(df) else "(no results)")
+    log(format_console(table) if len(table) else "(no results)")
     log("")
     for block in blocks:
         log(block)

@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 from harness.errors import SslBenchError
+from harness.runtime import DEVICE_HELP
 
-DEVICE_HELP = "auto (CUDA when available), cpu, cuda or cuda:N"
 PRECISIONS = ("fp32", "fp16", "bf16")
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 

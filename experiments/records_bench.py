@@ -1,0 +1,140 @@
+"""Results at scale: `ssl-bench leaderboard` and `ssl-bench report` over 1,000 and 10,000
+records, and skip-if-done over 10,000 records that all exist (docs/BENCHMARKS.md, "Records at
+scale").
+
+The records are copies of a realistic set (a run's records, by default results/runs: run
+`ssl-bench` first) under other model names: copy k of model ``synth_dino`` is ``synth_dino_c0007``
+with its own weights key and record id, every other field as measured. The commands run as
+subprocesses, so their times include what a user waits for (Python start, imports, reading the
+records through the index, writing every file).
+
+    python -m experiments.records_bench                          # 1,000 and 10,000 records
+    python -m experiments.records_bench --sizes 1000 --keep DIR  # keep the folders
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def template_records(folder: Path) -> list[dict]:
+    from harness.results.records import is_record
+
+    found = []
+    for p in sorted(folder.glob("*.json")):
+        try:
+            rec = json.loads(p.read_text())
+        except ValueError:
+            continue
+        if is_record(rec):
+            found.append(rec)
+    if not found:
+        sys.exit(f"error: no result records in {folder}; run `ssl-bench` first or give --template DIR")
+    return found
+
+
+def synthetic_records(templates: list[dict], n: int) -> list[dict]:
+    """``n`` records: the templates again and again, copy k under model names ``<name>_c<k>``."""
+    from harness.config import fingerprint
+
+    out = []
+    for i in range(n):
+        copy_no, rec = divmod(i, len(templates))
+        rec = copy.deepcopy(templates[rec])
+        model = rec["model"]
+        model["name"] = f"{model['name']}_c{copy_no:04d}"
+        for key in ("weights_key", "checkpoint_sha256"):
+            if model.get(key):
+                model[key] = fingerprint([model[key], copy_no], length=64)
+        rec["id"] = fingerprint([rec["id"], copy_no], length=20)
+        out.append(rec)
+    return out
+
+
+def write_records(records: list[dict], folder: Path) -> float:
+    from harness.results.records import write_record
+
+    t0 = time.perf_counter()
+    for rec in records:
+        write_record(rec, folder)
+    return time.perf_counter() - t0
+
+
+def timed_cli(args: list[str]) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(REPO / "run_benchmark.py"), *args], cwd=REPO,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"error: ssl-bench {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
+    return wall
+
+
+def skip_if_done(folder: Path) -> tuple[float, int, int]:
+    """(seconds, pairs, records found): harness.running.evaluate.already_done for every
+    (model, protocol request) of the folder, as a suite whose records all exist asks it."""
+    from harness.results.records import iter_records
+    from harness.running.evaluate import already_done
+
+    pairs = {}
+    for r in iter_records(folder):
+        p, m = r["protocol"], r["model"]
+        data = {k: p[k] for k in ("data_root", "data_stamp") if k in p}
+        key = (m["name"], p["name"], p["fingerprint"], json.dumps(p.get("request"), sort_keys=True))
+        pairs[key] = (m, p, data, r.get("cost", {}).get("device_type", "cpu"))
+    t0 = time.perf_counter()
+    found = 0
+    for model, proto, data, device in pairs.values():
+        handle = SimpleNamespace(name=model["name"], device=SimpleNamespace(type=device),
+                                 record_info=lambda model=model: model)
+        protocol = SimpleNamespace(registry_name=proto["name"])
+        identity = SimpleNamespace(fingerprint=proto["fingerprint"], request=proto.get("request"), data=data)
+        found += len(already_done(handle, protocol, identity, folder))
+    return time.perf_counter() - t0, len(pairs), found
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000,10000", help="record counts, comma-separated")
+    ap.add_argument("--template", default=None, help="records to copy (default results/runs)")
+    ap.add_argument("--keep", default=None, help="folder to keep the record folders in (default: a temp dir)")
+    args = ap.parse_args(argv)
+    from harness.results.records import runs_dir
+
+    templates = template_records(Path(args.template) if args.template else runs_dir())
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="records_bench_"))
+    print(f"{len(templates)} template records; cpus {os.cpu_count()}; load {os.getloadavg()[0]:.1f}; "
+          f"folders under {root}")
+    rows = []
+    for n in sizes:
+        folder = root / f"runs_{n}"
+        write_s = write_records(synthetic_records(templates, n), folder)
+        lb_s = timed_cli(["leaderboard", "--runs", str(folder), "--out", str(root / f"out_{n}")])
+        rep_s = timed_cli(["report", "--runs", str(folder), "--out", str(root / f"out_{n}" / "report.html")])
+        skip_s, pairs, found = skip_if_done(folder)
+        assert found == n, f"skip-if-done found {found} of {n} records"
+        rows.append((n, write_s, lb_s, rep_s, skip_s, pairs))
+        print(f"{n:>6} records: write {write_s:6.1f} s | leaderboard {lb_s:6.1f} s | report {rep_s:6.1f} s | "
+              f"skip-if-done {skip_s:5.1f} s ({pairs} pairs)", flush=True)
+    print("\n| records | write (s) | leaderboard (s) | ms/record | report (s) | ms/record | "
+          "skip-if-done (s) | ms/record |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, write_s, lb_s, rep_s, skip_s, pairs in rows:
+        print(f"| {n:,} | {write_s:.1f} | {lb_s:.1f} | {1000 * lb_s / n:.2f} | {rep_s:.1f} | {1000 * rep_s / n:.2f} | "
+              f"{skip_s:.1f} | {1000 * skip_s / n:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
