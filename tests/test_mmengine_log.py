@@ -22,7 +22,9 @@ class _Toy(torch.nn.Module):
 
 def test_runner_logger_warnings_and_prints_land_in_the_file(tmp_path, capfd):
     with run_log() as quiet:
-        runner = quiet.runner_class()(model=_Toy(), work_dir=str(tmp_path / "work"),
+        # default_scope as a seg run sets it: a Runner makes its scope the current one for the
+        # whole process, and mmengine's own would send later mmseg builds to mmengine's registry
+        runner = quiet.runner_class()(model=_Toy(), work_dir=str(tmp_path / "work"), default_scope="mmseg",
                                       experiment_name=f"quiet_{tmp_path.name}")
         runner.logger.info("a tiny mmengine info line")
         runner.logger.warning("a tiny mmengine warning")
