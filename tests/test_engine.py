@@ -58,6 +58,7 @@ def test_cosine_schedule_matches_dino_definition():
     assert len(s) == 10
 
 
+@pytest.mark.slow  # a pretraining killed and resumed: 14 s
 def test_sigkill_then_resume_reaches_the_same_weights(tmp_path, tiny_data):
     cfg = tmp_path / "dino.yaml"
     cfg.write_text(yaml.safe_dump(TINY_DINO))
@@ -109,13 +110,13 @@ TINY_SYNCLR = {**TINY_DINO, "train": {**TINY_DINO["train"], "epochs": 6}, "metho
     "crops": {**_TINY_CROPS, "global_crops_number": 1, "global_recipe_order": "random"}}}
 
 
-# The fast suite runs DINO (the engine's ranks, sharded batches, gradient averaging); iBOT's
-# and SynCLR's method-specific distributed parts run with the slow tests (CI runs both).
+# Two torchrun processes per case (10 s or more each): the slow tests, which CI runs too.
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH")
 @pytest.mark.parametrize("name,recipe,port", [
     ("dino", TINY_DINO, 29517),
-    pytest.param("ibot", TINY_IBOT, 29518, marks=pytest.mark.slow),
-    pytest.param("synclr", TINY_SYNCLR, 29519, marks=pytest.mark.slow)])
+    ("ibot", TINY_IBOT, 29518),
+    ("synclr", TINY_SYNCLR, 29519)])
 def test_torchrun_two_processes_match_one_process(tmp_path, tiny_data, dino_six_steps, name, recipe, port):
     cfg = tmp_path / f"{name}.yaml"
     cfg.write_text(yaml.safe_dump(recipe))
