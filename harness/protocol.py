@@ -107,8 +107,11 @@ class Protocol:
 
     def request_hash(self) -> str:
         """Hash of the whole request, execution settings included: asking for more (e.g. more
-        k values, which are not in the fingerprint since each k is its own record) runs again."""
-        return fingerprint({"protocol": self.registry_name, **to_dict(self.cfg)})
+        k values, which are not in the fingerprint since each k is its own record) runs again.
+        Whether progress bars are drawn asks for nothing: it is left out."""
+        request = to_dict(self.cfg)
+        request.pop("progress", None)
+        return fingerprint({"protocol": self.registry_name, **request})
 
     def model_settings(self, model: ModelHandle) -> dict[str, Any]:
         """What this protocol builds differently for ``model``, beyond the model's own identity

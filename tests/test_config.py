@@ -101,3 +101,19 @@ def test_every_shipped_suite_resolves(suite_file):
             pretrain_config(entry, Path("/nonexistent"), "x")
     for p in suite.protocols:
         suite_protocol(p, source)
+
+
+def test_a_suite_without_progress_bars_asks_for_the_same_records():
+    # --no-progress reaches every protocol that draws bars, and finds the records a run with
+    # bars wrote: the switch is in neither the fingerprint nor the request
+    from harness.running.suite import load_suite, suite_protocol
+
+    suite_file = Path(__file__).resolve().parent.parent / "configs" / "suites" / "default.yaml"
+    suite, source = load_suite(suite_file)
+    with_bars = [suite_protocol(p, source) for p in suite.protocols]
+    quiet = [suite_protocol(p, source, progress=False) for p in suite.protocols]
+    drawing = [q for q in quiet if hasattr(q.cfg, "progress")]
+    assert drawing and not any(q.cfg.progress for q in drawing)
+    assert any(b.cfg.progress for b in with_bars if hasattr(b.cfg, "progress"))
+    for b, q in zip(with_bars, quiet):
+        assert (b.fingerprint(), b.request_hash()) == (q.fingerprint(), q.request_hash())

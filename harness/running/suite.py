@@ -136,9 +136,13 @@ def pretrain_config(entry: ModelEntry, data_root: Path, data_name: str, device: 
     return load_pretrain_config(raw, source), source
 
 
-def suite_protocol(entry: ProtocolEntry, source: str):
-    """The protocol object of one suite entry (its preset, its dataset and settings)."""
-    return build_protocol(entry.name, entry.preset, {"dataset": entry.dataset, **entry.set}, source)
+def suite_protocol(entry: ProtocolEntry, source: str, progress: bool = True):
+    """The protocol object of one suite entry (its preset, its dataset and settings). Without
+    ``progress`` a protocol that draws progress bars draws none (not in any fingerprint)."""
+    protocol = build_protocol(entry.name, entry.preset, {"dataset": entry.dataset, **entry.set}, source)
+    if not progress and "progress" in {f.name for f in dataclasses.fields(protocol.cfg)}:
+        protocol.cfg = dataclasses.replace(protocol.cfg, progress=False)
+    return protocol
 
 
 def _checkpoint_plan(entry: ModelEntry, data_root: Path, data_name: str, device: str = "auto"):
@@ -473,7 +477,7 @@ def execute_suite(suite: SuiteConfig, source: str, *, force: bool = False, progr
     errors: dict[Any, BaseException] = {}  # by id(protocol entry) or model name
     for p in dict((id(p), p) for p, _ in pairs).values():
         try:
-            protocols[id(p)] = suite_protocol(p, source)
+            protocols[id(p)] = suite_protocol(p, source, progress)
         except SslBenchError as exc:
             if not keep_going:
                 raise
