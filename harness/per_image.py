@@ -41,7 +41,8 @@ def encode_array(array: np.ndarray) -> dict[str, Any]:
     """A small integer array as JSON: the narrowest unsigned dtype that holds it, its shape,
     and its bytes zlib-compressed in base64."""
     a = np.asarray(array)
-    if a.size and (not np.issubdtype(a.dtype, np.integer) and a.dtype != bool or a.min() < 0):
+    integral = a.dtype == bool or np.issubdtype(a.dtype, np.integer)
+    if not integral or (a.size and a.min() < 0):
         raise ValueError(f"per-image statistics are non-negative integers, found dtype {a.dtype}")
     top = int(a.max()) if a.size else 0
     dtype = next(d for d in (np.uint8, np.uint16, np.uint32, np.uint64) if top <= np.iinfo(d).max)
