@@ -123,7 +123,8 @@ def pixel_accuracy(intersect, label):
 # ----------------------------------------------------------------------------- read and resample
 class PerImageStats:
     """A decoded ``per_image`` block: ``rows`` (N, K) integers whose weighted sums over images
-    (:meth:`metrics_of_sums`) give the block's metrics."""
+    (:meth:`metrics_of_sums`) give the block's metrics (hits: one column per metric; areas: the
+    intersection and union of each class, then each image's correct and labelled pixels)."""
 
     def __init__(self, block: Any):
         if not isinstance(block, dict) or block.get("kind") not in KINDS:
@@ -143,7 +144,10 @@ class PerImageStats:
             self.classes = areas.shape[2]
             self.count_absent_classes = bool(block.get("count_absent_classes", False))
             self.extra_terms = int(block.get("extra_terms", 0))
-            self.rows = areas.reshape(areas.shape[0], -1).astype(np.int64)
+            # what the metrics sum: intersection and union per class, then correct and labelled pixels
+            intersect, union, label = (areas[:, i].astype(np.int64) for i in range(3))
+            self.rows = np.concatenate([intersect, union, intersect.sum(1, keepdims=True),
+                                        label.sum(1, keepdims=True)], axis=1)
         stated = block.get("images")
         if stated is not None and int(stated) != self.rows.shape[0]:
             raise PerImageError(f"per_image block states {stated} images but holds {self.rows.shape[0]}")
@@ -159,11 +163,10 @@ class PerImageStats:
             raise KeyError(metric)
         if self.kind == HITS:
             return accuracy_percent(sums[:, self.metrics.index(metric)], self.images)
-        parts = sums.reshape(sums.shape[0], len(AREA_PARTS), self.classes)
-        intersect, union, label = parts[:, 0], parts[:, 1], parts[:, 2]
+        c = self.classes
         if metric == "pixel_accuracy":
-            return 100.0 * pixel_accuracy(intersect, label)
-        iou = iou_per_class(intersect, union)
+            return 100.0 * pixel_accuracy(sums[:, 2 * c:2 * c + 1], sums[:, 2 * c + 1:])
+        iou = iou_per_class(sums[:, :c], sums[:, c:2 * c])
         return np.array([100.0 * mean_iou(row, count_absent_classes=self.count_absent_classes,
                                           extra_terms=self.extra_terms) for row in iou])
 

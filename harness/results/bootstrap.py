@@ -60,7 +60,8 @@ def resampled_sums(stats: PerImageStats, resamples: int = RESAMPLES, seed: int =
     step = max(1, CHUNK // max(n, 1))
     for a in range(0, resamples, step):
         b = min(resamples, a + step)
-        idx = rng.integers(0, n, size=(b - a, n)) + n * np.arange(b - a)[:, None]
+        idx = rng.integers(0, n, size=(b - a, n), dtype=np.int64 if n * step >= 2**31 else np.int32)
+        idx += (n * np.arange(b - a, dtype=idx.dtype))[:, None]
         counts = np.bincount(idx.ravel(), minlength=(b - a) * n).reshape(b - a, n)
         out[a:b] = counts.astype(np.float64) @ rows
     return out
