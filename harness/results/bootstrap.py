@@ -17,6 +17,7 @@ How a resample is drawn, by the kind of statistics:
 """
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -56,15 +57,30 @@ def resampled_sums(stats: PerImageStats, resamples: int = RESAMPLES, seed: int =
     if stats.kind == HITS:
         return np.stack([rng.binomial(n, t / n, size=resamples) for t in totals], axis=1).astype(np.float64)
     rows = stats.rows.astype(np.float64)
+    if resamples * n <= CHUNK:  # the common case: one draw matrix, shared by every cell of n images
+        return image_counts(n, resamples, seed) @ rows
     out = np.empty((resamples, rows.shape[1]))
     step = max(1, CHUNK // max(n, 1))
     for a in range(0, resamples, step):
         b = min(resamples, a + step)
-        idx = rng.integers(0, n, size=(b - a, n), dtype=np.int64 if n * step >= 2**31 else np.int32)
-        idx += (n * np.arange(b - a, dtype=idx.dtype))[:, None]
-        counts = np.bincount(idx.ravel(), minlength=(b - a) * n).reshape(b - a, n)
-        out[a:b] = counts.astype(np.float64) @ rows
+        out[a:b] = _draw_counts(rng, n, b - a) @ rows
     return out
+
+
+def _draw_counts(rng: np.random.Generator, n: int, resamples: int) -> np.ndarray:
+    """(resamples, n): how many times each image is drawn, n draws with replacement per resample."""
+    idx = rng.integers(0, n, size=(resamples, n), dtype=np.int64 if n * resamples >= 2**31 else np.int32)
+    idx += (n * np.arange(resamples, dtype=idx.dtype))[:, None]
+    return np.bincount(idx.ravel(), minlength=resamples * n).reshape(resamples, n).astype(np.float64)
+
+
+@functools.lru_cache(maxsize=8)
+def image_counts(n: int, resamples: int, seed: int) -> np.ndarray:
+    """The draws of ``resampled_sums`` for n images (read-only): a pure function of (n,
+    resamples, seed), so the cells of every model on one evaluation set share it."""
+    counts = _draw_counts(np.random.default_rng(seed), n, resamples)
+    counts.flags.writeable = False
+    return counts
 
 
 def metric_values(stats: PerImageStats, metrics: list[str], resamples: int = RESAMPLES,

@@ -26,7 +26,7 @@ from harness.results import html_assets
 from harness.io_utils import atomic_write, atomic_write_text
 from harness.protocol_info import declared_headline, headline_metric, variant_text
 from harness.results.records import iter_records
-from harness.results.run_table import RunTable, run_table
+from harness.results.run_table import CellStats, RunTable, run_table
 from harness.variants import fraction_value, parse_variant, variant_label
 from harness.results.table import (SHORT_FP, IncomparableResultsError, column_label, conflict_message,
                                    disambiguate_data, disambiguate_models, fingerprint_conflicts, flatten_records)
@@ -68,7 +68,7 @@ def build_leaderboard(records: list[dict] | pd.DataFrame | None = None,
     if flat.empty:
         df = pd.DataFrame(index=pd.Index([], name="model"),
                           columns=pd.MultiIndex.from_tuples([], names=LEVELS))
-        df.attrs.update(messages=[], conflicts=[], models={}, fingerprints={}, per_image={})
+        df.attrs.update(messages=[], conflicts=[], models={}, fingerprints={}, per_image=CellStats())
         return df
     # A re-run of the same (model, column, seed) under a new record id: keep the newest.
     flat = flat.sort_values("created", na_position="first", kind="stable").drop_duplicates(
@@ -86,8 +86,8 @@ def build_leaderboard(records: list[dict] | pd.DataFrame | None = None,
     # interval is asked for (harness.results.bootstrap).
     single = flat.groupby(["model"] + col_keys, sort=False)["value"].transform("size") == 1
     with_stats = flat[single & flat["per_image"].notna()]
-    per_image = {(m, *key): (rid, block) for m, *key, rid, block in zip(
-        with_stats["model"], *(with_stats[k] for k in col_keys), with_stats["id"], with_stats["per_image"])}
+    per_image = CellStats({(m, *key): (rid, block) for m, *key, rid, block in zip(
+        with_stats["model"], *(with_stats[k] for k in col_keys), with_stats["id"], with_stats["per_image"])})
     models = {}
     for name, grp in flat.groupby("model"):
         first = grp.iloc[0]

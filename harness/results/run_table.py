@@ -52,6 +52,15 @@ def t975(dof: int) -> float:
             + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4))
 
 
+class CellStats(dict):
+    """(model, *column key) -> (record id, per-image block) of a leaderboard's one-seed cells, kept
+    in the frame's ``attrs``: read-only and shared, so pandas' copies of ``attrs`` (a deep copy on
+    every operation on the frame) do not copy the statistics."""
+
+    def __deepcopy__(self, memo) -> "CellStats":
+        return self
+
+
 @dataclass
 class RunTable:
     """The leaderboard of one run as arrays (see the module's text). Build it with
@@ -223,4 +232,4 @@ def run_table(df: pd.DataFrame | RunTable) -> RunTable:
                     conflicts=list(df.attrs.get("conflicts") or []), per_image=dict(df.attrs.get("per_image") or {}))
 
 
-__all__ = ["RunTable", "run_table", "t975", "CI_SEEDS", "CI_NONE"]
+__all__ = ["RunTable", "CellStats", "run_table", "t975", "CI_SEEDS", "CI_NONE"]
