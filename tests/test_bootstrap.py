@@ -202,3 +202,20 @@ def test_areas_block_states_its_class_averaging():
     assert areas_block(zeros, zeros, zeros, count_absent_classes=False, extra_terms=0)["images"] == 2
     with pytest.raises(ValueError, match="non-negative integers"):
         encode_array(np.array([0.5]))
+
+
+def test_report_shows_the_bootstrap_interval_of_a_one_seed_cell():
+    from harness.results.report import build_report
+
+    r = _knn_block()
+    recs = [_record("boot", r["top1"], r["per_image"]), _record("none", 40.0, None)]
+    page = build_report(recs, paper_tables=[], generated="2026-01-01T00:00:00+00:00")
+    assert "(bootstrap)</span>" in page and f"bootstrap over 240 images, {RESAMPLES} resamples" in page
+    assert "n=1: no interval" in page
+
+
+def test_records_keep_their_statistics_through_the_dataframe_api():
+    from harness.results.records import load_results, to_records
+
+    rec = _record("a", 50.0, _knn_block()["per_image"])
+    assert to_records(load_results([rec])) == [rec]
