@@ -219,3 +219,12 @@ def test_records_keep_their_statistics_through_the_dataframe_api():
 
     rec = _record("a", 50.0, _knn_block()["per_image"])
     assert to_records(load_results([rec])) == [rec]
+
+
+def test_large_sets_draw_in_chunks_with_the_same_guarantees(monkeypatch):
+    cm = _segmentation()
+    stats = read_per_image(cm.per_image_block(count_absent_classes=False, count_ignored_class=False))
+    point = 100.0 * compute_miou(cm.matrix).miou
+    monkeypatch.setattr(bootstrap, "CHUNK", 41 * 7)  # 7 resamples per chunk instead of all at once
+    a = bootstrap.intervals(stats, ["mIoU"], resamples=100)["mIoU"]
+    assert a.low < point < a.high and a == bootstrap.intervals(stats, ["mIoU"], resamples=100)["mIoU"]

@@ -46,7 +46,7 @@ class BootstrapInterval:
         return f"bootstrap over {self.images} images, {self.resamples} resamples, seed {self.seed}"
 
 
-CHUNK = 1 << 22  # image draws held at once (resamples x images) for ``areas``
+CHUNK = 1 << 21  # image draws held at once (resamples x images) for ``areas``: 16 MB of counts
 
 
 def resampled_sums(stats: PerImageStats, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
@@ -74,7 +74,7 @@ def _draw_counts(rng: np.random.Generator, n: int, resamples: int) -> np.ndarray
     return np.bincount(idx.ravel(), minlength=resamples * n).reshape(resamples, n).astype(np.float64)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=4)
 def image_counts(n: int, resamples: int, seed: int) -> np.ndarray:
     """The draws of ``resampled_sums`` for n images (read-only): a pure function of (n,
     resamples, seed), so the cells of every model on one evaluation set share it."""
