@@ -196,7 +196,14 @@ class PerImageStats:
 
 
 def read_per_image(block: Any) -> PerImageStats:
-    return PerImageStats(block)
+    """The statistics of a record's ``per_image`` block; any block that does not read as one of
+    the known kinds is a PerImageError saying why."""
+    try:
+        return PerImageStats(block)
+    except PerImageError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise PerImageError(f"per_image block does not read ({type(exc).__name__}: {exc})") from None
 
 
 __all__ = ["HITS", "AREAS", "PerImageError", "PerImageStats", "read_per_image", "encode_array", "decode_array",

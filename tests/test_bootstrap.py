@@ -181,6 +181,8 @@ def test_broken_statistics_are_treated_as_absent_with_one_warning(caplog):
         read_per_image(block)
     with pytest.raises(PerImageError, match="kind"):
         read_per_image({"kind": "histogram"})
+    with pytest.raises(PerImageError, match="does not read"):
+        read_per_image({**block, "hits": _knn_block()["per_image"]["hits"], "metrics": 5})
 
 
 def test_the_best_cannot_be_told_apart_from_an_overlapping_bootstrapped_row():
