@@ -25,6 +25,10 @@ class ProtocolResult:
     # seconds by stage of the run (e.g. extract_s, search_s), merged into the record's cost
     # block beside the harness's own wall time; never part of a fingerprint or a cache key
     cost: dict[str, float] = field(default_factory=dict)
+    # per-evaluation-image statistics (harness.per_image) from which the metrics can be recomputed
+    # on a resample of the images (the leaderboard's bootstrap interval where n = 1); data about
+    # the measurement, never part of a fingerprint, a record key or a cache key
+    per_image: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from benchmarks.dense_nn.core import (Bank, CoreSettings, aggregate, build_bank,
                                       memory_per_image, predict_image, rarity_select)
 from benchmarks.dense_nn.index import BankIndex, IndexSpec
 from benchmarks.dense_nn.metric import ConfusionMatrix, compute_miou
+from harness.per_image import read_per_image
 from benchmarks.dense_nn.subsets import (check_nested, generate_subsets, list_sha256, parse_fraction,
                                          plan_subsets)
 from harness.errors import ConfigError, DataError
@@ -378,7 +379,20 @@ def test_each_record_carries_the_stage_seconds_in_its_cost(synth_root, tiny_mode
         assert all(rec["cost"][k] >= 0 for k in stages)
         assert sum(rec["cost"][k] for k in stages) <= rec["cost"]["wall_s"] + 0.01  # each rounded to ms
         assert rec["protocol"]["fingerprint"] == proto.fingerprint()
+        # per-image areas that give back the record's numbers (the bootstrap's statistics)
+        stats = read_per_image(rec["per_image"])
+        ones = np.ones((1, stats.images))
+        for metric in ("mIoU", "pixel_accuracy"):
+            assert stats.metric_of_weights(ones, metric)[0] == rec["metrics"][metric]
     assert records[0]["cost"] == records[1]["cost"]  # one run's split, copied into each record
+
+
+def test_hungarian_matching_keeps_no_per_image_statistics(synth_root, tiny_model):
+    """Hungarian matching maps classes from the whole set's confusion matrix: a sum of per-image
+    class areas cannot recompute it, so its records keep none (and their cells no bootstrap)."""
+    proto = DenseNN.from_preset("hbird", {"dataset": "voc", "k": 5, **FAST, "fractions": ["1/1"], "seeds": [42]})
+    assert proto.cfg.hungarian
+    assert all(r.per_image is None for r in proto.run(tiny_model, synth_root))
 
 
 @pytest.mark.parametrize("artifacts_dir", [None, "art"])

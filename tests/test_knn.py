@@ -12,6 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
+from harness.per_image import read_per_image
 from benchmarks.classification.knn import KNNProtocol, Rows, class_scores, cosine_topk, weighted_knn
 from harness.models.handle import ModelHandle
 from image_folders import make_image_folder
@@ -258,6 +259,10 @@ def test_protocol_runs_and_reports_one_result_per_k(folder):
         assert r.params["feature_dim"] == 2 * model.backbone.embed_dim
         assert r.split == "val" and r.dataset == "imagefolder"
     assert results[2].params["k_used"] == 18  # 3 classes x 6 train images
+    for r in results:  # per-image hits that give back the number (the bootstrap's statistics)
+        stats = read_per_image(r.per_image)
+        assert stats.metrics == ["top1"] and stats.images == r.params["n_val"]
+        assert stats.metric_of_weights(np.ones((1, stats.images)), "top1")[0] == r.metrics["top1"]
     # second run reads the feature cache and gives the same numbers
     again = proto.run(model, folder)
     assert [r.metrics for r in again] == [r.metrics for r in results]

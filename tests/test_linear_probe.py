@@ -18,6 +18,7 @@ from benchmarks.classification.linear_heads import (GridSGD, LinearHeads, cosine
                                                     train_grid)
 from benchmarks.classification.linear_probe import IBOT_BASE_LRS, LinearProbe, arch_feature_defaults
 from harness.models.backbone import ARCHS
+from harness.per_image import read_per_image
 from harness.models.handle import ModelHandle
 from image_folders import make_image_folder
 
@@ -235,6 +236,22 @@ def test_cached_features_mode(folder):
     r = tiny_probe(cached_features=True, epochs=2).run(model, folder)[0]
     assert r.variant == {"recipe": "synth", "cached_features": True}
     assert r.params["cached_features"] is True
+    # the per-image hits of the selected (epoch, lr) give back its top-1 (the bootstrap's statistics)
+    stats = read_per_image(r.per_image)
+    assert stats.images == r.params["n_val"]
+    assert stats.metric_of_weights(np.ones((1, stats.images)), "top1")[0] == r.metrics["top1"]
+
+
+def test_kept_hits_are_those_of_the_selected_evaluation_and_head():
+    torch.manual_seed(0)
+    x, y = torch.randn(40, 8), torch.randint(0, 5, (40,))
+    heads = LinearHeads(3, 8, 5)
+    opt = GridSGD(heads, torch.tensor([0.01, 0.5, 2.0], dtype=torch.float64))
+    hist = train_grid(heads, opt, lambda e: [(x, y)], x, y, epochs=4, steps_per_epoch=1)
+    e, h = select_best(hist.top1)
+    assert hist.best_at == (e, h)
+    assert int(hist.best_hits[0].sum()) * 100.0 / 40 == hist.top1[e][h]
+    assert int(hist.best_hits[1].sum()) * 100.0 / 40 == hist.top5[e][h]
 
 
 def test_batchnorm_with_a_last_batch_of_one_is_refused(folder):

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from harness.errors import ConfigError, DataError
+from harness.per_image import accuracy_percent, hits_block
 from harness.registry import DATASETS
 
 FeatureKind = Literal["cls", "avgpool", "cls+avgpool"]
@@ -116,8 +117,9 @@ def target_rank(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return torch.where(finite, rank, torch.full_like(rank, torch.iinfo(rank.dtype).max))
 
 
-def topk_hits(scores: torch.Tensor, targets: torch.Tensor, ks=(1, 5), require_positive: bool = False) -> dict[int, int]:
-    """Number of rows whose target is among the top-k classes, for each k.
+def topk_hit_flags(scores: torch.Tensor, targets: torch.Tensor, ks=(1, 5),
+                   require_positive: bool = False) -> dict[int, torch.Tensor]:
+    """Per row, whether its target is among the top-k classes, for each k: {k: (B,) bool}.
 
     ``require_positive``: a class whose score is not > 0 never counts (k-NN: a class that
     received no vote is not a prediction, whatever order a sort leaves the zeros in)."""
@@ -125,13 +127,27 @@ def topk_hits(scores: torch.Tensor, targets: torch.Tensor, ks=(1, 5), require_po
     ok = torch.ones_like(rank, dtype=torch.bool)
     if require_positive:
         ok = scores.gather(1, targets.view(-1, 1)).squeeze(1) > 0
-    return {k: int(((rank < k) & ok).sum()) for k in ks}
+    return {k: (rank < k) & ok for k in ks}
+
+
+def topk_hits(scores: torch.Tensor, targets: torch.Tensor, ks=(1, 5), require_positive: bool = False) -> dict[int, int]:
+    """Number of rows whose target is among the top-k classes, for each k (see topk_hit_flags)."""
+    return {k: int(f.sum()) for k, f in topk_hit_flags(scores, targets, ks, require_positive).items()}
 
 
 def accuracy_metrics(hits: dict[int, int], total: int, num_classes: int) -> dict[str, float]:
     """Percentages as DINO computes them (count * 100.0 / total). Top-5 only with >= 5
     classes (as DINO's eval_linear.py; with fewer it is trivially 100 or undefined)."""
-    out = {"top1": hits[1] * 100.0 / total}
+    out = {"top1": accuracy_percent(hits[1], total)}
     if num_classes >= 5:
-        out["top5"] = hits[5] * 100.0 / total
+        out["top5"] = accuracy_percent(hits[5], total)
     return out
+
+
+def accuracy_per_image(flags: dict[int, np.ndarray], num_classes: int) -> dict:
+    """The record's ``per_image`` block (harness.per_image) of the metrics accuracy_metrics
+    reports, from per-image top-k flags {1: (N,), 5: (N,)}."""
+    hits = {"top1": flags[1]}
+    if num_classes >= 5:
+        hits["top5"] = flags[5]
+    return hits_block(hits)

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchmarks.classification.common import (FeatureKind, accuracy_metrics, feature_for, load_splits,
-                                              topk_hits)
+from benchmarks.classification.common import (FeatureKind, accuracy_metrics, accuracy_per_image, feature_for,
+                                              load_splits, topk_hit_flags)
 from benchmarks.classification.similarity_buffer import SimilarityBuffer
 from harness.context.chance import uniform_topk
 from harness.data.transforms import ResizeCenterCrop
@@ -177,11 +177,12 @@ def class_scores(sims: torch.Tensor, neighbour_labels: torch.Tensor, k: int, tem
 def weighted_knn(train, train_labels, test, test_labels, *, ks: Sequence[int] = (10, 20, 100, 200),
                  temperature: float = 0.07, num_classes: int | None = None, backend: Backend = "auto",
                  train_chunk: int = 65536, test_chunk: int = 1024,
-                 device: str | torch.device = "cpu") -> dict[int, dict]:
+                 device: str | torch.device = "cpu", per_image: bool = False) -> dict[int, dict]:
     """DINO's weighted k-NN for every k in ``ks`` from one search: {k: {"top1", "top5", "k_used"}}.
 
     ``train`` / ``test``: (N, d) features (not yet normalised; ndarray, memmap, tensor or
-    a `Rows`); labels: integer class indices."""
+    a `Rows`); labels: integer class indices. ``per_image``: each k's dict also holds
+    ``per_image``, the record's per-image hits block (harness.per_image)."""
     # labels stay on the host (the vote moves what it needs); an unplaced tensor would take
     # torch's default device
     train_labels = torch.as_tensor(np.asarray(train_labels), dtype=torch.int64, device="cpu")
@@ -205,13 +206,17 @@ def weighted_knn(train, train_labels, test, test_labels, *, ks: Sequence[int] = 
     out = {}
     for k in ks:
         k_used = min(k, n_train)
-        hits = {1: 0, 5: 0}
+        flags: dict[int, list[torch.Tensor]] = {1: [], 5: []}
         for q0 in range(0, n_test, test_chunk):
             scores = class_scores(sims[q0:q0 + test_chunk], neighbour_labels[q0:q0 + test_chunk], k_used,
                                   temperature, c)
-            h = topk_hits(scores, test_labels[q0:q0 + test_chunk], (1, 5), require_positive=True)
-            hits = {r: hits[r] + h[r] for r in hits}
-        out[k] = {**accuracy_metrics(hits, n_test, c), "k_used": k_used}
+            f = topk_hit_flags(scores, test_labels[q0:q0 + test_chunk], (1, 5), require_positive=True)
+            for r in flags:
+                flags[r].append(f[r].cpu())
+        per_row = {r: torch.cat(v).numpy() for r, v in flags.items()}
+        out[k] = {**accuracy_metrics({r: int(v.sum()) for r, v in per_row.items()}, n_test, c), "k_used": k_used}
+        if per_image:
+            out[k]["per_image"] = accuracy_per_image(per_row, c)
     return out
 
 
@@ -310,7 +315,8 @@ class KNNProtocol(Protocol):
         t1 = time.perf_counter()
         res = weighted_knn(train, splits.train_labels, val, splits.val_labels, ks=c.ks,
                            temperature=c.temperature, num_classes=splits.num_classes, backend=c.backend,
-                           train_chunk=c.train_chunk, test_chunk=c.test_chunk, device=search_dev)
+                           train_chunk=c.train_chunk, test_chunk=c.test_chunk, device=search_dev,
+                           per_image=True)
         t_search = time.perf_counter() - t1
         out = []
         for k in c.ks:
@@ -319,7 +325,8 @@ class KNNProtocol(Protocol):
                 log.warning("k=%d is larger than the %d training images: every training image votes",
                             k, len(f_train))
             out.append(ProtocolResult(
-                metrics={m: v for m, v in r.items() if m != "k_used"},
+                metrics={m: v for m, v in r.items() if m not in ("k_used", "per_image")},
+                per_image=r["per_image"],
                 dataset=c.dataset, split=c.val_split, seed=None,
                 variant={"k": k, "feature": c.feature},
                 params={"k_used": r["k_used"], "temperature": c.temperature, "n_last_blocks": c.n_last_blocks,

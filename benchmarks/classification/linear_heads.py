@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.classification.common import target_rank
+from harness.per_image import accuracy_percent
 
 Schedule = Literal["cosine_epoch", "cosine_iter", "constant"]
 
@@ -81,22 +82,29 @@ def cosine_factor(t: int, total: int) -> float:
 
 
 @torch.no_grad()
-def evaluate_heads(heads: LinearHeads, x: torch.Tensor, y: torch.Tensor, chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-1 and top-5 hit counts per head, (H,) each (ties: lower class index first)."""
+def head_hit_flags(heads: LinearHeads, x: torch.Tensor, y: torch.Tensor, chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per head and image, whether the target is the top-1 / among the top-5 classes: (H, N)
+    bool each (ties: lower class index first)."""
     was_training = heads.training
     heads.eval()
-    h = heads.num_heads
-    top1 = torch.zeros(h, dtype=torch.int64, device=x.device)
-    top5 = torch.zeros(h, dtype=torch.int64, device=x.device)
-    for a in range(0, x.shape[0], chunk):
+    h, n = heads.num_heads, x.shape[0]
+    top1 = torch.zeros(h, n, dtype=torch.bool, device=x.device)
+    top5 = torch.zeros(h, n, dtype=torch.bool, device=x.device)
+    for a in range(0, n, chunk):
         logits = heads(x[a:a + chunk].float())  # (H, b, C)
         t = y[a:a + chunk]
         for j in range(h):
             rank = target_rank(logits[j], t)
-            top1[j] += int((rank < 1).sum())
-            top5[j] += int((rank < 5).sum())
+            top1[j, a:a + chunk] = rank < 1
+            top5[j, a:a + chunk] = rank < 5
     heads.train(was_training)
     return top1, top5
+
+
+def evaluate_heads(heads: LinearHeads, x: torch.Tensor, y: torch.Tensor, chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-1 and top-5 hit counts per head, (H,) each (ties: lower class index first)."""
+    top1, top5 = head_hit_flags(heads, x, y, chunk)
+    return top1.sum(1), top5.sum(1)
 
 
 @dataclass
@@ -105,6 +113,18 @@ class GridHistory:
     top1: list[list[float]] = field(default_factory=list)  # [eval][head], percent
     top5: list[list[float]] = field(default_factory=list)
     train_loss: list[list[float]] = field(default_factory=list)  # [epoch][head], mean over steps
+    # the per-image top-1 / top-5 hits (N,) of select_best's (evaluation, head), and where it is
+    best_hits: tuple[torch.Tensor, torch.Tensor] | None = None
+    best_at: tuple[int, int] | None = None
+
+    def keep_if_best(self, f1: torch.Tensor, f5: torch.Tensor) -> None:
+        """After an evaluation was appended: keep its per-image hits if it holds a new best
+        top-1 (select_best's rule: the first maximum over evaluations, then heads)."""
+        row = self.top1[-1]
+        j = max(range(len(row)), key=lambda h: (row[h], -h))
+        if self.best_at is None or row[j] > self.top1[self.best_at[0]][self.best_at[1]]:
+            self.best_at = (len(self.top1) - 1, j)
+            self.best_hits = (f1[j].cpu(), f5[j].cpu())
 
 
 def select_best(top1: list[list[float]]) -> tuple[int, int]:
@@ -154,10 +174,12 @@ def train_grid(heads: LinearHeads, opt: GridSGD, batches: Callable[[int], Iterab
             step += 1
         hist.train_loss.append((loss_sum / max(n_steps, 1)).tolist())
         if (epoch + 1) % eval_every == 0 or epoch == epochs - 1:
-            t1, t5 = evaluate_heads(heads, val_x, val_y)
+            f1, f5 = head_hit_flags(heads, val_x, val_y)
+            t1, t5 = f1.sum(1), f5.sum(1)
             hist.epochs.append(epoch + 1)
-            hist.top1.append((t1.double() * 100.0 / n_val).tolist())
-            hist.top5.append((t5.double() * 100.0 / n_val).tolist())
+            hist.top1.append(accuracy_percent(t1.double(), n_val).tolist())
+            hist.top5.append(accuracy_percent(t5.double(), n_val).tolist())
+            hist.keep_if_best(f1, f5)
         if on_epoch is not None:
             on_epoch(epoch, hist)
     return hist

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from benchmarks.classification.common import Layout, assemble, load_splits
+from benchmarks.classification.common import Layout, accuracy_per_image, assemble, load_splits
 from benchmarks.classification.linear_data import (STREAM_INIT, AugmentedImages, RandomResizedCropFlip,
                                                    augmented_loader, epoch_batches, seeded_generator,
                                                    steps_per_epoch)
@@ -246,6 +246,9 @@ class LinearProbe(Protocol):
     def _result(self, hist: GridHistory, lrs, splits, n_blocks, avgpool, dim, seconds) -> ProtocolResult:
         c = self.cfg
         e, h = select_best(hist.top1)
+        if hist.best_at != (e, h):
+            raise RuntimeError(f"the per-image hits kept during training are those of evaluation/head "
+                               f"{hist.best_at}, not of the selected {(e, h)}")
         metrics = {"top1": hist.top1[e][h]}
         if splits.num_classes >= 5:  # as DINO: top-5 only with at least 5 classes
             metrics["top5"] = hist.top5[e][h]
@@ -253,6 +256,8 @@ class LinearProbe(Protocol):
         variant = self._variant()
         return ProtocolResult(
             metrics=metrics, dataset=c.dataset, split=c.val_split, seed=c.seed, variant=variant,
+            per_image=accuracy_per_image({1: hist.best_hits[0].numpy(), 5: hist.best_hits[1].numpy()},
+                                         splits.num_classes),
             params={"best_base_lr": c.base_lrs[h], "best_lr": lrs[h], "best_epoch": hist.epochs[e],
                     "epochs": c.epochs, "batch_size": c.batch_size, "num_heads": len(lrs),
                     "n_last_blocks": n_blocks, "avgpool_patchtokens": avgpool,

@@ -22,10 +22,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.per_image import areas_block, iou_per_class, mean_iou, pixel_accuracy
+
 
 class ConfusionMatrix:
     """Rows = ground-truth classes (``num_classes``), columns = predicted classes
-    (``num_pred`` >= ``num_classes``: a bank with an extra "ignored" class can predict it)."""
+    (``num_pred`` >= ``num_classes``: a bank with an extra "ignored" class can predict it).
+
+    Each update also keeps the image's intersection, union and ground-truth pixel counts per
+    real class (``image_areas``): the statistics a bootstrap over the images resamples."""
 
     def __init__(self, num_classes: int, num_pred: int | None = None, ignore_index: int = 255):
         self.num_classes = int(num_classes)
@@ -34,6 +39,16 @@ class ConfusionMatrix:
             raise ValueError(f"num_pred ({self.num_pred}) < num_classes ({self.num_classes})")
         self.ignore_index = ignore_index
         self.matrix = np.zeros((self.num_classes, self.num_pred), dtype=np.int64)
+        self.image_areas: list[np.ndarray] = []  # per update: (3, num_classes) intersect, union, label
+
+    def per_image_block(self, *, count_absent_classes: bool, count_ignored_class: bool) -> dict:
+        """The record's ``per_image`` block (harness.per_image) of the images seen, with
+        compute_miou's class averaging (not defined for Hungarian matching, which needs each
+        image's whole confusion matrix)."""
+        g = self.num_classes
+        areas = (np.stack(self.image_areas) if self.image_areas else np.zeros((0, 3, g), dtype=np.int64))
+        return areas_block(areas[:, 0], areas[:, 1], areas[:, 2], count_absent_classes=count_absent_classes,
+                           extra_terms=1 if (count_ignored_class and self.num_pred == g + 1) else 0)
 
     def update(self, gt: np.ndarray, pred: np.ndarray) -> None:
         if gt.shape != pred.shape:
@@ -42,7 +57,9 @@ class ConfusionMatrix:
         pred = pred.reshape(-1).astype(np.int64, copy=False)
         valid = gt != self.ignore_index
         gt, pred = gt[valid], pred[valid]
+        g = self.num_classes
         if gt.size == 0:
+            self.image_areas.append(np.zeros((3, g), dtype=np.int64))
             return
         if gt.max() >= self.num_classes or gt.min() < 0:
             bad = int(gt.max() if gt.max() >= self.num_classes else gt.min())
@@ -50,9 +67,11 @@ class ConfusionMatrix:
                              f"and not the ignore index {self.ignore_index}")
         if pred.max() >= self.num_pred or pred.min() < 0:
             raise ValueError(f"prediction outside [0, {self.num_pred})")
-        self.matrix += np.bincount(gt * self.num_pred + pred,
-                                   minlength=self.num_classes * self.num_pred
-                                   ).reshape(self.num_classes, self.num_pred)
+        image = np.bincount(gt * self.num_pred + pred, minlength=g * self.num_pred).reshape(g, self.num_pred)
+        self.matrix += image
+        intersect = np.diag(image[:, :g])
+        label = image.sum(1)
+        self.image_areas.append(np.stack([intersect, label + image.sum(0)[:g] - intersect, label]))
 
 
 @dataclass
@@ -66,10 +85,7 @@ class MIoUResult:
 
 def _iou_table(conf: np.ndarray) -> np.ndarray:
     """IoU per row class of a square confusion matrix; NaN where the union is empty."""
-    tp = np.diag(conf).astype(np.float64)
-    union = conf.sum(1) + conf.sum(0) - np.diag(conf)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(union > 0, tp / np.maximum(union, 1), np.nan)
+    return iou_per_class(np.diag(conf), conf.sum(1) + conf.sum(0) - np.diag(conf))
 
 
 def hungarian_mapping(conf: np.ndarray) -> np.ndarray:
@@ -109,13 +125,8 @@ def compute_miou(conf: np.ndarray, *, hungarian: bool = False, count_absent_clas
         square = folded
     iou = _iou_table(square)
     real = iou[:g]
-    if count_absent_classes:
-        terms = np.nan_to_num(real, nan=0.0)
-    else:
-        terms = real[~np.isnan(real)]
     extra = 1 if (count_ignored_class and p == g + 1) else 0
-    n = len(terms) + extra
-    miou = float(terms.sum() / n) if n else float("nan")
-    total = conf.sum()
-    acc = float(np.trace(conf[:, :g]) / total) if total else float("nan")
+    miou = mean_iou(real, count_absent_classes=count_absent_classes, extra_terms=extra)
+    n = (g if count_absent_classes else int((~np.isnan(real)).sum())) + extra
+    acc = float(pixel_accuracy(np.diag(conf[:, :g]), conf.sum(1)))
     return MIoUResult(miou=miou, iou=real, pixel_accuracy=acc, mapping=mapping, n_classes_averaged=n)

@@ -358,7 +358,7 @@ class DenseNN(Protocol):
             for i in range(len(val_ds)):
                 yield grid_features(val_fs, i), tuple(int(v) for v in val_fs.grids[i]), val_masks[i]
 
-        runs: list[tuple[Subset, np.ndarray, int]] = []
+        runs: list[tuple[Subset, np.ndarray, int, dict | None]] = []
         for bank_fn, group in self._bank_groups(model, train_ds, transform, subsets, s, timings, threads):
             for sub in group:
                 t0 = time.perf_counter()
@@ -367,7 +367,7 @@ class DenseNN(Protocol):
                 t0 = time.perf_counter()
                 conf = evaluate(bank, val_items(), s)
                 timings["search_s"] += time.perf_counter() - t0
-                runs.append((sub, conf.matrix, len(bank)))
+                runs.append((sub, conf.matrix, len(bank), self._per_image(conf)))
                 if cfg.progress:
                     m = metrics_from_confusion(conf.matrix, cfg)
                     print(f"[dense_nn] {cfg.dataset} {sub.label} seed {sub.seed}: mIoU {m['mIoU']:.2f} "
@@ -458,6 +458,15 @@ class DenseNN(Protocol):
             return image_labels(np.asarray(mask), (h, w), s, where=f"training image {stems[i]!r}")
         return _map(fn, len(stems), self.cfg.num_workers, "train patch labels", self.cfg.progress)
 
+    def _per_image(self, conf) -> dict | None:
+        """The record's per-image areas (harness.per_image), for a bootstrap over the validation
+        images; none under Hungarian matching (its mapping is not a sum over images)."""
+        cfg = self.cfg
+        if cfg.hungarian:
+            return None
+        return conf.per_image_block(count_absent_classes=cfg.count_absent_classes,
+                                    count_ignored_class=cfg.count_ignored_class)
+
     def _max_bytes(self) -> float | None:
         return None if self.cfg.memory_budget_gb is None else self.cfg.memory_budget_gb * 2**30
 
@@ -469,7 +478,7 @@ class DenseNN(Protocol):
                          "name": ("hbird" if cfg.hungarian or cfg.count_absent_classes or cfg.count_ignored_class
                                   else "plain mIoU (mmseg)")}
         out = []
-        for sub, conf, bank_size in runs:
+        for sub, conf, bank_size, per_image in runs:
             m = metrics_from_confusion(conf, cfg)
             artifacts = {}
             if cfg.write_subsets:
@@ -489,7 +498,7 @@ class DenseNN(Protocol):
             out.append(ProtocolResult(
                 metrics={"mIoU": float(m["mIoU"]), "pixel_accuracy": float(m["pixel_accuracy"])},
                 dataset=cfg.dataset, split=val_split, seed=sub.seed, variant={"fraction": sub.label},
-                params=params, artifacts=artifacts))
+                params=params, artifacts=artifacts, per_image=per_image))
         return out
 
 

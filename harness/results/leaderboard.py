@@ -26,7 +26,7 @@ from harness.results import html_assets
 from harness.io_utils import atomic_write, atomic_write_text
 from harness.protocol_info import declared_headline, headline_metric, variant_text
 from harness.results.records import iter_records
-from harness.results.run_table import CI_NONE, CI_SEEDS, RunTable, run_table
+from harness.results.run_table import CellStats, RunTable, run_table
 from harness.variants import fraction_value, parse_variant, variant_label
 from harness.results.table import (SHORT_FP, IncomparableResultsError, column_label, conflict_message,
                                    disambiguate_data, disambiguate_models, fingerprint_conflicts, flatten_records)
@@ -57,8 +57,9 @@ def build_leaderboard(records: list[dict] | pd.DataFrame | None = None,
     For every (protocol, dataset, split, variant, metric, fingerprint) there are three
     columns, stat = mean / std / n (over seeds; std is the sample std, 0 for n = 1).
     ``df.attrs`` holds ``messages`` (fingerprint conflicts, as text), ``conflicts``
-    (the same as data), ``models`` (method, arch, ... per row) and ``fingerprints``
-    ({column label: full fingerprint}).
+    (the same as data), ``models`` (method, arch, ... per row), ``fingerprints``
+    ({column label: full fingerprint}) and ``per_image`` ({(model, *column key): (record id,
+    per-image block)} of one-seed cells whose record keeps per-image statistics).
     """
     if records is None:
         records = list(iter_records(Path(runs_dir) if runs_dir else None))
@@ -67,7 +68,7 @@ def build_leaderboard(records: list[dict] | pd.DataFrame | None = None,
     if flat.empty:
         df = pd.DataFrame(index=pd.Index([], name="model"),
                           columns=pd.MultiIndex.from_tuples([], names=LEVELS))
-        df.attrs.update(messages=[], conflicts=[], models={}, fingerprints={})
+        df.attrs.update(messages=[], conflicts=[], models={}, fingerprints={}, per_image=CellStats())
         return df
     # A re-run of the same (model, column, seed) under a new record id: keep the newest.
     flat = flat.sort_values("created", na_position="first", kind="stable").drop_duplicates(
@@ -81,6 +82,12 @@ def build_leaderboard(records: list[dict] | pd.DataFrame | None = None,
     order = sorted({c[:6] for c in wide.columns}, key=_column_sort_key)
     wide = wide.reindex(columns=pd.MultiIndex.from_tuples(
         [c + (s,) for c in order for s in STATS], names=LEVELS))
+    # One-seed cells whose record keeps per-image statistics: RunTable bootstraps them when an
+    # interval is asked for (harness.results.bootstrap).
+    single = flat.groupby(["model"] + col_keys, sort=False)["value"].transform("size") == 1
+    with_stats = flat[single & flat["per_image"].notna()]
+    per_image = CellStats({(m, *key): (rid, block) for m, *key, rid, block in zip(
+        with_stats["model"], *(with_stats[k] for k in col_keys), with_stats["id"], with_stats["per_image"])})
     models = {}
     for name, grp in flat.groupby("model"):
         first = grp.iloc[0]
@@ -88,7 +95,7 @@ def build_leaderboard(records: list[dict] | pd.DataFrame | None = None,
                         for k in ("method", "context", "arch", "pretrain_data", "epochs", "sha")}
     wide.attrs.update(
         messages=[conflict_message(c) for c in conflicts], conflicts=conflicts, models=models,
-        fingerprints={column_label(c): c[5] for c in order})
+        fingerprints={column_label(c): c[5] for c in order}, per_image=per_image)
     return wide
 
 
@@ -339,11 +346,13 @@ LONG_INTERVAL_COLUMNS = ["ci95_low", "ci95_high", "ci_method"]
 
 def long_table(df: pd.DataFrame | RunTable) -> pd.DataFrame:
     """One row per (model, column): numbers with their std, n and fingerprint, then the 95%
-    interval of the mean over seeds (``ci95_low``, ``ci95_high``: Student's t, n - 1 degrees of
-    freedom) and how it was made (``ci_method``: empty bounds and ``none: one seed`` for n = 1)."""
+    interval (``ci95_low``, ``ci95_high``) and how it was made (``ci_method``): over seeds,
+    Student's t with n - 1 degrees of freedom (``t over seeds``); for one seed, a seeded bootstrap
+    over the evaluation images where the record keeps per-image statistics (``bootstrap over N
+    images, R resamples, seed S``), else empty bounds and ``none: one seed``."""
     t = run_table(df)
     rows = []
-    half = t.ci_half
+    low, high = t.ci_low, t.ci_high
     for model in t.models:
         i = t.row[model]
         info = t.model_info.get(model, {})
@@ -352,12 +361,10 @@ def long_table(df: pd.DataFrame | RunTable) -> pd.DataFrame:
             n = t.n[i, j]
             if n == 0:
                 continue
-            mean, h = t.mean[i, j], half[i, j]
             rows.append(dict(model=model, method=info.get("method"), arch=info.get("arch"),
                              protocol=c[0], dataset=c[1], split=c[2], variant=c[3], metric=c[4],
-                             fingerprint=c[5], column=t.labels[c], mean=mean, std=t.std[i, j], n=int(n),
-                             ci95_low=mean - h, ci95_high=mean + h,
-                             ci_method=CI_SEEDS if n > 1 else CI_NONE))
+                             fingerprint=c[5], column=t.labels[c], mean=t.mean[i, j], std=t.std[i, j], n=int(n),
+                             ci95_low=low[i, j], ci95_high=high[i, j], ci_method=t.ci_method(model, c)))
     return pd.DataFrame(rows)
 
 

@@ -87,15 +87,20 @@ def provenance() -> dict[str, Any]:
 
 
 def make_record(model: dict, protocol: dict, seed: int | None, variant: dict, metrics: dict,
-                cost: dict, artifacts: dict | None = None) -> dict[str, Any]:
+                cost: dict, artifacts: dict | None = None, per_image: dict | None = None) -> dict[str, Any]:
+    """A new record. ``per_image``: the per-evaluation-image statistics (harness.per_image) a
+    bootstrap interval is computed from; kept as the record's ``per_image`` block, outside its key."""
     key = record_key(model, protocol, seed, variant, cost.get("device_type", "cpu"))
-    return {
+    rec = {
         "id": key,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "model": model, "protocol": protocol, "seed": seed, "variant": variant,
         "metrics": metrics, "cost": cost, "artifacts": artifacts or {},
         "provenance": provenance(),
     }
+    if per_image is not None:
+        rec["per_image"] = per_image
+    return rec
 
 
 def write_record(record: dict, directory: Path | None = None, force: bool = False) -> Path | None:

@@ -276,10 +276,15 @@ def _th_sort(col: int, label: str, title: str = "", cls: str = "") -> str:
 
 
 def _interval_html(t: RunTable, i: int, j: int) -> str:
-    """A cell's 95% interval over seeds (n > 1); a cell of one seed has none and says so."""
+    """A cell's 95% interval: over seeds (n > 1), bootstrapped over the evaluation images (one
+    seed, a record with per-image statistics); a one-seed cell without them says it has none."""
     if t.n[i, j] > 1:
         return (f'<span class="ci" title="95% interval of the mean over {int(t.n[i, j])} seeds (Student\'s t)">'
                 f"95% CI [{t.ci_low[i, j]:.2f}, {t.ci_high[i, j]:.2f}]</span>")
+    found = t.bootstrapped.get((i, j))
+    if found is not None:
+        return (f'<span class="ci" title="95% interval, one seed: {esc(found.method)}">'
+                f"95% CI [{found.low:.2f}, {found.high:.2f}] (bootstrap)</span>")
     return '<span class="ci" title="one seed: no interval is stated">n=1: no interval</span>'
 
 
@@ -364,7 +369,8 @@ def _protocol_section(t: RunTable, protocol: str, groups: list[Group],
                                     "first metric by name)")
     out = [f'<section class="protocol" id="protocol-{esc(protocol)}" data-protocol="{esc(protocol)}">',
            f"<h2>{esc(protocol)}</h2><p class=\"note\">{metric_note}. Cells: mean ± std over seeds "
-           "(n when &gt; 1) and the 95% interval of the mean (Student's t over seeds; one seed: none); "
+           "(n when &gt; 1) and the 95% interval (Student's t over seeds; one seed: a seeded bootstrap over the "
+           "evaluation images where the record keeps per-image statistics, else none); "
            "★ best of the column; ≈ a row the best cannot be told apart from (their intervals overlap); "
            "the line below a value of a method's row is its difference to the random-init baseline "
            "(context rows get none). <b>+</b> opens a row's provenance.</p>"]

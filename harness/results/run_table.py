@@ -6,6 +6,11 @@ Rows are models, columns the leaderboard's column keys (protocol, dataset, split
 metric, fingerprint); ``mean``, ``std``, ``n`` and the 95% interval (``ci_low``, ``ci_high``)
 are (rows x columns) numpy arrays, so a view reads a cell by index, never by a pandas label
 look-up. Each column's variant is parsed once (``variants``).
+
+The interval of a cell over several seeds is Student's t over the seeds; of a one-seed cell
+whose record keeps per-image statistics, a seeded bootstrap over the evaluation images
+(harness.results.bootstrap), computed the first time an interval is read; other one-seed cells
+have none (``ci_method``).
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.results import bootstrap
 from harness.results.table import column_label
 from harness.variants import parse_variant
 
@@ -32,7 +38,7 @@ T975 = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305, 4: 2.776445105, 5: 2.57
         26: 2.055529439, 27: 2.051830516, 28: 2.048407142, 29: 2.045229642, 30: 2.042272456}
 Z975 = 1.959963985
 CI_SEEDS = "t over seeds"  # how a cell's interval was made (the leaderboard's ci_method column)
-CI_NONE = "none: one seed"  # n = 1: no interval is stated (nothing measured its spread)
+CI_NONE = "none: one seed"  # n = 1 without per-image statistics: no interval (nothing measured its spread)
 
 
 def t975(dof: int) -> float:
@@ -44,6 +50,15 @@ def t975(dof: int) -> float:
     return (z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
             + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
             + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4))
+
+
+class CellStats(dict):
+    """(model, *column key) -> (record id, per-image block) of a leaderboard's one-seed cells, kept
+    in the frame's ``attrs``: read-only and shared, so pandas' copies of ``attrs`` (a deep copy on
+    every operation on the frame) do not copy the statistics."""
+
+    def __deepcopy__(self, memo) -> "CellStats":
+        return self
 
 
 @dataclass
@@ -60,6 +75,8 @@ class RunTable:
     model_info: dict[str, dict[str, Any]]
     messages: list[str]
     conflicts: list[dict]
+    # (model, *column key) -> (record id, per-image block) of one-seed cells (build_leaderboard)
+    per_image: dict[tuple, tuple[str, Any]] = field(default_factory=dict)
     row: dict[str, int] = field(init=False)
     col: dict[tuple, int] = field(init=False)
 
@@ -99,34 +116,67 @@ class RunTable:
             half = t * self.std / np.sqrt(np.where(self.n > 0, self.n, np.nan))
         return np.where(self.n > 1, half, np.nan)
 
-    @property
-    def ci_low(self) -> np.ndarray:
-        return self.mean - self.ci_half
+    @cached_property
+    def bootstrapped(self) -> dict[tuple[int, int], bootstrap.BootstrapInterval]:
+        """(row, column) -> the bootstrap interval of each one-seed cell whose record keeps
+        per-image statistics; each record's statistics are read once for all its metrics."""
+        by_record: dict[str, list[tuple[int, int, str]]] = {}
+        blocks: dict[str, Any] = {}
+        for (model, *key), (rid, block) in self.per_image.items():
+            i, j = self.row.get(model), self.col.get(tuple(key))
+            if i is None or j is None or self.n[i, j] != 1:
+                continue
+            by_record.setdefault(rid, []).append((i, j, key[4]))
+            blocks[rid] = block
+        out = {}
+        for rid, cells in by_record.items():
+            found = bootstrap.record_intervals(rid, blocks[rid], list(dict.fromkeys(c[2] for c in cells)))
+            out.update({(i, j): found[metric] for i, j, metric in cells if metric in found})
+        return out
 
-    @property
+    def _bounds(self, side: int) -> np.ndarray:
+        bounds = self.mean + side * self.ci_half
+        for (i, j), ci in self.bootstrapped.items():
+            bounds[i, j] = ci.high if side > 0 else ci.low
+        return bounds
+
+    @cached_property
+    def ci_low(self) -> np.ndarray:
+        return self._bounds(-1)
+
+    @cached_property
     def ci_high(self) -> np.ndarray:
-        return self.mean + self.ci_half
+        return self._bounds(+1)
+
+    @cached_property
+    def has_ci(self) -> np.ndarray:
+        """Where a cell has a 95% interval (over seeds, or bootstrapped over images)."""
+        return ~np.isnan(self.ci_low)
 
     def ci_method(self, model: str, key: tuple) -> str:
-        return CI_SEEDS if self.n[self.row[model], self.col[key]] > 1 else CI_NONE
+        i, j = self.row[model], self.col[key]
+        if self.n[i, j] > 1:
+            return CI_SEEDS
+        found = self.bootstrapped.get((i, j))
+        return found.method if found is not None else CI_NONE
 
     def tied_with_best(self, key: tuple, rows: list[str]) -> set[str]:
         """Rows (among ``rows``) that the column's best mean cannot be told apart from: both
-        have a 95% interval (n > 1) and the two intervals overlap. The best row itself is not
-        included."""
+        have a 95% interval (over seeds, or bootstrapped over images for one seed) and the two
+        intervals overlap. The best row itself is not included."""
         j = self.col[key]
         measured = [m for m in rows if self.n[self.row[m], j] > 0]
         if len(measured) < 2:
             return set()
         best = max(measured, key=lambda m: self.mean[self.row[m], j])
         b = self.row[best]
-        if not self.n[b, j] > 1:
+        if not self.has_ci[b, j]:
             return set()
         lo_b, hi_b = self.ci_low[b, j], self.ci_high[b, j]
         out = set()
         for m in measured:
             i = self.row[m]
-            if m == best or not self.n[i, j] > 1 or math.isclose(self.mean[i, j], self.mean[b, j], abs_tol=1e-9):
+            if m == best or not self.has_ci[i, j] or math.isclose(self.mean[i, j], self.mean[b, j], abs_tol=1e-9):
                 continue
             if self.ci_high[i, j] >= lo_b and self.ci_low[i, j] <= hi_b:
                 out.add(m)
@@ -179,7 +229,7 @@ def run_table(df: pd.DataFrame | RunTable) -> RunTable:
     n = np.where(np.isnan(counts), 0, counts).astype(int)
     return RunTable(frame=df, models=models, keys=keys, mean=stat("mean"), std=stat("std"), n=n,
                     model_info=dict(df.attrs.get("models", {})), messages=list(df.attrs.get("messages") or []),
-                    conflicts=list(df.attrs.get("conflicts") or []))
+                    conflicts=list(df.attrs.get("conflicts") or []), per_image=dict(df.attrs.get("per_image") or {}))
 
 
-__all__ = ["RunTable", "run_table", "t975", "CI_SEEDS", "CI_NONE"]
+__all__ = ["RunTable", "CellStats", "run_table", "t975", "CI_SEEDS", "CI_NONE"]

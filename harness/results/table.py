@@ -2,7 +2,7 @@
 
 ``flatten_records`` turns records (or a harness.results.records.load_results() frame) into one row
 per number: model, weights, the column key (protocol, dataset, split, variant, metric,
-fingerprint), seed and value. Everything that groups those rows into cells goes through here:
+fingerprint), seed and value (and the record's per-image statistics, where it keeps them). Everything that groups those rows into cells goes through here:
 two checkpoints under one name become ``name@sha8`` rows (``disambiguate_models``), one
 dataset measured on several data sets becomes ``dataset@data8`` columns
 (``disambiguate_data``), and a column measured under several protocol fingerprints is a
@@ -20,7 +20,7 @@ from harness.results.records import load_results
 
 SHORT_FP = 8  # characters of a fingerprint shown in labels
 FLAT_COLUMNS = ["model", "sha", "method", "context", "arch", "pretrain_data", "epochs", "protocol", "dataset", "split",
-                "variant", "metric", "fingerprint", "seed", "created", "value", "id", "data"]
+                "variant", "metric", "fingerprint", "seed", "created", "value", "id", "data", "per_image"]
 
 
 class IncomparableResultsError(ConfigError):
@@ -58,6 +58,9 @@ def flatten_records(records: Iterable[dict] | pd.DataFrame) -> pd.DataFrame:
         "fingerprint": blank("fingerprint"), "seed": frame["seed"].astype(object),
         "created": frame["created"], "value": frame["value"].astype(float), "id": frame["record_id"].astype(object),
         "data": _data_labels(frame),
+        # the record's per-image statistics (harness.per_image), for a one-seed cell's bootstrap
+        "per_image": (frame["rec.per_image"] if "rec.per_image" in frame
+                      else pd.Series(None, index=frame.index, dtype=object)),
     }, columns=FLAT_COLUMNS)
     return flat.reset_index(drop=True)
 

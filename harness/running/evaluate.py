@@ -80,7 +80,8 @@ def evaluate(model: ModelHandle, protocol: Protocol, data_root: Path, *, preset:
                        "split": out.split, "params": {**protocol.settings(), **out.params},
                        "fingerprint": identity.fingerprint, "request": identity.request, **identity.data}
         rec = results.make_record(model.record_info(), proto_block, out.seed, out.variant,
-                                  out.metrics, {**out.cost, **cost}, out.artifacts)  # the harness's keys win
+                                  out.metrics, {**out.cost, **cost}, out.artifacts,  # the harness's keys win
+                                  per_image=out.per_image)
         if dist.is_main():  # under torchrun every rank holds the same numbers
             results.write_record(rec, runs_dir, force=True)
         records.append(rec)

@@ -1,0 +1,210 @@
+"""Per-evaluation-image statistics: what a record keeps so that its metric can be recomputed on
+a resample of the evaluation images (harness.results.bootstrap), and the metric computations
+both the protocols and the resamples use, so that the two cannot drift apart.
+
+A record's ``per_image`` block is one of two kinds:
+
+- ``hits``: one 0/1 column per accuracy metric (``top1``, ``top5``) and one row per evaluation
+  image; the metric is hits * 100.0 / images, as DINO's scripts count it (``accuracy_percent``);
+- ``areas``: per image and per class the intersection, union and ground-truth pixel counts of a
+  segmentation (mmseg's ``area_intersect`` / ``area_union`` / ``area_label``); the metrics are
+  mIoU and pixel accuracy of the counts summed over the images (``iou_per_class``, ``mean_iou``,
+  ``pixel_accuracy``), with the protocol's class averaging (``count_absent_classes``:
+  a class absent from ground truth and prediction counts as 0 instead of being left out;
+  ``extra_terms``: zero terms the mean also divides by, open-hummingbird-eval's ignored class).
+
+The block is data about the measurement, never a setting: no fingerprint, record key or cache
+key reads it. Arrays are stored as ``{"dtype", "shape", "data"}`` with ``data`` the
+zlib-compressed bytes in base64 (statistics are small integers, mostly zeros for areas).
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import zlib
+from typing import Any
+
+import numpy as np
+
+HITS = "hits"
+AREAS = "areas"
+KINDS = (HITS, AREAS)
+AREA_PARTS = ("intersect", "union", "label")  # the three counts of an ``areas`` block, in stored order
+
+
+class PerImageError(ValueError):
+    """A ``per_image`` block that cannot be read (corrupted, truncated, of an unknown kind)."""
+
+
+# ----------------------------------------------------------------------------- arrays <-> JSON
+def encode_array(array: np.ndarray) -> dict[str, Any]:
+    """A small integer array as JSON: the narrowest unsigned dtype that holds it, its shape,
+    and its bytes zlib-compressed in base64."""
+    a = np.asarray(array)
+    integral = a.dtype == bool or np.issubdtype(a.dtype, np.integer)
+    if not integral or (a.size and a.min() < 0):
+        raise ValueError(f"per-image statistics are non-negative integers, found dtype {a.dtype}")
+    top = int(a.max()) if a.size else 0
+    dtype = next(d for d in (np.uint8, np.uint16, np.uint32, np.uint64) if top <= np.iinfo(d).max)
+    raw = np.ascontiguousarray(a, dtype=dtype).tobytes()
+    return {"dtype": np.dtype(dtype).name, "shape": list(a.shape),
+            "data": base64.b64encode(zlib.compress(raw, 6)).decode("ascii")}
+
+
+def decode_array(block: Any) -> np.ndarray:
+    """The array of :func:`encode_array`; a block that does not decode to its stated dtype and
+    shape is a PerImageError saying what is wrong."""
+    if not isinstance(block, dict) or not {"dtype", "shape", "data"} <= set(block):
+        raise PerImageError(f"expected an array block with dtype, shape and data, found {_short(block)}")
+    try:
+        dtype = np.dtype(block["dtype"])
+        shape = tuple(int(s) for s in block["shape"])
+        raw = zlib.decompress(base64.b64decode(block["data"], validate=True))
+    except (TypeError, ValueError, binascii.Error, zlib.error) as exc:
+        raise PerImageError(f"array block does not decode ({type(exc).__name__}: {exc})") from None
+    if dtype.kind not in "ub" or len(raw) != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
+        raise PerImageError(f"array block holds {len(raw)} bytes, not {shape} of {dtype}")
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def _short(x: Any) -> str:
+    text = repr(x)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# ----------------------------------------------------------------------------- building blocks
+def hits_block(hits: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The ``per_image`` block of accuracy metrics: {metric: (N,) bool per image}."""
+    names = list(hits)
+    flags = np.stack([np.asarray(hits[m], dtype=bool) for m in names], axis=1)
+    return {"kind": HITS, "metrics": names, "images": int(flags.shape[0]), "hits": encode_array(flags)}
+
+
+def areas_block(intersect: np.ndarray, union: np.ndarray, label: np.ndarray, *, count_absent_classes: bool,
+                extra_terms: int) -> dict[str, Any]:
+    """The ``per_image`` block of a segmentation: (N, C) intersection, union and ground-truth
+    pixel counts per image and class, and the class averaging of the protocol's mIoU."""
+    stacked = np.stack([np.asarray(a) for a in (intersect, union, label)], axis=1)  # (N, 3, C)
+    return {"kind": AREAS, "metrics": ["mIoU", "pixel_accuracy"], "images": int(stacked.shape[0]),
+            "count_absent_classes": bool(count_absent_classes), "extra_terms": int(extra_terms),
+            "areas": encode_array(stacked)}
+
+
+# ----------------------------------------------------------------------------- the metrics
+def accuracy_percent(hits, total: int):
+    """Hits in percent of ``total`` (DINO: count * 100.0 / total); hits a count or an array."""
+    return hits * 100.0 / total
+
+
+def iou_per_class(intersect: np.ndarray, union: np.ndarray) -> np.ndarray:
+    """IoU per class (last axis); NaN where the union is empty."""
+    tp = np.asarray(intersect).astype(np.float64)
+    union = np.asarray(union)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(union > 0, tp / np.maximum(union, 1), np.nan)
+
+
+def mean_iou(iou: np.ndarray, *, count_absent_classes: bool = False, extra_terms: int = 0) -> float:
+    """The mean of one (C,) IoU vector: classes with NaN IoU left out, or counted as 0 with
+    ``count_absent_classes``; ``extra_terms`` zero terms more in the denominator."""
+    iou = np.asarray(iou)
+    terms = np.nan_to_num(iou, nan=0.0) if count_absent_classes else iou[~np.isnan(iou)]
+    n = len(terms) + extra_terms
+    return float(terms.sum() / n) if n else float("nan")
+
+
+def mean_iou_rows(iou: np.ndarray, *, count_absent_classes: bool = False, extra_terms: int = 0) -> np.ndarray:
+    """:func:`mean_iou` of each row of a (B, C) array, to the last bit: the rows with the same
+    number of terms are summed together as one (rows, terms) array, whose row sums numpy computes
+    exactly as the sum of each row alone (the same pairwise summation over the same terms)."""
+    iou = np.asarray(iou, dtype=np.float64)
+    if count_absent_classes:
+        n = iou.shape[1] + extra_terms
+        return np.nan_to_num(iou, nan=0.0).sum(1) / n if n else np.full(iou.shape[0], np.nan)
+    valid = ~np.isnan(iou)
+    counts = valid.sum(1)
+    compact = np.take_along_axis(iou, np.argsort(~valid, axis=1, kind="stable"), axis=1)  # valid first, in order
+    out = np.full(iou.shape[0], np.nan)
+    for k in np.unique(counts):
+        if k + extra_terms:
+            rows = counts == k
+            out[rows] = compact[rows, :k].sum(1) / (k + extra_terms)
+    return out
+
+
+def pixel_accuracy(intersect, label):
+    """Correct pixels over labelled pixels (sums over classes, the last axis); NaN without any."""
+    correct, total = np.asarray(intersect).sum(-1), np.asarray(label).sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, correct / np.where(total > 0, total, 1), np.nan)
+
+
+# ----------------------------------------------------------------------------- read and resample
+class PerImageStats:
+    """A decoded ``per_image`` block: ``rows`` (N, K) integers whose weighted sums over images
+    (:meth:`metrics_of_sums`) give the block's metrics (hits: one column per metric; areas: the
+    intersection and union of each class, then each image's correct and labelled pixels)."""
+
+    def __init__(self, block: Any):
+        if not isinstance(block, dict) or block.get("kind") not in KINDS:
+            kind = block.get("kind") if isinstance(block, dict) else type(block).__name__
+            raise PerImageError(f"per_image block of kind {kind!r}; known kinds: {', '.join(KINDS)}")
+        self.kind = block["kind"]
+        self.metrics = [str(m) for m in block.get("metrics") or []]
+        if self.kind == HITS:
+            flags = decode_array(block.get("hits"))
+            if flags.ndim != 2 or flags.shape[1] != len(self.metrics):
+                raise PerImageError(f"hits array of shape {flags.shape} for metrics {self.metrics}")
+            self.rows = flags.astype(np.int64)
+        else:
+            areas = decode_array(block.get("areas"))
+            if areas.ndim != 3 or areas.shape[1] != len(AREA_PARTS):
+                raise PerImageError(f"areas array of shape {areas.shape}, expected (images, 3, classes)")
+            self.classes = areas.shape[2]
+            self.count_absent_classes = bool(block.get("count_absent_classes", False))
+            self.extra_terms = int(block.get("extra_terms", 0))
+            # what the metrics sum: intersection and union per class, then correct and labelled pixels
+            intersect, union, label = (areas[:, i].astype(np.int64) for i in range(3))
+            self.rows = np.concatenate([intersect, union, intersect.sum(1, keepdims=True),
+                                        label.sum(1, keepdims=True)], axis=1)
+        stated = block.get("images")
+        if stated is not None and int(stated) != self.rows.shape[0]:
+            raise PerImageError(f"per_image block states {stated} images but holds {self.rows.shape[0]}")
+
+    @property
+    def images(self) -> int:
+        return int(self.rows.shape[0])
+
+    def metrics_of_sums(self, sums: np.ndarray, metric: str) -> np.ndarray:
+        """``metric`` for each row of ``sums`` (B, K): the statistics summed over (resampled)
+        images, computed exactly as the protocol computes it from the whole set."""
+        if metric not in self.metrics:
+            raise KeyError(metric)
+        if self.kind == HITS:
+            return accuracy_percent(sums[:, self.metrics.index(metric)], self.images)
+        c = self.classes
+        if metric == "pixel_accuracy":
+            return 100.0 * pixel_accuracy(sums[:, 2 * c:2 * c + 1], sums[:, 2 * c + 1:])
+        iou = iou_per_class(sums[:, :c], sums[:, c:2 * c])
+        return 100.0 * mean_iou_rows(iou, count_absent_classes=self.count_absent_classes,
+                                     extra_terms=self.extra_terms)
+
+    def metric_of_weights(self, weights: np.ndarray, metric: str) -> np.ndarray:
+        """``metric`` of each resample given as (B, N) image counts (a row of ones: the whole set)."""
+        sums = np.asarray(weights, dtype=np.float64) @ self.rows.astype(np.float64)
+        return self.metrics_of_sums(sums, metric)
+
+
+def read_per_image(block: Any) -> PerImageStats:
+    """The statistics of a record's ``per_image`` block; any block that does not read as one of
+    the known kinds is a PerImageError saying why."""
+    try:
+        return PerImageStats(block)
+    except PerImageError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise PerImageError(f"per_image block does not read ({type(exc).__name__}: {exc})") from None
+
+
+__all__ = ["HITS", "AREAS", "PerImageError", "PerImageStats", "read_per_image", "encode_array", "decode_array",
+           "hits_block", "areas_block", "accuracy_percent", "iou_per_class", "mean_iou", "mean_iou_rows", "pixel_accuracy"]
