@@ -269,7 +269,8 @@ def check_retrains(spread: RetrainSpread, records: list[dict], suffix: str = "_r
                 row.update(verdict=NO_SPREAD, note=f"the spread file has no tolerance for {c['protocol']} "
                                                    f"{c['metric']}: not judged")
             else:
-                v = verdict(c["delta"], 0.0, 1, t.tolerance)
+                # rounded: a mean difference exactly on the tolerance must not fail on float noise
+                v = verdict(round(c["delta"], 9), 0.0, 1, t.tolerance)
                 row.update(verdict=INSIDE if v.startswith(OK) else OUTSIDE if v.startswith(DIFFERS) else v,
                            note="")
             rows.append(row)
