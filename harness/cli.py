@@ -319,7 +319,8 @@ def _announce_retraining(suite_path: str) -> None:
     cpus = sorted({str(e.provenance.get("cpu")) for e in made})
     print(f"Retraining {len(made)} SynthScenes checkpoints from their recipes: they took {seconds / 60:.0f} min "
           f"to train when they were made ({', '.join(cpus)}); expect about as long on 2 idle CPU cores, "
-          f"plus the evaluations. Compare each pair with `ssl-bench compare NAME NAME_retrained`.", flush=True)
+          f"plus the evaluations. After the run each NAME_retrained is compared with NAME cell by cell, within "
+          f"the retrain-to-retrain spread the suite's retrain_check names.", flush=True)
 
 
 # options of the top-level parser itself; everything else before a command belongs to `run`
