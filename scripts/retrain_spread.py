@@ -8,6 +8,7 @@ RUNS.yaml says what was trained and how it was evaluated (every key required)::
     measured_on: synth_dino          # the zoo checkpoint whose recorded command was rerun
     table: synthscenes               # the paper table whose tolerances are the floors
     date: '2026-12-03'
+    code: RUNS/src                   # the clean checkout that trained and evaluated (its commit is kept)
     eval_command: ssl-bench --threads 2 run EVAL.yaml --no-progress
     evaluated_with: native kernel (AVX512), 2 threads, for every checkpoint
     made_by: the two scripts that ran it
@@ -50,13 +51,13 @@ from harness.results.retrain_check import (CitedDifference, RetrainCheckSpec, Re
                                            load_spread, spread_document)
 from scripts.synthscenes_zoo import cpu_model
 
-ROOT = Path(__file__).resolve().parent.parent
 ROUND_UP_TO = 0.1
 RULE = ("per (protocol, metric): the largest |difference| between any two runs (the shipped file and every "
         "retraining) over the protocol's cells, or a cited one if larger, rounded up to 0.1 point; never below the "
         "floor")
-FLOOR_SOURCE = ("the SynthScenes table's tolerance for the protocol (configs/paper/synthscenes.yaml): the room an "
-                "evaluation of one file needs across CPU kernels, which a retraining on another machine also needs")
+FLOOR_SOURCE = ("the SynthScenes table's tolerance for the protocol (configs/paper/synthscenes.yaml), for the metric "
+                "the table judges (0 for other metrics): the room an evaluation of one file needs across CPU kernels, "
+                "which a retraining on another machine also needs")
 HEADER = """\
 # The retrain-to-retrain spread of a SynthScenes zoo recipe: the shipped checkpoint and retrainings
 # of its recorded command (other CPU kernels, another seed), evaluated on the retrain suite's
@@ -94,7 +95,7 @@ def _retrain_run(spec: dict, recorded: str) -> SpreadRun:
     return SpreadRun(name=spec["name"], role="retrained",
                      command=" ".join(x for x in (env, recorded, shlex.join(spec["extra"])) if x),
                      kernel=spec["kernel"], train_seed=int(spec["train_seed"]), cpu=cpu_model(),
-                     threads=int(trained_on[0]["threads"]), torch=torch.__version__, wall_s=_wall_s(folder),
+                     threads=int(trained_on[0]["threads"]), torch=str(torch.__version__), wall_s=_wall_s(folder),
                      checkpoint_sha256=sha256_file(checkpoint))
 
 
@@ -132,21 +133,26 @@ def build_spread(runs_spec: dict, records: Path) -> RetrainSpread:
     cells = measured_cells(by_model, shipped, [r.name for r in retrains])
     cited = [CitedDifference(**c) for c in runs_spec["cited"]]
     table = load_table(runs_spec["table"])
+    judged = set(map(tuple, table.rows[["protocol", "metric"]].values.tolist()))
     tolerances = []
     for protocol, metric in sorted({(c.protocol, c.metric) for c in cells}):
         big, where = largest_measured(cells, protocol, metric)
         cite = cited_differences(cited, protocol, metric)
         ps = table.spec.protocols.get(protocol)
-        floor = float(ps.tolerance) if ps is not None else 0.0
+        floor = float(ps.tolerance) if ps is not None and (protocol, metric) in judged else 0.0
         tolerances.append(SpreadTolerance(protocol, metric, round(big, 10), where, max([0.0, *cite]), floor,
                                           derive_tolerance([big], cite, floor, ROUND_UP_TO)))
     import torch
 
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    code = Path(runs_spec["code"])
+    git = lambda *a: subprocess.run(["git", *a], cwd=code, capture_output=True, text=True).stdout.strip()  # noqa: E731
+    commit = git("rev-parse", "HEAD")
+    if len(commit) != 40 or git("status", "--porcelain", "--untracked-files=no"):
+        raise ConfigError(f"{code}: not a clean git checkout (commit {commit!r}); the spread needs the code that ran")
     return RetrainSpread(
         measured_on=shipped, applies_to="every <name>_retrained model of the suite, whatever its recipe",
         rule=RULE, round_up_to=ROUND_UP_TO, floor_source=FLOOR_SOURCE, date=str(runs_spec["date"]),
-        cpu=cpu_model(), native_kernel=torch.backends.cpu.get_cpu_capability(), torch=torch.__version__,
+        cpu=cpu_model(), native_kernel=str(torch.backends.cpu.get_cpu_capability()), torch=str(torch.__version__),
         code_commit=commit, evaluated_with=runs_spec["evaluated_with"], eval_command=runs_spec["eval_command"],
         made_by=runs_spec["made_by"], runs=[_shipped_run(shipped), *retrains], cells=cells, cited=cited,
         tolerances=tolerances)

@@ -173,3 +173,32 @@ def test_runs_need_one_shipped_and_a_retrained(tmp_path):
                                                             for r in spread.runs]))
     with pytest.raises(ConfigError, match="one 'shipped' run"):
         load_spread(_write(tmp_path, doc))
+
+
+# ----------------------------------------------------------------------------- the shipped file
+def test_the_retrain_suite_names_the_shipped_spread_file_and_it_states_its_provenance():
+    from harness.cli import RETRAIN_SUITE
+    from harness.models.zoo import zoo_entry
+    from harness.running.suite import load_suite
+
+    suite, _ = load_suite(RETRAIN_SUITE)  # loads the spread file: sha256, schema, rule
+    spec = suite.retrain_check
+    assert spec is not None and spec.spread == "zoo/synthscenes_retrain_spread.yaml" and spec.suffix == "_retrained"
+    spread = load_spread(spec)
+    shipped = [r for r in spread.runs if r.role == "shipped"]
+    assert [r.name for r in shipped] == [spread.measured_on]
+    assert shipped[0].checkpoint_sha256 == zoo_entry(spread.measured_on).sha256
+    retrained = [r for r in spread.runs if r.role == "retrained"]
+    assert len(retrained) >= 2 and len({r.checkpoint_sha256 for r in spread.runs}) == len(spread.runs)
+    for r in retrained:  # the recorded command, run as stated
+        assert zoo_entry(spread.measured_on).provenance["command"] in r.command and r.kernel and r.cpu
+    assert spread.cpu and spread.torch and spread.native_kernel and len(spread.code_commit) == 40
+    assert spread.date and spread.eval_command and spread.rule and spread.cited
+    assert all(c.source and c.note for c in spread.cited)
+    # every retrained model of the suite has a twin, and the spread covers every protocol the suite
+    # runs on every machine (seg_linear needs mmseg and is reported as not judged)
+    names = [m.name for m in suite.models]
+    pairs, alone = retrain_pairs(names, spec.suffix)
+    assert pairs and not alone
+    judged = {t.protocol for t in spread.tolerances}
+    assert {p.name for p in suite.protocols if not p.requires} <= judged
