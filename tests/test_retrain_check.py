@@ -202,3 +202,22 @@ def test_the_retrain_suite_names_the_shipped_spread_file_and_it_states_its_prove
     assert pairs and not alone
     judged = {t.protocol for t in spread.tolerances}
     assert {p.name for p in suite.protocols if not p.requires} <= judged
+
+
+def test_the_generator_keeps_every_runs_mean_per_cell_and_derives_the_tolerances():
+    from scripts.retrain_spread import measured_cells
+
+    by_model = {"m": _records("m", {"1/1": 20.0}, 70.0),
+                "m_retrained_a": _records("m_retrained_a", {"1/1": 20.2}, 72.0),
+                "m_retrained_b": _records("m_retrained_b", {"1/1": 19.7}, 70.5, extra_metric=3.0)}
+    cells = measured_cells(by_model, "m", ["m_retrained_a", "m_retrained_b"])
+    dense = next(c for c in cells if c.protocol == "dense_nn")
+    assert dense.values == pytest.approx({"m": 20.05, "m_retrained_a": 20.25, "m_retrained_b": 19.75})  # seed means
+    knn = next(c for c in cells if c.protocol == "knn")
+    assert knn.variant == "feature=cls,k=20" and knn.values == {"m": 70.0, "m_retrained_a": 72.0,
+                                                                "m_retrained_b": 70.5}
+    assert {c.metric for c in cells} == {"mIoU", "top1"}  # top5: the shipped file did not measure it
+    big, where = largest_measured(cells, "knn", "top1")
+    assert big == pytest.approx(2.0) and where.endswith("m vs m_retrained_a")
+    with pytest.raises(ConfigError, match="no records of 'm_retrained_c'"):
+        measured_cells(by_model, "m", ["m_retrained_c"])
