@@ -20,6 +20,7 @@ RUNS.yaml says what was trained and how it was evaluated (every key required)::
         extra: []                           # arguments appended to it
         kernel: AVX2
         train_seed: 0
+        role: retrained                     # or other_seed (kept, not counted by the rule)
 
 The records folder holds the evaluations of the shipped checkpoint (model name = the zoo name)
 and of every retraining, under the same protocol settings. For every cell (protocol, dataset,
@@ -46,15 +47,17 @@ from harness.models.zoo import zoo_entry
 from harness.paper.spec import load_table
 from harness.results.compare import compare_runs
 from harness.results.records import iter_records
-from harness.results.retrain_check import (CitedDifference, RetrainCheckSpec, RetrainSpread, SpreadCell, SpreadRun,
-                                           SpreadTolerance, cited_differences, derive_tolerance, largest_measured,
-                                           load_spread, spread_document)
+from harness.results.retrain_check import (OTHER_SEED, RETRAINED, SHIPPED, CitedDifference, RetrainCheckSpec,
+                                           RetrainSpread, SpreadCell, SpreadRun, SpreadTolerance, cited_differences,
+                                           counted_runs, derive_tolerance, largest_measured, load_spread,
+                                           spread_document)
 from scripts.synthscenes_zoo import cpu_model
 
 ROUND_UP_TO = 0.1
-RULE = ("per (protocol, metric): the largest |difference| between any two runs (the shipped file and every "
-        "retraining) over the protocol's cells, or a cited one if larger, rounded up to 0.1 point; never below the "
-        "floor")
+RULE = ("per (protocol, metric): the largest |difference| between any two runs of the recorded command (the "
+        "shipped file and every run with role retrained) over the protocol's cells, or a cited one if larger, rounded "
+        "up to 0.1 point; never below the floor. Runs with role other_seed are kept as a data point and not counted: "
+        "--pretrain retrains with the recorded seed")
 FLOOR_SOURCE = ("the SynthScenes table's tolerance for the protocol (configs/paper/synthscenes.yaml), for the metric "
                 "the table judges (0 for other metrics): the room an evaluation of one file needs across CPU kernels, "
                 "which a retraining on another machine also needs")
@@ -92,7 +95,9 @@ def _retrain_run(spec: dict, recorded: str) -> SpreadRun:
     env = " ".join(f"{k}={v}" for k, v in spec["env"].items())
     import torch
 
-    return SpreadRun(name=spec["name"], role="retrained",
+    if spec["role"] not in (RETRAINED, OTHER_SEED):
+        raise ConfigError(f"retrain {spec['name']}: role {spec['role']!r} ({RETRAINED} or {OTHER_SEED})")
+    return SpreadRun(name=spec["name"], role=spec["role"],
                      command=" ".join(x for x in (env, recorded, shlex.join(spec["extra"])) if x),
                      kernel=spec["kernel"], train_seed=int(spec["train_seed"]), cpu=cpu_model(),
                      threads=int(trained_on[0]["threads"]), torch=str(torch.__version__), wall_s=_wall_s(folder),
@@ -102,7 +107,7 @@ def _retrain_run(spec: dict, recorded: str) -> SpreadRun:
 def _shipped_run(name: str) -> SpreadRun:
     entry = zoo_entry(name)
     prov = entry.provenance or {}
-    return SpreadRun(name=name, role="shipped", command=prov["command"],
+    return SpreadRun(name=name, role=SHIPPED, command=prov["command"],
                      kernel="not recorded (its CPU model's native kernel)", train_seed=0, cpu=prov["cpu"],
                      threads=int(prov["threads"]), torch=prov["torch"], wall_s=float(prov["wall_s"]),
                      checkpoint_sha256=entry.sha256)
@@ -135,8 +140,9 @@ def build_spread(runs_spec: dict, records: Path) -> RetrainSpread:
     table = load_table(runs_spec["table"])
     judged = set(map(tuple, table.rows[["protocol", "metric"]].values.tolist()))
     tolerances = []
+    counted = counted_runs([_shipped_run(shipped), *retrains])
     for protocol, metric in sorted({(c.protocol, c.metric) for c in cells}):
-        big, where = largest_measured(cells, protocol, metric)
+        big, where = largest_measured(cells, protocol, metric, counted)
         cite = cited_differences(cited, protocol, metric)
         ps = table.spec.protocols.get(protocol)
         floor = float(ps.tolerance) if ps is not None and (protocol, metric) in judged else 0.0

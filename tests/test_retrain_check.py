@@ -13,8 +13,8 @@ from harness.errors import ConfigError
 from harness.results.records import make_record
 from harness.results.retrain_check import (INSIDE, NO_SPREAD, OUTSIDE, CitedDifference, RetrainCheckSpec,
                                            RetrainSpread, SpreadCell, SpreadRun, SpreadTolerance, check_retrains,
-                                           derive_tolerance, format_retrain_check, largest_measured, load_spread,
-                                           retrain_pairs, round_up, spread_document)
+                                           counted_runs, derive_tolerance, format_retrain_check, largest_measured,
+                                           load_spread, retrain_pairs, round_up, spread_document)
 from harness.io_utils import sha256_file
 
 FP_DENSE, FP_KNN = "d5" * 8, "e6" * 8
@@ -27,14 +27,17 @@ def _run(name: str, role: str, kernel: str = "AVX2", seed: int = 0) -> SpreadRun
 
 
 def _spread(dense_values=(20.0, 20.3, 19.9), knn_values=(70.0, 71.0, 69.5), cited=True) -> RetrainSpread:
-    names = ["m", "m_retrained_a", "m_retrained_b"]
-    cells = [SpreadCell("dense_nn", "voc", "val", "fraction=1/1", "mIoU", FP_DENSE, dict(zip(names, dense_values))),
-             SpreadCell("knn", "bg", "val", "feature=cls,k=20", "top1", FP_KNN, dict(zip(names, knn_values)))]
+    names = ["m", "m_retrained_a", "m_retrained_b", "m_seed1"]  # m_seed1: another seed, not counted
+    cells = [SpreadCell("dense_nn", "voc", "val", "fraction=1/1", "mIoU", FP_DENSE,
+                        dict(zip(names, (*dense_values, 9.0)))),
+             SpreadCell("knn", "bg", "val", "feature=cls,k=20", "top1", FP_KNN, dict(zip(names, (*knn_values, 40.0))))]
+    runs = [_run("m", "shipped"), _run("m_retrained_a", "retrained"), _run("m_retrained_b", "retrained", "DEFAULT"),
+            _run("m_seed1", "other_seed", "AVX512", 1)]
     cites = [CitedDifference("issue 1", "knn", "bg", "feature=cls,k=20", "top1", 70.0, 72.2, "another CPU")] \
         if cited else []
     tolerances = []
     for protocol, metric, floor in (("dense_nn", "mIoU", 0.5), ("knn", "top1", 1.1)):
-        big, where = largest_measured(cells, protocol, metric)
+        big, where = largest_measured(cells, protocol, metric, counted_runs(runs))
         cite = [abs(c.retrained - c.shipped) for c in cites if (c.protocol, c.metric) == (protocol, metric)]
         tolerances.append(SpreadTolerance(protocol, metric, big, where, max([0.0, *cite]), floor,
                                           derive_tolerance([big], cite, floor, 0.1)))
@@ -42,8 +45,7 @@ def _spread(dense_values=(20.0, 20.3, 19.9), knn_values=(70.0, 71.0, 69.5), cite
                          round_up_to=0.1, floor_source="a table", date="2026-12-03", cpu="test CPU",
                          native_kernel="AVX512", torch="2.x", code_commit="c" * 40, evaluated_with="native, 2 threads",
                          eval_command="ssl-bench run eval.yaml", made_by="a test",
-                         runs=[_run("m", "shipped"), _run("m_retrained_a", "retrained"),
-                               _run("m_retrained_b", "retrained", "AVX512", 1)],
+                         runs=runs,
                          cells=cells, cited=cites, tolerances=tolerances)
 
 
@@ -77,8 +79,9 @@ def test_round_up_and_the_rule():
     assert derive_tolerance([1.23], [5.4], 0.5, 0.1) == pytest.approx(5.4)  # a cited difference counts
     assert derive_tolerance([2.01], [], 1.1, 0.1) == pytest.approx(2.1)
     spread = _spread()
-    big, where = largest_measured(spread.cells, "knn", "top1")
-    assert big == pytest.approx(1.5) and "m_retrained_a vs m_retrained_b" in where
+    big, where = largest_measured(spread.cells, "knn", "top1", counted_runs(spread.runs))
+    assert big == pytest.approx(1.5) and "m_retrained_a vs m_retrained_b" in where  # the other seed: not counted
+    assert largest_measured(spread.cells, "knn", "top1")[0] == pytest.approx(31.0)  # every run
 
 
 def test_pairs_by_suffix():
@@ -105,6 +108,7 @@ def test_cells_inside_outside_unjudged_missing_and_no_twin():
     assert list(twinless["verdict"]) == ["no shipped twin"]
     text = format_retrain_check(spread, rows, "zoo/spread.yaml")
     assert "retrain-to-retrain spread measured on m only" in text and "zoo/spread.yaml" in text
+    assert "CPU kernels AVX2, DEFAULT" in text
     assert "OUTSIDE" in text and "not a failure of the run" in text and "y_retrained: no shipped twin" in text
 
 
@@ -162,6 +166,10 @@ def test_tolerances_must_follow_from_the_cells(tmp_path):
     with pytest.raises(ConfigError, match="knn top1"):
         load_spread(_write(tmp_path, doc, "edited.yaml"))
     doc = spread_document(_spread())
+    doc["runs"][3]["role"] = "retrained"  # the other seed counted: the tolerances no longer follow
+    with pytest.raises(ConfigError, match="the cells and the rule give"):
+        load_spread(_write(tmp_path, doc, "recounted.yaml"))
+    doc = spread_document(_spread())
     doc["tolerances"] = doc["tolerances"][:1]
     with pytest.raises(ConfigError, match="none for knn top1"):
         load_spread(_write(tmp_path, doc, "short.yaml"))
@@ -188,7 +196,7 @@ def test_the_retrain_suite_names_the_shipped_spread_file_and_it_states_its_prove
     shipped = [r for r in spread.runs if r.role == "shipped"]
     assert [r.name for r in shipped] == [spread.measured_on]
     assert shipped[0].checkpoint_sha256 == zoo_entry(spread.measured_on).sha256
-    retrained = [r for r in spread.runs if r.role == "retrained"]
+    retrained = [r for r in spread.runs if r.role == "retrained"]  # the recorded command, other kernels
     assert len(retrained) >= 2 and len({r.checkpoint_sha256 for r in spread.runs}) == len(spread.runs)
     for r in retrained:  # the recorded command, run as stated
         assert zoo_entry(spread.measured_on).provenance["command"] in r.command and r.kernel and r.cpu

@@ -35,6 +35,11 @@ from harness.results.table import IncomparableResultsError, flatten_records
 from harness.text_table import text_table
 
 CELL_KEYS = ("protocol", "dataset", "split", "variant", "metric")
+# the roles of a spread file's runs; the tolerance counts the runs of the recorded command only
+# (`--pretrain` retrains with the recorded seed): another seed is kept as a data point
+SHIPPED, RETRAINED, OTHER_SEED = "shipped", "retrained", "other_seed"
+ROLES = (SHIPPED, RETRAINED, OTHER_SEED)
+COUNTED_ROLES = (SHIPPED, RETRAINED)
 INSIDE, OUTSIDE = "inside", "OUTSIDE"
 NO_SPREAD = "no measured spread"  # a (protocol, metric) the spread file has no tolerance for
 
@@ -51,7 +56,7 @@ class RetrainCheckSpec:
 class SpreadRun:
     """One checkpoint of the measurement: the shipped file or one retraining of its recipe."""
     name: str  # model name in the measurement's records
-    role: str  # "shipped" | "retrained"
+    role: str  # ROLES: the shipped file, the recorded command retrained, or it with another seed
     command: str  # the training command as run, environment first
     kernel: str  # torch.backends.cpu.get_cpu_capability() during the training
     train_seed: int
@@ -135,22 +140,30 @@ def derive_tolerance(measured: list[float], cited: list[float], floor: float, st
     return max(round_up(max([0.0, *measured, *cited]), step), floor)
 
 
-def pairwise_differences(cell: SpreadCell) -> list[tuple[float, str, str]]:
-    """(|a - b|, a, b) for every pair of runs the cell measured."""
-    return [(abs(cell.values[a] - cell.values[b]), a, b) for a, b in itertools.combinations(sorted(cell.values), 2)]
+def pairwise_differences(cell: SpreadCell, counted: set[str] | None = None) -> list[tuple[float, str, str]]:
+    """(|a - b|, a, b) for every pair of runs the cell measured (of ``counted`` runs only, when given)."""
+    names = sorted(n for n in cell.values if counted is None or n in counted)
+    return [(abs(cell.values[a] - cell.values[b]), a, b) for a, b in itertools.combinations(names, 2)]
 
 
 def cell_label(protocol: str, dataset: str, variant: str, metric: str) -> str:
     return " ".join(x for x in (protocol, dataset, variant, metric) if x)
 
 
-def largest_measured(cells: list[SpreadCell], protocol: str, metric: str) -> tuple[float, str]:
-    """The largest pairwise |difference| over a (protocol, metric)'s cells, and where it is."""
+def counted_runs(runs: list[SpreadRun]) -> set[str]:
+    """The runs the tolerances count: the shipped file and the retrainings of its recorded command."""
+    return {r.name for r in runs if r.role in COUNTED_ROLES}
+
+
+def largest_measured(cells: list[SpreadCell], protocol: str, metric: str,
+                     counted: set[str] | None = None) -> tuple[float, str]:
+    """The largest pairwise |difference| over a (protocol, metric)'s cells (between ``counted``
+    runs, when given), and where it is."""
     best, where = 0.0, "every run equal"
     for c in cells:
         if (c.protocol, c.metric) != (protocol, metric):
             continue
-        for d, a, b in pairwise_differences(c):
+        for d, a, b in pairwise_differences(c, counted):
             if d > best:
                 best, where = d, f"{cell_label(c.protocol, c.dataset, c.variant, c.metric)}: {a} vs {b}"
     return best, where
@@ -166,11 +179,11 @@ def _check_consistent(spread: RetrainSpread, where: str) -> None:
     tolerance, and every tolerance follows from the cells by the rule."""
     names = {r.name for r in spread.runs}
     problems = []
-    if sum(r.role == "shipped" for r in spread.runs) != 1 or not any(r.role == "retrained" for r in spread.runs):
-        problems.append("runs: one 'shipped' run and at least one 'retrained' run are needed")
+    if sum(r.role == SHIPPED for r in spread.runs) != 1 or not any(r.role == RETRAINED for r in spread.runs):
+        problems.append(f"runs: one {SHIPPED!r} run and at least one {RETRAINED!r} run are needed")
     for r in spread.runs:
-        if r.role not in ("shipped", "retrained"):
-            problems.append(f"run {r.name}: role {r.role!r} (shipped or retrained)")
+        if r.role not in ROLES:
+            problems.append(f"run {r.name}: role {r.role!r} (one of {', '.join(ROLES)})")
         if len(r.checkpoint_sha256) != 64:
             problems.append(f"run {r.name}: checkpoint_sha256 {r.checkpoint_sha256!r} (64 hex digits)")
     for c in spread.cells:
@@ -188,7 +201,7 @@ def _check_consistent(spread: RetrainSpread, where: str) -> None:
         if (t.protocol, t.metric) not in measured:
             problems.append(f"tolerance {t.protocol} {t.metric}: no cell measures it")
             continue
-        big, _ = largest_measured(spread.cells, t.protocol, t.metric)
+        big, _ = largest_measured(spread.cells, t.protocol, t.metric, counted_runs(spread.runs))
         cited = cited_differences(spread.cited, t.protocol, t.metric)
         want = derive_tolerance([big], cited, t.floor, spread.round_up_to)
         if (abs(big - t.largest_measured) > 1e-9 or abs(max([0.0, *cited]) - t.largest_cited) > 1e-9
@@ -289,9 +302,10 @@ def check_retrains(spread: RetrainSpread, records: list[dict], suffix: str = "_r
 
 def source_line(spread: RetrainSpread, source: str) -> str:
     """Where the tolerances come from, in one line; ``source``: the spread file as the suite names it."""
-    kinds = ", ".join(sorted({f"{r.kernel} seed {r.train_seed}" for r in spread.runs if r.role == "retrained"}))
-    return (f"tolerance = the retrain-to-retrain spread measured on {spread.measured_on} only ({kinds} retrainings "
-            f"beside the shipped file, {spread.date}; {source}), applied to {spread.applies_to}")
+    kernels = ", ".join(sorted({r.kernel for r in spread.runs if r.role == RETRAINED}))
+    return (f"tolerance = the retrain-to-retrain spread measured on {spread.measured_on} only (its recorded command "
+            f"retrained with the CPU kernels {kernels} beside the shipped file, {spread.date}; {source}), applied "
+            f"to {spread.applies_to}")
 
 
 def format_retrain_check(spread: RetrainSpread, rows: pd.DataFrame, source: str) -> str:
@@ -320,6 +334,7 @@ def format_retrain_check(spread: RetrainSpread, rows: pd.DataFrame, source: str)
 
 
 __all__ = ["RetrainCheckSpec", "SpreadRun", "SpreadCell", "CitedDifference", "SpreadTolerance", "RetrainSpread",
-           "INSIDE", "OUTSIDE", "NO_SPREAD", "round_up", "derive_tolerance", "pairwise_differences",
+           "INSIDE", "OUTSIDE", "NO_SPREAD", "SHIPPED", "RETRAINED", "OTHER_SEED", "ROLES", "COUNTED_ROLES",
+           "counted_runs", "round_up", "derive_tolerance", "pairwise_differences",
            "largest_measured", "cited_differences", "load_spread", "spread_document", "retrain_pairs",
            "check_retrains", "source_line", "format_retrain_check"]
