@@ -366,9 +366,9 @@ def command_of(argv: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(command_of(argv))
-    args = parse_command_line(parser, argv)
-    _threads(args.threads)
     try:
+        args = parse_command_line(parser, argv)  # `--pretrain` reads its suite here: a bad one is an error line
+        _threads(args.threads)
         return args.func(args)
     except SslBenchError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -229,3 +229,17 @@ def test_the_generator_keeps_every_runs_mean_per_cell_and_derives_the_tolerances
     assert big == pytest.approx(2.0) and where.endswith("m vs m_retrained_a")
     with pytest.raises(ConfigError, match="no records of 'm_retrained_c'"):
         measured_cells(by_model, "m", ["m_retrained_c"])
+
+
+def test_pretrain_with_a_changed_spread_file_is_one_error_line_before_any_work(tmp_path, monkeypatch, capsys):
+    import harness.cli as cli
+
+    spec = _write(tmp_path, spread_document(_spread()))
+    (tmp_path / "spread.yaml").write_text((tmp_path / "spread.yaml").read_text() + "# edited\n")
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"pretrain_data": "", "models": [], "protocols": [],
+                                     "retrain_check": {"spread": spec.spread, "sha256": spec.sha256}}))
+    monkeypatch.setattr(cli, "RETRAIN_SUITE", str(suite))
+    assert cli.main(["--pretrain"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("error: ") and "changed since the suite pinned it" in err[0] and len(err) == 1
