@@ -21,18 +21,17 @@ import itertools
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import yaml
 
 from harness.config import from_dict, resolve_config_path
 from harness.errors import ConfigError
 from harness.io_utils import sha256_file
-from harness.paper.verdict import DIFFERS, OK, verdict
-from harness.results.compare import compare_runs
-from harness.results.table import IncomparableResultsError, flatten_records
 from harness.text_table import text_table
+
+if TYPE_CHECKING:  # the comparison needs pandas; loading a suite that names a spread file does not
+    import pandas as pd
 
 CELL_KEYS = ("protocol", "dataset", "split", "variant", "metric")
 # the roles of a spread file's runs; the tolerance counts the runs of the recorded command only
@@ -252,6 +251,8 @@ def retrain_pairs(models: list[str], suffix: str) -> tuple[list[tuple[str, str]]
 
 
 def _cells(records: list[dict]) -> set[tuple]:
+    from harness.results.table import flatten_records
+
     flat = flatten_records(records)
     return set(map(tuple, flat[list(CELL_KEYS)].values.tolist()))
 
@@ -260,6 +261,11 @@ def check_retrains(spread: RetrainSpread, records: list[dict], suffix: str = "_r
     """One row per (pair, cell) either model measured: shipped and retrained means, delta
     (retrained - shipped), tolerance and verdict (inside, OUTSIDE, no measured spread, measured
     by one only, or not comparable). A retrained model without its shipped twin is one row."""
+    import pandas as pd
+
+    from harness.paper.verdict import DIFFERS, OK, verdict
+    from harness.results.compare import compare_runs
+    from harness.results.table import IncomparableResultsError
     by_model: dict[str, list[dict]] = {}
     for r in records:
         by_model.setdefault((r.get("model") or {}).get("name"), []).append(r)
@@ -310,6 +316,8 @@ def source_line(spread: RetrainSpread, source: str) -> str:
 
 def format_retrain_check(spread: RetrainSpread, rows: pd.DataFrame, source: str) -> str:
     """The comparison table, the line saying where the tolerance comes from, and the counts."""
+    import pandas as pd
+
     head = ["shipped", "retrained", "protocol", "data", "variant", "metric", "shipped", "retrained", "delta",
             "tolerance", "verdict"]
     number = lambda x, f: "-" if pd.isna(x) else format(x, f)  # noqa: E731
@@ -321,7 +329,8 @@ def format_retrain_check(spread: RetrainSpread, rows: pd.DataFrame, source: str)
                      text(r["metric"]), number(r["shipped"], ".2f"), number(r["retrained"], ".2f"),
                      number(r["delta"], "+.2f"), number(r["tolerance"], ".2f"), r["verdict"]])
     counts = rows["verdict"].value_counts()
-    out = ["Retrained vs shipped: |retrained - shipped| <= tolerance per (protocol, metric)", source_line(spread, source)]
+    out = ["Retrained vs shipped: |retrained - shipped| <= tolerance per (protocol, metric)",
+           source_line(spread, source)]
     out.append(text_table(head, body, right={6, 7, 8, 9}) if body else "(no retrained model in the run)")
     out.append("cells: " + (", ".join(f"{n} {v}" for v, n in counts.items()) or "none"))
     outside = rows[rows["verdict"] == OUTSIDE]
