@@ -319,7 +319,8 @@ def _announce_retraining(suite_path: str) -> None:
     cpus = sorted({str(e.provenance.get("cpu")) for e in made})
     print(f"Retraining {len(made)} SynthScenes checkpoints from their recipes: they took {seconds / 60:.0f} min "
           f"to train when they were made ({', '.join(cpus)}); expect about as long on 2 idle CPU cores, "
-          f"plus the evaluations. Compare each pair with `ssl-bench compare NAME NAME_retrained`.", flush=True)
+          f"plus the evaluations. After the run each NAME_retrained is compared with NAME cell by cell, within "
+          f"the retrain-to-retrain spread the suite's retrain_check names.", flush=True)
 
 
 # options of the top-level parser itself; everything else before a command belongs to `run`
@@ -365,9 +366,9 @@ def command_of(argv: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(command_of(argv))
-    args = parse_command_line(parser, argv)
-    _threads(args.threads)
     try:
+        args = parse_command_line(parser, argv)  # `--pretrain` reads its suite here: a bad one is an error line
+        _threads(args.threads)
         return args.func(args)
     except SslBenchError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -19,6 +19,7 @@ from harness.errors import ConfigError, NotApplicable, SslBenchError
 from harness.protocol_info import build_protocol
 from harness.running.evaluate import evaluate
 from harness.results.margins import MarginSpec, check_margins, format_margins, margins_failed
+from harness.results.retrain_check import RetrainCheckSpec, check_retrains, format_retrain_check, load_spread
 from harness.models.handle import ModelHandle
 from harness.models.sources import BuildContext, ModelSpec, build_model, parse_spec
 from harness.paths import checkpoint_cache_dir, results_dir
@@ -77,6 +78,9 @@ class SuiteConfig:
     # fails the run, a missed margin is reported
     margins: MarginSpec | None = None
     reproduce: list[str] = field(default_factory=list)
+    # retrained models beside the shipped ones they retrain, within the measured retrain-to-retrain
+    # spread (harness.results.retrain_check); cells outside it are reported, not failures
+    retrain_check: RetrainCheckSpec | None = None
     # where `zoo:` models are looked up beyond the shipped zoo (imported checkpoints, an entries file)
     zoo_dir: str | None = None
     zoo_path: str | None = None
@@ -85,7 +89,10 @@ class SuiteConfig:
 def load_suite(path: str | Path, overrides: list[str] | None = None) -> tuple[SuiteConfig, str]:
     raw = apply_overrides(load_config(path), overrides)
     source = raw.get("_source_", str(path))
-    return from_dict(SuiteConfig, raw, source), source
+    suite = from_dict(SuiteConfig, raw, source)
+    if suite.retrain_check is not None:
+        load_spread(suite.retrain_check)  # a changed or inconsistent spread file: an error before any work
+    return suite, source
 
 
 def _importable(module: str) -> bool:
@@ -385,6 +392,10 @@ def suite_checks(suite: SuiteConfig | None, records: list[dict],
         blocks.append(format_margins(suite.margins, rows))
         blocks.append("\n".join(["margins missed (reported, not a failure of the run):", *missed])
                       if missed else "every margin met")
+    if suite is not None and suite.retrain_check is not None:
+        spec = suite.retrain_check
+        spread = load_spread(spec)
+        blocks.append(format_retrain_check(spread, check_retrains(spread, records, spec.suffix), spec.spread))
     by_model = records_by_model(records)
     for table in (suite.reproduce if suite is not None else []):
         tab = load_table(table)
