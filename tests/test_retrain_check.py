@@ -14,23 +14,25 @@ from harness.results.records import make_record
 from harness.results.retrain_check import (INSIDE, NO_SPREAD, OUTSIDE, CitedDifference, RetrainCheckSpec,
                                            RetrainSpread, SpreadCell, SpreadRun, SpreadTolerance, check_retrains,
                                            counted_runs, derive_tolerance, format_retrain_check, largest_measured,
-                                           load_spread, retrain_pairs, round_up, spread_document)
+                                           load_spread, retrain_pairs, round_up, source_line,
+                                           spread_document)
 from harness.io_utils import sha256_file
 
 FP_DENSE, FP_KNN = "d5" * 8, "e6" * 8
 
 
-def _run(name: str, role: str, kernel: str = "AVX2", seed: int = 0) -> SpreadRun:
-    return SpreadRun(name=name, role=role, command=f"ssl-bench pretrain x.yaml --out {{out}} # {name}", kernel=kernel,
-                     train_seed=seed, cpu="test CPU", threads=2, torch="2.x", wall_s=1.0,
-                     checkpoint_sha256="ab" * 32)
+def _run(name: str, role: str, kernel: str = "AVX2", seed: int = 0, recipe: str = "m") -> SpreadRun:
+    return SpreadRun(name=name, recipe=recipe, role=role, command=f"ssl-bench pretrain x.yaml --out {{out}} # {name}",
+                     kernel=kernel, train_seed=seed, cpu="test CPU", threads=2, torch="2.x", wall_s=1.0,
+                     checkpoint_sha256="ab" * 32, code_commit="c" * 40)
 
 
 def _spread(dense_values=(20.0, 20.3, 19.9), knn_values=(70.0, 71.0, 69.5), cited=True) -> RetrainSpread:
     names = ["m", "m_retrained_a", "m_retrained_b", "m_seed1"]  # m_seed1: another seed, not counted
-    cells = [SpreadCell("dense_nn", "voc", "val", "fraction=1/1", "mIoU", FP_DENSE,
+    cells = [SpreadCell("m", "dense_nn", "voc", "val", "fraction=1/1", "mIoU", FP_DENSE,
                         dict(zip(names, (*dense_values, 9.0)))),
-             SpreadCell("knn", "bg", "val", "feature=cls,k=20", "top1", FP_KNN, dict(zip(names, (*knn_values, 40.0))))]
+             SpreadCell("m", "knn", "bg", "val", "feature=cls,k=20", "top1", FP_KNN,
+                        dict(zip(names, (*knn_values, 40.0))))]
     runs = [_run("m", "shipped"), _run("m_retrained_a", "retrained"), _run("m_retrained_b", "retrained", "DEFAULT"),
             _run("m_seed1", "other_seed", "AVX512", 1)]
     cites = [CitedDifference("issue 1", "knn", "bg", "feature=cls,k=20", "top1", 70.0, 72.2, "another CPU")] \
@@ -41,9 +43,9 @@ def _spread(dense_values=(20.0, 20.3, 19.9), knn_values=(70.0, 71.0, 69.5), cite
         cite = [abs(c.retrained - c.shipped) for c in cites if (c.protocol, c.metric) == (protocol, metric)]
         tolerances.append(SpreadTolerance(protocol, metric, big, where, max([0.0, *cite]), floor,
                                           derive_tolerance([big], cite, floor, 0.1)))
-    return RetrainSpread(measured_on="m", applies_to="every <name>_retrained model", rule="largest, rounded up",
+    return RetrainSpread(measured_on=["m"], applies_to="every <name>_retrained model", rule="largest, rounded up",
                          round_up_to=0.1, floor_source="a table", date="2026-12-03", cpu="test CPU",
-                         native_kernel="AVX512", torch="2.x", code_commit="c" * 40, evaluated_with="native, 2 threads",
+                         native_kernel="AVX512", torch="2.x", evaluated_with="native, 2 threads",
                          eval_command="ssl-bench run eval.yaml", made_by="a test",
                          runs=runs,
                          cells=cells, cited=cites, tolerances=tolerances)
@@ -107,7 +109,7 @@ def test_cells_inside_outside_unjudged_missing_and_no_twin():
     twinless = rows[rows["retrained_model"] == "y_retrained"]
     assert list(twinless["verdict"]) == ["no shipped twin"]
     text = format_retrain_check(spread, rows, "zoo/spread.yaml")
-    assert "retrain-to-retrain spread measured on m only" in text and "zoo/spread.yaml" in text
+    assert "the largest retrain-to-retrain spread of the recipes m " in text and "zoo/spread.yaml" in text
     assert "CPU kernels AVX2, DEFAULT" in text
     assert "OUTSIDE" in text and "not a failure of the run" in text and "y_retrained: no shipped twin" in text
 
@@ -179,8 +181,48 @@ def test_runs_need_one_shipped_and_a_retrained(tmp_path):
     spread = _spread()
     doc = spread_document(dataclasses.replace(spread, runs=[dataclasses.replace(r, role="retrained")
                                                             for r in spread.runs]))
-    with pytest.raises(ConfigError, match="one 'shipped' run"):
+    with pytest.raises(ConfigError, match="one 'shipped' run named m"):
         load_spread(_write(tmp_path, doc))
+
+
+def _two_recipes() -> RetrainSpread:
+    """Recipe m (spread 0.3 on dense NN) and recipe n (spread 1.2): n's runs sit 10 points below m's,
+    which no pair counts (two recipes are two models)."""
+    spread = _spread(cited=False)
+    runs = [*spread.runs, _run("n", "shipped", recipe="n"), _run("n_retrained_a", "retrained", recipe="n")]
+    cells = [*spread.cells, SpreadCell("n", "dense_nn", "voc", "val", "fraction=1/1", "mIoU", FP_DENSE,
+                                       {"n": 10.0, "n_retrained_a": 11.2})]
+    tolerances = []
+    for t in spread.tolerances:
+        big, where = largest_measured(cells, t.protocol, t.metric, counted_runs(runs))
+        tolerances.append(dataclasses.replace(t, largest_measured=big, largest_between=where,
+                                              tolerance=derive_tolerance([big], [], t.floor, 0.1)))
+    return dataclasses.replace(spread, measured_on=["m", "n"], runs=runs, cells=cells, tolerances=tolerances)
+
+
+def test_the_tolerance_is_the_largest_spread_of_any_recipe_never_across_two(tmp_path):
+    spread = _two_recipes()
+    dense = spread.tolerance_of("dense_nn", "mIoU")
+    assert dense.largest_measured == pytest.approx(1.2) and dense.tolerance == pytest.approx(1.2)
+    assert dense.largest_between.endswith("n vs n_retrained_a")
+    assert spread.tolerance_of("knn", "top1").tolerance == pytest.approx(1.5)  # m's alone: n has no k-NN cell
+    assert load_spread(_write(tmp_path, spread_document(spread))) == spread
+    assert "the recipes m, n" in source_line(spread, "spread.yaml")
+
+
+def test_a_cell_with_another_recipes_run_or_a_recipe_not_stated_is_an_error(tmp_path):
+    doc = spread_document(_two_recipes())
+    doc["cells"][2]["values"]["m"] = 10.5  # m's file in n's cell
+    with pytest.raises(ConfigError, match="cell n dense_nn"):
+        load_spread(_write(tmp_path, doc, "mixed.yaml"))
+    doc = spread_document(_two_recipes())
+    doc["measured_on"] = ["m"]
+    with pytest.raises(ConfigError, match="the runs are of the recipes"):
+        load_spread(_write(tmp_path, doc, "unstated.yaml"))
+    doc = spread_document(_two_recipes())
+    doc["runs"][4]["name"] = "n_shipped"
+    with pytest.raises(ConfigError, match="one 'shipped' run named n"):
+        load_spread(_write(tmp_path, doc, "renamed.yaml"))
 
 
 # ----------------------------------------------------------------------------- the shipped file
@@ -194,13 +236,18 @@ def test_the_retrain_suite_names_the_shipped_spread_file_and_it_states_its_prove
     assert spec is not None and spec.spread == "zoo/synthscenes_retrain_spread.yaml" and spec.suffix == "_retrained"
     spread = load_spread(spec)
     shipped = [r for r in spread.runs if r.role == "shipped"]
-    assert [r.name for r in shipped] == [spread.measured_on]
-    assert shipped[0].checkpoint_sha256 == zoo_entry(spread.measured_on).sha256
-    retrained = [r for r in spread.runs if r.role == "retrained"]  # the recorded command, other kernels
-    assert len(retrained) >= 2 and len({r.checkpoint_sha256 for r in spread.runs}) == len(spread.runs)
-    for r in retrained:  # the recorded command, run as stated
-        assert zoo_entry(spread.measured_on).provenance["command"] in r.command and r.kernel and r.cpu
-    assert spread.cpu and spread.torch and spread.native_kernel and len(spread.code_commit) == 40
+    assert [r.name for r in shipped] == spread.measured_on and len(spread.measured_on) >= 2
+    assert max(sum(r.recipe == n and r.role == "retrained" for r in spread.runs) for n in spread.measured_on) >= 2
+    assert len({r.checkpoint_sha256 for r in spread.runs}) == len(spread.runs)
+    for recipe in spread.measured_on:
+        entry = zoo_entry(recipe)
+        assert next(r for r in shipped if r.name == recipe).checkpoint_sha256 == entry.sha256
+        retrained = [r for r in spread.runs if r.recipe == recipe and r.role == "retrained"]  # other kernels
+        assert retrained
+        for r in retrained:  # the recorded command, run as stated
+            assert entry.provenance["command"] in r.command and r.kernel and r.cpu
+    assert spread.cpu and spread.torch and spread.native_kernel
+    assert all(len(r.code_commit) == 40 for r in spread.runs)
     assert spread.date and spread.eval_command and spread.rule and spread.cited
     assert all(c.source and c.note for c in spread.cited)
     # every retrained model of the suite has a twin, and the spread covers every protocol the suite

@@ -3,14 +3,15 @@
 A shipped checkpoint is one training; retraining it from its recorded command on another machine
 (other CPU kernels) or with another seed is another, and the two differ by more than evaluating one
 file on two machines does. A suite's ``retrain_check:`` names a spread file (written by
-``python -m scripts.retrain_spread``): several trainings of one recipe, evaluated on the suite's
-protocols, and per (protocol, metric) the tolerance derived from them by the rule the file states
-(``derive_tolerance``). Every model ``<name><suffix>`` whose ``<name>`` the run also measured is
+``python -m scripts.retrain_spread``): for each of several recipes, the shipped file and
+retrainings of its recorded command, evaluated on the suite's protocols, and per (protocol, metric)
+the tolerance derived from them by the rule the file states (``derive_tolerance``): the largest
+difference between two runs of one recipe, over every recipe measured. Every model ``<name><suffix>`` whose ``<name>`` the run also measured is
 compared with it on every (protocol, dataset, split, variant, metric) either measured
 (harness.results.compare.compare_runs: means over seeds, B - A); a cell is inside iff
 |retrained - shipped| <= the tolerance (harness.paper.verdict.verdict). Cells outside are reported,
-not failures of the run: the spread is measured on one recipe and a few trainings, so a cell outside
-it says "look here", not "the harness is broken" (the shipped files' own table fails the run).
+not failures of the run: the spread is measured on a few trainings of a few recipes, so a cell
+outside it says "look here", not "the harness is broken" (the shipped files' own table fails the run).
 
 The spread file is pinned by its sha256 in the suite, so a changed byte is an error; its schema
 has no optional field, and its tolerances must follow from its measurements by its rule.
@@ -29,6 +30,7 @@ from harness.config import from_dict, resolve_config_path
 from harness.errors import ConfigError
 from harness.io_utils import sha256_file
 from harness.text_table import text_table
+from harness.yaml_io import load_yaml
 
 if TYPE_CHECKING:  # the comparison needs pandas; loading a suite that names a spread file does not
     import pandas as pd
@@ -55,6 +57,7 @@ class RetrainCheckSpec:
 class SpreadRun:
     """One checkpoint of the measurement: the shipped file or one retraining of its recipe."""
     name: str  # model name in the measurement's records
+    recipe: str  # the zoo checkpoint whose recorded command it is (the shipped run: itself)
     role: str  # ROLES: the shipped file, the recorded command retrained, or it with another seed
     command: str  # the training command as run, environment first
     kernel: str  # torch.backends.cpu.get_cpu_capability() during the training
@@ -64,11 +67,13 @@ class SpreadRun:
     torch: str
     wall_s: float  # of the training
     checkpoint_sha256: str
+    code_commit: str  # the clean checkout that trained it (a retraining) and evaluated it
 
 
 @dataclass
 class SpreadCell:
-    """One column of the protocols: the mean over seeds of each run (name -> value)."""
+    """One column of the protocols for one recipe: the mean over seeds of each of its runs (name -> value)."""
+    recipe: str
     protocol: str
     dataset: str
     split: str
@@ -95,7 +100,7 @@ class CitedDifference:
 class SpreadTolerance:
     protocol: str
     metric: str
-    largest_measured: float  # the largest |difference| between two runs, over the protocol's cells
+    largest_measured: float  # the largest |difference| between two runs of a recipe, over the protocol's cells
     largest_between: str  # which cell and runs gave it
     largest_cited: float  # the largest cited |difference| (0 when none is cited)
     floor: float  # the evaluation's own cross-machine room (the shipped table's tolerance)
@@ -105,7 +110,7 @@ class SpreadTolerance:
 @dataclass
 class RetrainSpread:
     """The spread file (configs/zoo/synthscenes_retrain_spread.yaml)."""
-    measured_on: str  # the zoo checkpoint whose recipe was retrained
+    measured_on: list[str]  # the zoo checkpoints whose recipes were retrained
     applies_to: str  # in words: which models the tolerances are used for
     rule: str  # in words: how a tolerance follows from the measurements
     round_up_to: float  # the rule's rounding step
@@ -114,7 +119,6 @@ class RetrainSpread:
     cpu: str
     native_kernel: str
     torch: str
-    code_commit: str
     evaluated_with: str  # kernel and threads of every evaluation
     eval_command: str
     made_by: str
@@ -140,7 +144,8 @@ def derive_tolerance(measured: list[float], cited: list[float], floor: float, st
 
 
 def pairwise_differences(cell: SpreadCell, counted: set[str] | None = None) -> list[tuple[float, str, str]]:
-    """(|a - b|, a, b) for every pair of runs the cell measured (of ``counted`` runs only, when given)."""
+    """(|a - b|, a, b) for every pair of runs the cell measured (of ``counted`` runs only, when given):
+    runs of one recipe, as a cell holds."""
     names = sorted(n for n in cell.values if counted is None or n in counted)
     return [(abs(cell.values[a] - cell.values[b]), a, b) for a, b in itertools.combinations(names, 2)]
 
@@ -156,8 +161,8 @@ def counted_runs(runs: list[SpreadRun]) -> set[str]:
 
 def largest_measured(cells: list[SpreadCell], protocol: str, metric: str,
                      counted: set[str] | None = None) -> tuple[float, str]:
-    """The largest pairwise |difference| over a (protocol, metric)'s cells (between ``counted``
-    runs, when given), and where it is."""
+    """The largest pairwise |difference| over a (protocol, metric)'s cells, every recipe's
+    (between ``counted`` runs, when given), and where it is."""
     best, where = 0.0, "every run equal"
     for c in cells:
         if (c.protocol, c.metric) != (protocol, metric):
@@ -174,22 +179,33 @@ def cited_differences(cited: list[CitedDifference], protocol: str, metric: str) 
 
 # ----------------------------------------------------------------------------- the file
 def _check_consistent(spread: RetrainSpread, where: str) -> None:
-    """Every run a cell names is a run of the file, every measured (protocol, metric) has one
-    tolerance, and every tolerance follows from the cells by the rule."""
-    names = {r.name for r in spread.runs}
+    """Every recipe measured has its shipped run and a retraining, every run a cell names is a run
+    of the cell's recipe, every measured (protocol, metric) has one tolerance, and every tolerance
+    follows from the cells by the rule."""
     problems = []
-    if sum(r.role == SHIPPED for r in spread.runs) != 1 or not any(r.role == RETRAINED for r in spread.runs):
-        problems.append(f"runs: one {SHIPPED!r} run and at least one {RETRAINED!r} run are needed")
+    recipes = list(dict.fromkeys(r.recipe for r in spread.runs))
+    if sorted(recipes) != sorted(spread.measured_on) or len(set(spread.measured_on)) != len(spread.measured_on):
+        problems.append(f"measured_on {spread.measured_on}: the runs are of the recipes {recipes}")
+    for recipe in recipes:
+        runs = [r for r in spread.runs if r.recipe == recipe]
+        shipped = [r.name for r in runs if r.role == SHIPPED]
+        if shipped != [recipe] or not any(r.role == RETRAINED for r in runs):
+            problems.append(f"runs of {recipe}: one {SHIPPED!r} run named {recipe} and at least one {RETRAINED!r} "
+                            f"run are needed")
+    names_of = {recipe: {r.name for r in spread.runs if r.recipe == recipe} for recipe in recipes}
     for r in spread.runs:
         if r.role not in ROLES:
             problems.append(f"run {r.name}: role {r.role!r} (one of {', '.join(ROLES)})")
         if len(r.checkpoint_sha256) != 64:
             problems.append(f"run {r.name}: checkpoint_sha256 {r.checkpoint_sha256!r} (64 hex digits)")
+        if len(r.code_commit) != 40:
+            problems.append(f"run {r.name}: code_commit {r.code_commit!r} (a git commit, 40 hex digits)")
     for c in spread.cells:
+        names = names_of.get(c.recipe, set())
         unknown = sorted(set(c.values) - names)
         if unknown or len(c.values) < 2:
-            problems.append(f"cell {cell_label(c.protocol, c.dataset, c.variant, c.metric)}: values of "
-                            f"{sorted(c.values)} (at least two runs of {sorted(names)})")
+            problems.append(f"cell {c.recipe} {cell_label(c.protocol, c.dataset, c.variant, c.metric)}: values of "
+                            f"{sorted(c.values)} (at least two runs of {c.recipe}: {sorted(names)})")
     measured = {(c.protocol, c.metric) for c in spread.cells}
     stated = [(t.protocol, t.metric) for t in spread.tolerances]
     if len(set(stated)) != len(stated):
@@ -223,7 +239,7 @@ def load_spread(spec: RetrainCheckSpec, relative_to: Path | None = None) -> Retr
                           f"spread file changed since the suite pinned it; regenerate it with `python -m "
                           f"scripts.retrain_spread` and pin its new sha256 in the suite")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = load_yaml(path.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
@@ -309,9 +325,9 @@ def check_retrains(spread: RetrainSpread, records: list[dict], suffix: str = "_r
 def source_line(spread: RetrainSpread, source: str) -> str:
     """Where the tolerances come from, in one line; ``source``: the spread file as the suite names it."""
     kernels = ", ".join(sorted({r.kernel for r in spread.runs if r.role == RETRAINED}))
-    return (f"tolerance = the retrain-to-retrain spread measured on {spread.measured_on} only (its recorded command "
-            f"retrained with the CPU kernels {kernels} beside the shipped file, {spread.date}; {source}), applied "
-            f"to {spread.applies_to}")
+    return (f"tolerance = the largest retrain-to-retrain spread of the recipes {', '.join(spread.measured_on)} (each "
+            f"recorded command retrained with the CPU kernels {kernels} beside its shipped file, {spread.date}; "
+            f"{source}), applied to {spread.applies_to}")
 
 
 def format_retrain_check(spread: RetrainSpread, rows: pd.DataFrame, source: str) -> str:
@@ -336,7 +352,7 @@ def format_retrain_check(spread: RetrainSpread, rows: pd.DataFrame, source: str)
     outside = rows[rows["verdict"] == OUTSIDE]
     if len(outside):
         out.append(f"{len(outside)} cell(s) outside the measured spread (reported, not a failure of the run: the "
-                   f"spread comes from a few trainings of one recipe)")
+                   f"spread comes from a few trainings of a few recipes)")
     notes = rows[rows["note"].fillna("") != ""].drop_duplicates("note")
     out += [f"  - {r['retrained_model']}: {r['verdict']}: {r['note']}" for _, r in notes.iterrows()]
     return "\n".join(out)
