@@ -28,7 +28,8 @@ import numpy as np
 
 HITS = "hits"
 AREAS = "areas"
-KINDS = (HITS, AREAS)
+CONFUSION = "confusion"
+KINDS = (HITS, AREAS, CONFUSION)
 AREA_PARTS = ("intersect", "union", "label")  # the three counts of an ``areas`` block, in stored order
 
 
@@ -81,16 +82,75 @@ def hits_block(hits: dict[str, np.ndarray]) -> dict[str, Any]:
 
 
 def areas_block(intersect: np.ndarray, union: np.ndarray, label: np.ndarray, *, count_absent_classes: bool,
-                extra_terms: int) -> dict[str, Any]:
+                extra_terms: int, accuracy_metric: str = "pixel_accuracy",
+                class_accuracy_metric: str | None = None) -> dict[str, Any]:
     """The ``per_image`` block of a segmentation: (N, C) intersection, union and ground-truth
-    pixel counts per image and class, and the class averaging of the protocol's mIoU."""
+    pixel counts per image and class, and the class averaging of the protocol's mIoU.
+    ``accuracy_metric``: the name the protocol's records give the pixel accuracy (mmseg: aAcc);
+    ``class_accuracy_metric``: the name of the mean over classes of each class's accuracy (mmseg:
+    mAcc; classes without ground-truth pixels left out), when the records have it."""
     stacked = np.stack([np.asarray(a) for a in (intersect, union, label)], axis=1)  # (N, 3, C)
-    return {"kind": AREAS, "metrics": ["mIoU", "pixel_accuracy"], "images": int(stacked.shape[0]),
-            "count_absent_classes": bool(count_absent_classes), "extra_terms": int(extra_terms),
-            "areas": encode_array(stacked)}
+    block = {"kind": AREAS, "metrics": ["mIoU", accuracy_metric], "accuracy_metric": accuracy_metric,
+             "images": int(stacked.shape[0]), "count_absent_classes": bool(count_absent_classes),
+             "extra_terms": int(extra_terms), "areas": encode_array(stacked)}
+    if class_accuracy_metric:
+        block["metrics"].append(class_accuracy_metric)
+        block["class_accuracy_metric"] = class_accuracy_metric
+    return block
+
+
+def confusion_block(matrices: np.ndarray, *, hungarian: bool, count_absent_classes: bool,
+                    extra_terms: int) -> dict[str, Any]:
+    """The ``per_image`` block of a segmentation whose mIoU is not a sum of per-image areas (its
+    classes are matched on the whole set, :func:`matched_confusion`): each image's (C, P)
+    confusion matrix (ground truth x prediction) and the class averaging."""
+    m = np.asarray(matrices)
+    if m.ndim != 3:
+        raise ValueError(f"expected (images, classes, predicted classes) counts, found shape {m.shape}")
+    return {"kind": CONFUSION, "metrics": ["mIoU", "pixel_accuracy"], "images": int(m.shape[0]),
+            "hungarian": bool(hungarian), "count_absent_classes": bool(count_absent_classes),
+            "extra_terms": int(extra_terms), "confusion": encode_array(m)}
 
 
 # ----------------------------------------------------------------------------- the metrics
+def hungarian_mapping(conf: np.ndarray) -> np.ndarray:
+    """pred -> gt mapping maximising the summed IoU (square ``conf``), as in
+    open-hummingbird-eval `PredsmIoU._hungarian_mapping` (linear_sum_assignment on 1 - IoU)."""
+    from scipy.optimize import linear_sum_assignment
+
+    c = np.asarray(conf).astype(np.float64)
+    denom = c.sum(1, keepdims=True) + c.sum(0, keepdims=True) - c
+    iou = c / np.maximum(denom, 1e-8)
+    rows, cols = linear_sum_assignment(1.0 - iou)
+    mapping = np.zeros(c.shape[1], dtype=np.int64)  # unmatched -> 0, as the reference does
+    mapping[cols] = rows
+    return mapping
+
+
+def matched_confusion(conf: np.ndarray, hungarian: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """(square, mapping): a (C, C) or (C, C + 1) confusion matrix made square (the extra row, a
+    class no ground truth has, all 0), its predicted classes folded onto the ground-truth class
+    the Hungarian mapping gives each (``hungarian``; mapping None otherwise)."""
+    conf = np.asarray(conf)
+    g, p = conf.shape
+    if p not in (g, g + 1):
+        raise ValueError(f"confusion matrix must be (C, C) or (C, C+1), found {conf.shape}")
+    square = np.zeros((p, p), dtype=conf.dtype)
+    square[:g] = conf
+    if not hungarian:
+        return square, None
+    mapping = hungarian_mapping(square)
+    folded = np.zeros_like(square)
+    np.add.at(folded.T, mapping, square.T)  # folded[:, mapping[j]] += square[:, j]
+    return folded, mapping
+
+
+def square_iou(square: np.ndarray) -> np.ndarray:
+    """IoU per row class of a square confusion matrix; NaN where the union is empty."""
+    d = np.diag(square)
+    return iou_per_class(d, square.sum(1) + square.sum(0) - d)
+
+
 def accuracy_percent(hits, total: int):
     """Hits in percent of ``total`` (DINO: count * 100.0 / total); hits a count or an array."""
     return hits * 100.0 / total
@@ -156,17 +216,28 @@ class PerImageStats:
             if flags.ndim != 2 or flags.shape[1] != len(self.metrics):
                 raise PerImageError(f"hits array of shape {flags.shape} for metrics {self.metrics}")
             self.rows = flags.astype(np.int64)
+        elif self.kind == CONFUSION:
+            conf = decode_array(block.get("confusion"))
+            if conf.ndim != 3 or conf.shape[2] not in (conf.shape[1], conf.shape[1] + 1):
+                raise PerImageError(f"confusion array of shape {conf.shape}, expected (images, C, C or C + 1)")
+            self.shape = conf.shape[1:]
+            self.hungarian = bool(block.get("hungarian", False))
+            self.count_absent_classes = bool(block.get("count_absent_classes", False))
+            self.extra_terms = int(block.get("extra_terms", 0))
+            self.rows = conf.reshape(conf.shape[0], -1).astype(np.int64)
         else:
             areas = decode_array(block.get("areas"))
             if areas.ndim != 3 or areas.shape[1] != len(AREA_PARTS):
                 raise PerImageError(f"areas array of shape {areas.shape}, expected (images, 3, classes)")
             self.classes = areas.shape[2]
             self.count_absent_classes = bool(block.get("count_absent_classes", False))
+            self.accuracy_metric = str(block.get("accuracy_metric", "pixel_accuracy"))
+            self.class_accuracy_metric = block.get("class_accuracy_metric")
             self.extra_terms = int(block.get("extra_terms", 0))
             # what the metrics sum: intersection and union per class, then correct and labelled pixels
             intersect, union, label = (areas[:, i].astype(np.int64) for i in range(3))
             self.rows = np.concatenate([intersect, union, intersect.sum(1, keepdims=True),
-                                        label.sum(1, keepdims=True)], axis=1)
+                                        label.sum(1, keepdims=True), label], axis=1)
         stated = block.get("images")
         if stated is not None and int(stated) != self.rows.shape[0]:
             raise PerImageError(f"per_image block states {stated} images but holds {self.rows.shape[0]}")
@@ -182,12 +253,31 @@ class PerImageStats:
             raise KeyError(metric)
         if self.kind == HITS:
             return accuracy_percent(sums[:, self.metrics.index(metric)], self.images)
+        if self.kind == CONFUSION:
+            return self._confusion_metric(sums, metric)
         c = self.classes
-        if metric == "pixel_accuracy":
-            return 100.0 * pixel_accuracy(sums[:, 2 * c:2 * c + 1], sums[:, 2 * c + 1:])
+        if metric == self.accuracy_metric:
+            return 100.0 * pixel_accuracy(sums[:, 2 * c:2 * c + 1], sums[:, 2 * c + 1:2 * c + 2])
+        if metric == self.class_accuracy_metric:  # correct over labelled pixels per class, their mean
+            return 100.0 * mean_iou_rows(iou_per_class(sums[:, :c], sums[:, 2 * c + 2:]))
         iou = iou_per_class(sums[:, :c], sums[:, c:2 * c])
         return 100.0 * mean_iou_rows(iou, count_absent_classes=self.count_absent_classes,
                                      extra_terms=self.extra_terms)
+
+    def _confusion_metric(self, sums: np.ndarray, metric: str) -> np.ndarray:
+        """The protocol's metric of each summed confusion matrix: pixel accuracy with the identity
+        mapping, mIoU after matching the classes on that matrix (every resample matched anew)."""
+        g, _ = self.shape
+        confs = sums.reshape(sums.shape[0], *self.shape)
+        if metric == "pixel_accuracy":
+            diag = np.diagonal(confs[:, :, :g], axis1=1, axis2=2)
+            return 100.0 * pixel_accuracy(diag, confs.sum(2))
+        out = np.empty(sums.shape[0])
+        for b, conf in enumerate(confs):
+            square, _ = matched_confusion(conf, self.hungarian)
+            out[b] = 100.0 * mean_iou(square_iou(square)[:g], count_absent_classes=self.count_absent_classes,
+                                      extra_terms=self.extra_terms)
+        return out
 
     def metric_of_weights(self, weights: np.ndarray, metric: str) -> np.ndarray:
         """``metric`` of each resample given as (B, N) image counts (a row of ones: the whole set)."""
@@ -206,5 +296,6 @@ def read_per_image(block: Any) -> PerImageStats:
         raise PerImageError(f"per_image block does not read ({type(exc).__name__}: {exc})") from None
 
 
-__all__ = ["HITS", "AREAS", "PerImageError", "PerImageStats", "read_per_image", "encode_array", "decode_array",
-           "hits_block", "areas_block", "accuracy_percent", "iou_per_class", "mean_iou", "mean_iou_rows", "pixel_accuracy"]
+__all__ = ["HITS", "AREAS", "CONFUSION", "PerImageError", "PerImageStats", "read_per_image", "encode_array",
+           "decode_array", "hits_block", "areas_block", "confusion_block", "hungarian_mapping", "matched_confusion",
+           "square_iou", "accuracy_percent", "iou_per_class", "mean_iou", "mean_iou_rows", "pixel_accuracy"]

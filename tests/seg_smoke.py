@@ -33,7 +33,24 @@ def smoke(checkpoint: str | Path | None, layout: Literal["ade", "voc"] = "ade", 
     proto.cfg.work_dir = str(work / model.cache_key[:16] / f"{protocol}-{proto.fingerprint()}")
     results = proto.run(model, root)
     best = next(r for r in results if r.variant.get("lr") == "best")
+    check_per_image(best)
     print(f"[smoke] {protocol} on SynthScenes-{preset} ({layout} layout), "
           f"{'checkpoint ' + str(checkpoint) if checkpoint else 'random init'}: "
           f"mIoU {best.metrics['mIoU']:.2f} (lr {best.params['best_lr']:g}, {proto.cfg.iters} iters)")
     return float(best.metrics["mIoU"])
+
+
+def check_per_image(result) -> None:
+    """A seg result keeps its validation images' areas, whose sums give back its mIoU and aAcc as
+    mmseg rounds them (harness.per_image; the bootstrap interval of a one-seed seg cell)."""
+    import numpy as np
+
+    from harness.per_image import read_per_image
+
+    stats = read_per_image(result.per_image)
+    ones = np.ones((1, stats.images))
+    checked = [m for m in ("mIoU", "aAcc", "mAcc") if m in result.metrics and m in stats.metrics]
+    assert "mIoU" in checked, (result.metrics, stats.metrics)
+    for metric in checked:
+        got = round(float(stats.metric_of_weights(ones, metric)[0]), 2)
+        assert got == round(float(result.metrics[metric]), 2), (metric, got, result.metrics[metric])

@@ -387,12 +387,18 @@ def test_each_record_carries_the_stage_seconds_in_its_cost(synth_root, tiny_mode
     assert records[0]["cost"] == records[1]["cost"]  # one run's split, copied into each record
 
 
-def test_hungarian_matching_keeps_no_per_image_statistics(synth_root, tiny_model):
+def test_hungarian_matching_keeps_each_images_confusion_matrix(synth_root, tiny_model):
     """Hungarian matching maps classes from the whole set's confusion matrix: a sum of per-image
-    class areas cannot recompute it, so its records keep none (and their cells no bootstrap)."""
+    class areas cannot recompute it, so its records keep each image's matrix, which gives back
+    the record's number (harness.per_image, kind confusion)."""
+    from harness.per_image import read_per_image
+
     proto = DenseNN.from_preset("hbird", {"dataset": "voc", "k": 5, **FAST, "fractions": ["1/1"], "seeds": [42]})
     assert proto.cfg.hungarian
-    assert all(r.per_image is None for r in proto.run(tiny_model, synth_root))
+    for r in proto.run(tiny_model, synth_root):
+        stats = read_per_image(r.per_image)
+        assert stats.kind == "confusion" and stats.hungarian
+        assert stats.metric_of_weights(np.ones((1, stats.images)), "mIoU")[0] == r.metrics["mIoU"]
 
 
 @pytest.mark.parametrize("artifacts_dir", [None, "art"])

@@ -22,7 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.per_image import areas_block, iou_per_class, mean_iou, pixel_accuracy
+from harness.per_image import areas_block, confusion_block, matched_confusion, mean_iou, pixel_accuracy, square_iou
+
+
+def ignored_class_terms(num_classes: int, num_pred: int, count_ignored_class: bool) -> int:
+    """The zero terms the class mean also divides by: one for the ignored class that the bank kept
+    as an extra predicted class (``num_pred == num_classes + 1``) when ``count_ignored_class``."""
+    return 1 if (count_ignored_class and num_pred == num_classes + 1) else 0
 
 
 class ConfusionMatrix:
@@ -32,7 +38,8 @@ class ConfusionMatrix:
     Each update also keeps the image's intersection, union and ground-truth pixel counts per
     real class (``image_areas``): the statistics a bootstrap over the images resamples."""
 
-    def __init__(self, num_classes: int, num_pred: int | None = None, ignore_index: int = 255):
+    def __init__(self, num_classes: int, num_pred: int | None = None, ignore_index: int = 255,
+                 keep_image_matrices: bool = False):
         self.num_classes = int(num_classes)
         self.num_pred = int(num_pred if num_pred is not None else num_classes)
         if self.num_pred < self.num_classes:
@@ -40,6 +47,9 @@ class ConfusionMatrix:
         self.ignore_index = ignore_index
         self.matrix = np.zeros((self.num_classes, self.num_pred), dtype=np.int64)
         self.image_areas: list[np.ndarray] = []  # per update: (3, num_classes) intersect, union, label
+        # per update, the image's whole matrix: what a resample needs when classes are matched on
+        # the summed matrix (Hungarian); kept only then (ADE20K: 150 x 151 counts per image)
+        self.image_matrices: list[np.ndarray] | None = [] if keep_image_matrices else None
 
     def per_image_block(self, *, count_absent_classes: bool, count_ignored_class: bool) -> dict:
         """The record's ``per_image`` block (harness.per_image) of the images seen, with
@@ -48,7 +58,17 @@ class ConfusionMatrix:
         g = self.num_classes
         areas = (np.stack(self.image_areas) if self.image_areas else np.zeros((0, 3, g), dtype=np.int64))
         return areas_block(areas[:, 0], areas[:, 1], areas[:, 2], count_absent_classes=count_absent_classes,
-                           extra_terms=1 if (count_ignored_class and self.num_pred == g + 1) else 0)
+                           extra_terms=ignored_class_terms(g, self.num_pred, count_ignored_class))
+
+    def confusion_block(self, *, count_absent_classes: bool, count_ignored_class: bool) -> dict:
+        """The record's ``per_image`` block under Hungarian matching: each image's matrix (needs
+        ``keep_image_matrices``), matched anew on every resample as compute_miou matches the whole set."""
+        if self.image_matrices is None:
+            raise ValueError("the per-image matrices were not kept (keep_image_matrices=False)")
+        g, p = self.num_classes, self.num_pred
+        m = np.stack(self.image_matrices) if self.image_matrices else np.zeros((0, g, p), dtype=np.int64)
+        return confusion_block(m, hungarian=True, count_absent_classes=count_absent_classes,
+                               extra_terms=ignored_class_terms(g, p, count_ignored_class))
 
     def update(self, gt: np.ndarray, pred: np.ndarray) -> None:
         if gt.shape != pred.shape:
@@ -60,6 +80,8 @@ class ConfusionMatrix:
         g = self.num_classes
         if gt.size == 0:
             self.image_areas.append(np.zeros((3, g), dtype=np.int64))
+            if self.image_matrices is not None:
+                self.image_matrices.append(np.zeros((g, self.num_pred), dtype=np.int64))
             return
         if gt.max() >= self.num_classes or gt.min() < 0:
             bad = int(gt.max() if gt.max() >= self.num_classes else gt.min())
@@ -69,6 +91,8 @@ class ConfusionMatrix:
             raise ValueError(f"prediction outside [0, {self.num_pred})")
         image = np.bincount(gt * self.num_pred + pred, minlength=g * self.num_pred).reshape(g, self.num_pred)
         self.matrix += image
+        if self.image_matrices is not None:
+            self.image_matrices.append(image.astype(np.int32))  # an image's pixel counts: half the memory
         intersect = np.diag(image[:, :g])
         label = image.sum(1)
         self.image_areas.append(np.stack([intersect, label + image.sum(0)[:g] - intersect, label]))
@@ -83,25 +107,6 @@ class MIoUResult:
     n_classes_averaged: int
 
 
-def _iou_table(conf: np.ndarray) -> np.ndarray:
-    """IoU per row class of a square confusion matrix; NaN where the union is empty."""
-    return iou_per_class(np.diag(conf), conf.sum(1) + conf.sum(0) - np.diag(conf))
-
-
-def hungarian_mapping(conf: np.ndarray) -> np.ndarray:
-    """pred -> gt mapping maximising the summed IoU (square ``conf``), as in
-    open-hummingbird-eval `PredsmIoU._hungarian_mapping` (linear_sum_assignment on 1 - IoU)."""
-    from scipy.optimize import linear_sum_assignment
-
-    c = conf.astype(np.float64)
-    denom = c.sum(1, keepdims=True) + c.sum(0, keepdims=True) - c
-    iou = c / np.maximum(denom, 1e-8)
-    rows, cols = linear_sum_assignment(1.0 - iou)
-    mapping = np.zeros(conf.shape[1], dtype=np.int64)  # unmatched -> 0, as the reference does
-    mapping[cols] = rows
-    return mapping
-
-
 def compute_miou(conf: np.ndarray, *, hungarian: bool = False, count_absent_classes: bool = False,
                  count_ignored_class: bool = False) -> MIoUResult:
     """mIoU from a (num_classes, num_pred) confusion matrix.
@@ -112,20 +117,10 @@ def compute_miou(conf: np.ndarray, *, hungarian: bool = False, count_absent_clas
     """
     conf = np.asarray(conf, dtype=np.int64)
     g, p = conf.shape
-    if p not in (g, g + 1):
-        raise ValueError(f"confusion matrix must be (C, C) or (C, C+1), found {conf.shape}")
-    k = p
-    square = np.zeros((k, k), dtype=np.int64)
-    square[:g] = conf  # the extra row (ground truth never has the extra class) stays 0
-    mapping = None
-    if hungarian:
-        mapping = hungarian_mapping(square)
-        folded = np.zeros_like(square)
-        np.add.at(folded.T, mapping, square.T)  # folded[:, mapping[j]] += square[:, j]
-        square = folded
-    iou = _iou_table(square)
-    real = iou[:g]
-    extra = 1 if (count_ignored_class and p == g + 1) else 0
+    # the same steps as a bootstrap resample's (harness.per_image, kind confusion)
+    square, mapping = matched_confusion(conf, hungarian)
+    real = square_iou(square)[:g]
+    extra = ignored_class_terms(g, p, count_ignored_class)
     miou = mean_iou(real, count_absent_classes=count_absent_classes, extra_terms=extra)
     n = (g if count_absent_classes else int((~np.isnan(real)).sum())) + extra
     acc = float(pixel_accuracy(np.diag(conf[:, :g]), conf.sum(1)))

@@ -39,7 +39,7 @@ from benchmarks.dense_nn.aug import AugmentedView, HbirdAugment, PreparedTensor,
 from benchmarks.dense_nn.core import (CoreSettings, ImageLabels, build_bank, check_mask, evaluate,
                                       image_labels, iter_arrays, memory_per_image, seeded_rand)
 from benchmarks.dense_nn.index import IndexSpec
-from benchmarks.dense_nn.metric import compute_miou
+from benchmarks.dense_nn.metric import ConfusionMatrix, compute_miou
 from benchmarks.dense_nn.subsets import Subset, check_nested, plan_subsets, write_subset_list
 from harness.config import from_dict
 from harness.context.chance import uniform_segmentation
@@ -365,7 +365,8 @@ class DenseNN(Protocol):
                 bank = bank_fn(sub)
                 timings["bank_s"] += time.perf_counter() - t0
                 t0 = time.perf_counter()
-                conf = evaluate(bank, val_items(), s)
+                conf = evaluate(bank, val_items(), s, ConfusionMatrix(s.num_classes, s.num_pred, s.ignore_index,
+                                                                      keep_image_matrices=cfg.hungarian))
                 timings["search_s"] += time.perf_counter() - t0
                 runs.append((sub, conf.matrix, len(bank), self._per_image(conf)))
                 if cfg.progress:
@@ -459,11 +460,13 @@ class DenseNN(Protocol):
         return _map(fn, len(stems), self.cfg.num_workers, "train patch labels", self.cfg.progress)
 
     def _per_image(self, conf) -> dict | None:
-        """The record's per-image areas (harness.per_image), for a bootstrap over the validation
-        images; none under Hungarian matching (its mapping is not a sum over images)."""
+        """The record's per-image statistics (harness.per_image), for a bootstrap over the validation
+        images: the areas, or under Hungarian matching (its mapping is taken from the summed
+        matrix) each image's confusion matrix."""
         cfg = self.cfg
         if cfg.hungarian:
-            return None
+            return conf.confusion_block(count_absent_classes=cfg.count_absent_classes,
+                                        count_ignored_class=cfg.count_ignored_class)
         return conf.per_image_block(count_absent_classes=cfg.count_absent_classes,
                                     count_ignored_class=cfg.count_ignored_class)
 

@@ -526,7 +526,8 @@ def build_mmseg_config(cfg: SegConfig, data: ResolvedData, *, backbone: dict, de
         val_dataloader=dict(batch_size=1, num_workers=nw, persistent_workers=nw > 0,
                             sampler=dict(type="DefaultSampler", shuffle=False), dataset=val_set),
         # every validation rewrites the per-class table: the file left is the last one's
-        val_evaluator=dict(type="SslBenchIoUMetric", iou_metrics=["mIoU"], csv_path=str(csv_path)),
+        val_evaluator=dict(type="SslBenchIoUMetric", iou_metrics=["mIoU"], csv_path=str(csv_path),
+                           per_image_path=str(per_image_path(csv_path))),
         custom_hooks=[dict(type="SslBenchValidationLog",
                            path=str(validation_log or Path(work_dir) / VALIDATION_LOG))],
     )
@@ -543,8 +544,49 @@ def build_mmseg_config(cfg: SegConfig, data: ResolvedData, *, backbone: dict, de
 _METRIC_REGISTERED = False
 
 
+PER_IMAGE_FILE = "per_image.json"
+
+
+def per_image_path(csv_path: Path) -> Path:
+    """Where a run's last validation keeps its per-image areas: beside its per-class CSV."""
+    return Path(csv_path).with_name(PER_IMAGE_FILE)
+
+
+def write_per_image(path: Path, results: list) -> None:
+    """The ``per_image`` block (harness.per_image, kind ``areas``) of one validation: per image
+    (in the dataset's order: mmengine's collect_results gathers the ranks' shares back into it)
+    mmseg's intersection, union and label areas per class, whose sums over the images are what
+    IoUMetric turns into mIoU (a class with an empty union left out of the mean), aAcc and mAcc (a
+    class without ground-truth pixels left out)."""
+    import numpy as np
+
+    from harness.io_utils import atomic_write_json
+    from harness.per_image import areas_block
+
+    # mmseg's areas are float32 histograms of pixel counts: whole numbers, exact below 2**24 per image
+    inter, union, label = (np.rint(np.stack([r[i].cpu().numpy() for r in results])).astype(np.int64)
+                           for i in (0, 1, 3))
+    atomic_write_json(path, areas_block(inter, union, label, count_absent_classes=False, extra_terms=0,
+                                        accuracy_metric="aAcc", class_accuracy_metric="mAcc"))
+
+
+def read_per_image_file(path: str | Path | None) -> dict | None:
+    """The block a run's last validation wrote, or None when there is none (a run made before
+    the file was kept) or it cannot be read."""
+    import json
+
+    if not path:
+        return None
+    try:
+        block = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return block if isinstance(block, dict) else None
+
+
 def register_metric() -> None:
-    """``SslBenchIoUMetric``: mmseg's IoUMetric that also writes the per-class table as CSV."""
+    """``SslBenchIoUMetric``: mmseg's IoUMetric that also writes the per-class table as CSV and
+    each validation image's areas (harness.per_image), for a bootstrap over the images."""
     global _METRIC_REGISTERED
     if _METRIC_REGISTERED:
         return
@@ -553,12 +595,15 @@ def register_metric() -> None:
     from mmseg.registry import METRICS
 
     class SslBenchIoUMetric(IoUMetric):
-        def __init__(self, csv_path: str | None = None, **kwargs):
+        def __init__(self, csv_path: str | None = None, per_image_path: str | None = None, **kwargs):
             super().__init__(**kwargs)
             self.csv_path = csv_path
+            self.per_image_path = per_image_path
 
         def compute_metrics(self, results: list) -> dict:
             metrics = super().compute_metrics(results)
+            if self.per_image_path:
+                write_per_image(Path(self.per_image_path), results)
             if self.csv_path:
                 inter, union, pred, label = (sum(r[i] for r in results) for i in range(4))
                 iou = (inter / union).cpu().numpy()
@@ -699,9 +744,11 @@ def run_one(cfg: SegConfig, data: ResolvedData, *, backbone: dict, decode_head: 
         earlier = {}
         if is_main_process():
             log_path.unlink(missing_ok=True)
+            per_image_path(csv_path).unlink(missing_ok=True)  # never an earlier run's images
     # A learning rate whose last validation an interrupted run logged is done: read it back
-    # (mmengine would first replay the whole data loader to find nothing left to train).
-    if not (cfg.iters in earlier and csv_path.is_file()):
+    # (mmengine would first replay the whole data loader to find nothing left to train). A run
+    # made before the per-image areas were kept resumes to validate once more and write them.
+    if not (cfg.iters in earlier and csv_path.is_file() and per_image_path(csv_path).is_file()):
         experiment = f"{tag}_lr{lr:g}_{uuid.uuid4().hex[:6]}"
         mm_cfg = build_mmseg_config(cfg, data, backbone=backbone, decode_head=decode_head, lr=lr,
                                     work_dir=work_dir, csv_path=csv_path, experiment=experiment,
@@ -722,7 +769,7 @@ def run_one(cfg: SegConfig, data: ResolvedData, *, backbone: dict, decode_head: 
     return {"lr": lr, "metrics": dict(history[cfg.iters]), "reported_iter": cfg.iters,
             "validations": [[it, m.get("mIoU")] for it, m in history.items()],
             "csv": str(csv_path), "validation_log": str(log_path), "work_dir": str(work_dir),
-            "iters": cfg.iters, "mmengine_log": mmengine_log_file}
+            "iters": cfg.iters, "mmengine_log": mmengine_log_file, "per_image": str(per_image_path(csv_path))}
 
 
 def prepare_data(cfg: SegConfig, data_root: str | Path) -> ResolvedData:

@@ -19,10 +19,9 @@ import torch
 
 from benchmarks.segmentation.config import EXECUTION_ONLY, SegConfig
 from benchmarks.segmentation import mmseg_adapted
-from benchmarks.segmentation.mmseg_bridge import (MASK_DROP_PATH, MASK_LAYERS, MMSEG_VERSION, run_seg_protocol,
-                                                  vit_mismatch)
+from benchmarks.segmentation.mmseg_bridge import (MASK_DROP_PATH, MASK_LAYERS, MMSEG_VERSION, read_per_image_file,
+                                                  run_seg_protocol, vit_mismatch)
 from harness.errors import ConfigError, NotApplicable
-from harness.models.backbone import ViTBackbone
 from harness.models.feature_backbone import is_adapted
 
 
@@ -31,6 +30,8 @@ def mmseg_vit_weights(backbone) -> tuple[dict, dict] | None:
     """(state dict, arch kwargs with num_heads) of a backbone that mmseg's VisionTransformer
     computes exactly: the harness ViT, or an adapted timm ViT that computes what the harness ViT
     computes (``native_equivalent``), whose weights convert strictly; None for any other model."""
+    from harness.models.backbone import ViTBackbone  # timm: imported only when a model is at hand
+
     if is_adapted(backbone):
         if not backbone.native_equivalent():
             return None
@@ -76,15 +77,17 @@ def to_results(runs: list[dict], cfg: SegConfig, split: str = "val", extra_param
         return {"per_class_csv": r["csv"], "validation_log": r["validation_log"], "work_dir": r["work_dir"],
                 **({"mmengine_log": r["mmengine_log"]} if r.get("mmengine_log") else {})}
 
+    # each number's validation images (the best's are its lr's), for a bootstrap over them
+    per_image = {id(r): read_per_image_file(r.get("per_image")) for r in runs}
     out = []
     for r in runs:
         out.append(ProtocolResult(
             metrics=dict(r["metrics"]), dataset=cfg.dataset, split=split, seed=cfg.seed,
-            variant={"lr": r["lr"]}, params=params(r), artifacts=artifacts(r)))
+            variant={"lr": r["lr"]}, params=params(r), artifacts=artifacts(r), per_image=per_image[id(r)]))
     best = best_of(runs)
     out.append(ProtocolResult(
         metrics=dict(best["metrics"]), dataset=cfg.dataset, split=split, seed=cfg.seed,
-        variant={"lr": "best"},
+        variant={"lr": "best"}, per_image=per_image[id(best)],
         params={**params(best), "best_lr": best["lr"], "lrs": list(cfg.lrs), "lr_sweep": cfg.lr_sweep,
                 "mIoU_by_lr": {f"{r['lr']:g}": r["metrics"].get("mIoU") for r in runs},
                 # its files are the record of variant lr=<best_lr>'s: each artifact has one record
