@@ -22,6 +22,7 @@ import yaml
 
 from harness.errors import ConfigError
 from harness.paths import shipped
+from harness.yaml_io import load_yaml
 
 T = TypeVar("T")
 # The shipped configs (methods, protocol presets, suites, paper tables, the zoo): the
@@ -54,7 +55,7 @@ def load_config(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
     if p in _seen:
         raise ConfigError(f"circular _base_ chain: {' -> '.join(map(str, _seen + (p,)))}")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = load_yaml(p.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):

@@ -50,6 +50,11 @@ def checkpoint_cache_dir() -> Path:
     return home() / "checkpoints"
 
 
+def model_memo_dir() -> Path:
+    """The remembered identities of suite models (harness.running.model_memo)."""
+    return home() / "model_memo"
+
+
 def default_zoo_dir() -> Path:
     """Published checkpoints imported into the harness format (`ssl-bench zoo import`)."""
     return checkpoint_cache_dir() / "zoo"

@@ -9,6 +9,7 @@ are written.
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import yaml
 
 from harness.config import CONFIG_ROOT
 from harness.errors import ConfigError
+from harness.yaml_io import load_yaml
 
 PRESETS_DIR = CONFIG_ROOT / "protocols"
 
@@ -59,10 +61,24 @@ def _resolve(name: str, raw: dict[str, dict], protocol: str, seen: tuple[str, ..
 
 
 def _documents(folder: Path) -> list[tuple[Path, dict]]:
+    """The YAML mappings of ``folder``, read once per state of its files (every protocol reads
+    the same folder; a changed, added or removed file is read again)."""
+    paths = sorted(folder.glob("*.yaml"))
+    state = tuple((p.name, st.st_mtime_ns, st.st_size) for p in paths for st in (p.stat(),))
+    known = _READ.get(folder)
+    if known is None or known[0] != state:
+        known = _READ[folder] = (state, _read_documents(paths))
+    return copy.deepcopy(known[1])
+
+
+_READ: dict[Path, tuple[tuple, list[tuple[Path, dict]]]] = {}
+
+
+def _read_documents(paths: list[Path]) -> list[tuple[Path, dict]]:
     out = []
-    for path in sorted(folder.glob("*.yaml")):
+    for path in paths:
         try:
-            doc = yaml.safe_load(path.read_text())
+            doc = load_yaml(path.read_text())
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
         if isinstance(doc, dict):

@@ -132,7 +132,12 @@ class Protocol:
         from harness.data.io import data_identity
 
         request = self.request_hash()
-        extra = self.model_settings(model) if model is not None else {}
+        # a model may already know what this protocol builds for it (harness.running.model_memo's
+        # DeferredModel remembers it, where asking the protocol would build the model)
+        remembered = getattr(model, "known_settings", None)
+        extra = remembered(self) if remembered is not None else None
+        if extra is None:
+            extra = self.model_settings(model) if model is not None else {}
         known = self.__dict__.setdefault("_identities", {})
         key = (str(data_root), request, fingerprint(extra) if extra else "")
         if key not in known:

@@ -99,7 +99,7 @@ def read_imports(root: Path, packages=PACKAGES) -> ImportGraph:
 # harness/'s floors, lowest first. Each room (a subpackage, or a module at the top of harness/)
 # imports only from its own floor or below; rooms of one floor may import each other one way.
 HARNESS_FLOORS: tuple[tuple[str, ...], ...] = (
-    ("__init__", "errors"),
+    ("__init__", "errors", "yaml_io"),
     ("paths", "io_utils", "config", "registry", "schedules", "presets", "protocol_info", "variants", "text_table",
      "per_image"),
     ("runtime",),  # devices and precision, collectives, memory

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.results.leaderboard import (PLOT_MODELS, build_leaderboard, long_table, plot_selection,
-                                         write_leaderboard)
+from harness.results.leaderboard import build_leaderboard, long_table, write_leaderboard
+from harness.results.plots import PLOT_MODELS, plot_selection
 from harness.results.run_table import T975, run_table, t975
 
 REPO = Path(__file__).resolve().parent.parent
@@ -168,3 +168,10 @@ def test_one_run_table_serves_every_view():
     assert t.models == ["a", "b"] and t.n.tolist() == [[2], [1]]
     assert np.allclose(t.mean[:, 0], [50.0, 40.0])
     assert t.cell("a", t.keys[0]) == (50.0, 0.0, 2)
+
+
+def test_the_chance_row_says_its_number_is_computed_not_measured():
+    from harness.results.run_table import CI_COMPUTED, CI_NONE
+
+    t = run_table(build_leaderboard([_rec("chance", 10.0, 0, context="chance"), _rec("m", 50.0, 0)]))
+    assert t.ci_method("chance", t.keys[0]) == CI_COMPUTED and t.ci_method("m", t.keys[0]) == CI_NONE

@@ -10,13 +10,11 @@ from typing import Iterator, Literal
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
-from torchvision.transforms import InterpolationMode
-from torchvision.transforms import functional as TF
 
 from harness.config import fingerprint
-from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, random_resized_crop_box
+from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, TF, interpolation_mode, random_resized_crop_box
 
-_INTERP = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC}
+_INTERPOLATIONS = ("bilinear", "bicubic")  # what its crops resample with
 
 
 def seeded_generator(*keys: int) -> torch.Generator:
@@ -48,9 +46,11 @@ class RandomResizedCropFlip:
         return random_resized_crop_box(width, height, self.scale, self.ratio, g)
 
     def __call__(self, img, g: torch.Generator) -> torch.Tensor:
+        if self.interpolation not in _INTERPOLATIONS:
+            raise KeyError(self.interpolation)
         i, j, h, w = self.crop_box(img.width, img.height, g)
-        img = TF.resized_crop(img, i, j, h, w, [self.size, self.size], interpolation=_INTERP[self.interpolation],
-                              antialias=True)
+        img = TF.resized_crop(img, i, j, h, w, [self.size, self.size],
+                              interpolation=interpolation_mode(self.interpolation), antialias=True)
         if self.hflip and torch.rand(1, generator=g).item() < 0.5:
             img = TF.hflip(img)
         # as ResizeCenterCrop (the val transform): uint8 -> [0, 1] -> normalise

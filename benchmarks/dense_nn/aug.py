@@ -27,12 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torchvision.transforms import InterpolationMode
-from torchvision.transforms import functional as TF
 
 from harness.config import fingerprint
 from harness.data.io import content_stamp
-from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, random_resized_crop_box
+from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, TF, interpolation_mode, random_resized_crop_box
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,7 @@ class HbirdAugment:
                    "saturation": TF.adjust_saturation, "hue": TF.adjust_hue}[name](img, factor)
         t = TF.normalize(TF.to_tensor(img), list(self.mean), list(self.std))
         size = [self.input_size, self.input_size]
-        return TF.resized_crop(t, i, j, h, w, size, interpolation=InterpolationMode.BILINEAR, antialias=True)
+        return TF.resized_crop(t, i, j, h, w, size, interpolation=interpolation_mode("bilinear"), antialias=True)
 
     def mask(self, mask: np.ndarray, seed: int, epoch: int, stem: str) -> np.ndarray:
         _, (i, j, h, w) = self.params(seed, epoch, stem, mask.shape[0], mask.shape[1])

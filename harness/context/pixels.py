@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.models.backbone import BackboneFeatures
+from harness.models.archs import BackboneFeatures
 from harness.errors import ConfigError
 from harness.registry import register_model_source
 

@@ -3,6 +3,7 @@ protocol fingerprints) and maps a PIL image to a normalised tensor; segmentation
 protocols use `mask()` to bring the label map to the same geometry."""
 from __future__ import annotations
 
+import importlib
 import math
 
 from dataclasses import asdict, dataclass
@@ -11,15 +12,33 @@ from typing import Callable, Literal
 import numpy as np
 import torch
 from PIL import Image
-from torchvision.transforms import functional as TF
-from torchvision.transforms import InterpolationMode
 
 from harness.config import fingerprint
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-_INTERP = {"bicubic": InterpolationMode.BICUBIC, "bilinear": InterpolationMode.BILINEAR,
-           "nearest": InterpolationMode.NEAREST}
+
+
+class _Deferred:
+    """A module imported at its first use: importing torchvision imports torch._dynamo (about a
+    second), which a run that transforms no image (every record cached) does not need."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        return getattr(importlib.import_module(self._name), attr)
+
+
+TF = _Deferred("torchvision.transforms.functional")  # the functional transforms every protocol uses
+INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
+
+
+def interpolation_mode(name: str):
+    """torchvision's InterpolationMode of ``name`` (one of ``INTERPOLATIONS``)."""
+    if name not in INTERPOLATIONS:
+        raise KeyError(name)
+    return getattr(importlib.import_module("torchvision.transforms").InterpolationMode, name.upper())
 
 
 def _to_tensor(img: Image.Image, mean, std) -> torch.Tensor:
@@ -39,7 +58,7 @@ class ResizeCenterCrop:
     fixed_size = True
 
     def __call__(self, img: Image.Image) -> torch.Tensor:
-        img = TF.resize(img, self.resize, interpolation=_INTERP[self.interpolation])
+        img = TF.resize(img, self.resize, interpolation=interpolation_mode(self.interpolation))
         img = TF.center_crop(img, [self.crop, self.crop])
         return _to_tensor(img, self.mean, self.std)
 
@@ -71,7 +90,7 @@ class PatchMultipleResize:
     def __call__(self, img: Image.Image) -> torch.Tensor:
         h, w = self.output_size(*img.size)
         if (h, w) != (img.height, img.width):
-            img = TF.resize(img, [h, w], interpolation=_INTERP[self.interpolation])
+            img = TF.resize(img, [h, w], interpolation=interpolation_mode(self.interpolation))
         return _to_tensor(img, self.mean, self.std)
 
     def mask(self, mask: np.ndarray) -> np.ndarray:
@@ -93,7 +112,7 @@ class SquareResize:
     fixed_size = True
 
     def __call__(self, img: Image.Image) -> torch.Tensor:
-        img = TF.resize(img, [self.size, self.size], interpolation=_INTERP[self.interpolation])
+        img = TF.resize(img, [self.size, self.size], interpolation=interpolation_mode(self.interpolation))
         return _to_tensor(img, self.mean, self.std)
 
     def mask(self, mask: np.ndarray) -> np.ndarray:

@@ -6,14 +6,16 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.models.backbone import ViTBackbone, create_backbone
 from harness.errors import CheckpointError
 from harness.io_utils import atomic_write, atomic_write_json, sha256_file
+
+if TYPE_CHECKING:  # building a ViT imports timm: done inside the functions that build one
+    from harness.models.backbone import ViTBackbone
 
 FORMAT = "ssl-bench/1"
 REQUIRED_META = ("method", "arch", "arch_kwargs")
@@ -106,6 +108,17 @@ def read_meta(meta_path: Path) -> dict[str, Any]:
 HashMismatch = Literal["error", "use_actual"]
 
 
+def checkpoint_files(path: str | Path) -> list[Path]:
+    """The two files of the harness checkpoint at ``path``: its .safetensors and its .json; a
+    CheckpointError when either is missing."""
+    stem = _checkpoint_stem(path)
+    files = [stem.with_suffix(".safetensors"), stem.with_suffix(".json")]
+    for f in files:
+        if not f.is_file():
+            raise CheckpointError(f"checkpoint {path}: {f} not found")
+    return files
+
+
 def load_checkpoint(path: str | Path, *, on_hash_mismatch: HashMismatch = "error",
                     ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """(state dict, metadata). ``meta["sha256"]`` is the hash of the weights actually loaded:
@@ -189,6 +202,8 @@ def load_backbone(path: str | Path, *, arch: str | None = None, on_hash_mismatch
 
     ``arch`` (optional) is what the caller expects; a different recorded arch is an error.
     """
+    from harness.models.backbone import create_backbone
+
     state, meta = load_checkpoint(path, on_hash_mismatch=on_hash_mismatch)
     if arch is not None and meta["arch"] != arch:
         raise CheckpointError(

@@ -5,14 +5,16 @@ import hashlib
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness.models.backbone import ViTBackbone, create_backbone
 from harness.models.checkpoints import load_backbone
 from harness.models.feature_backbone import AdaptedBackbone, state_content_hash
 from harness.runtime.device import module_device, resolve_device
+
+if TYPE_CHECKING:  # building a ViT imports timm: only random_init does, when called
+    from harness.models.backbone import ViTBackbone
 
 
 @dataclass
@@ -116,6 +118,8 @@ class ModelHandle:
 
     @classmethod
     def random_init(cls, arch: str, seed: int = 0, name: str | None = None, **overrides) -> "ModelHandle":
+        from harness.models.backbone import create_backbone
+
         # The same init seed always gives the same weights, so random baselines are reproducible.
         with torch.random.fork_rng():
             torch.manual_seed(seed)

@@ -52,14 +52,17 @@ import pickle
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from harness.models.backbone import ARCH_KEYS, ARCHS, ViTBackbone, create_backbone, swiglu_hidden
+from harness.models.archs import ARCH_KEYS, ARCHS, swiglu_hidden
 from harness.models.checkpoints import load_state_into, save_checkpoint
 from harness.errors import CheckpointError
 from harness.io_utils import sha256_file
+
+if TYPE_CHECKING:  # building a ViT imports timm: done inside the functions that build one
+    from harness.models.backbone import ViTBackbone
 
 
 Adapted = tuple[dict, dict, list[str]]  # (state in harness names, arch settings, notes)
@@ -569,6 +572,8 @@ def _resize_pos_embed(state: dict, arch: str, kwargs: dict, img_size: int) -> tu
 
 
 def _build(arch: str, kwargs: dict) -> ViTBackbone:
+    from harness.models.backbone import create_backbone
+
     return create_backbone(arch, **{k: v for k, v in kwargs.items() if k in ARCH_KEYS})
 
 

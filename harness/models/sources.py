@@ -113,6 +113,27 @@ def build_model(spec: str | dict | ModelSpec, ctx: BuildContext | None = None, n
     return model.to(ctx.device)
 
 
+def source_inputs(spec: str | dict | ModelSpec, ctx: BuildContext | None = None) -> dict[str, Any] | None:
+    """What the model of a spec is made of, stated without building it: the files it reads
+    (path, size, modification time) and whatever else its source names; None when its source
+    cannot state that, and the model must be built to be known. A source states it through an
+    ``inputs`` attribute, a function of (spec, ctx) like the source itself."""
+    ctx = ctx or BuildContext()
+    ms = parse_spec(spec)
+    inputs = getattr(MODEL_SOURCES.get(ms.source), "inputs", None)
+    return None if inputs is None else inputs(ms, ctx)
+
+
+def file_stamps(paths: list[Path]) -> list[list]:
+    """[resolved path, size, mtime in ns] of each file: the stamp a harness checkpoint's .json
+    already trusts for its weights' sha256 (harness.models.checkpoints.load_checkpoint)."""
+    out = []
+    for p in paths:
+        st = Path(p).stat()
+        out.append([str(Path(p).resolve()), st.st_size, st.st_mtime_ns])
+    return out
+
+
 class Options:
     """A spec's options, taken one by one; whatever is left at the end is an error."""
 
@@ -154,6 +175,15 @@ def checkpoint_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
     return ModelHandle.from_checkpoint(path, name=spec.name, **kw)
 
 
+def _checkpoint_inputs(spec: ModelSpec, ctx: BuildContext) -> dict[str, Any] | None:
+    from harness.models.checkpoints import checkpoint_files
+
+    return {"files": file_stamps(checkpoint_files(_require_target(spec, "path")))}
+
+
+checkpoint_source.inputs = _checkpoint_inputs
+
+
 @register_model_source("random_init")
 def random_init_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
     """The harness ViT ``arch`` at its seeded initialisation; other options override the
@@ -161,6 +191,9 @@ def random_init_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
     overrides = dict(spec.options)
     seed = int(overrides.pop("seed", 0))
     return ModelHandle.random_init(spec.target or "vit_cpu_tiny", seed=seed, name=spec.name, **overrides)
+
+
+random_init_source.inputs = lambda spec, ctx: {"files": []}  # the spec and the libraries make it
 
 
 @register_model_source("zoo")
@@ -173,6 +206,22 @@ def zoo_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
     opts.done("trust")
     return zoo_model(_require_target(spec, "name"), ctx.zoo_dir or default_zoo_dir(), trust=trust,
                      zoo_path=ctx.zoo_path, display_name=spec.name)
+
+
+def _zoo_inputs(spec: ModelSpec, ctx: BuildContext) -> dict[str, Any] | None:
+    """An imported or shipped harness checkpoint's files; None for an official file that is
+    imported on first use (building the model imports it)."""
+    from harness.models.checkpoints import checkpoint_files
+    from harness.models.zoo import find_checkpoint
+    from harness.paths import default_zoo_dir
+
+    found = find_checkpoint(_require_target(spec, "name"), ctx.zoo_dir or default_zoo_dir(), ctx.zoo_path)
+    if found.status != "harness":
+        return None
+    return {"files": file_stamps(checkpoint_files(found.path))}
+
+
+zoo_source.inputs = _zoo_inputs
 
 
 # ----------------------------------------------------------------------------- foreign models

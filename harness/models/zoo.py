@@ -20,12 +20,13 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from harness.models.backbone import ARCHS
+from harness.models.archs import ARCHS
 from harness.config import CONFIG_ROOT, from_dict
 from harness.errors import CheckpointError, ConfigError
 from harness.models.importers import LAYOUTS, import_checkpoint
 from harness.io_utils import sha256_file
 from harness.paths import default_zoo_dir
+from harness.yaml_io import load_yaml
 
 ZOO_FILE = CONFIG_ROOT / "zoo.yaml"
 SHIPPED_ZOO_DIR = CONFIG_ROOT / "zoo"  # zoo files of checkpoints that ship with ssl-bench
@@ -107,7 +108,7 @@ class ZooEntry:
 def _load(path: str) -> dict[str, ZooEntry]:
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = load_yaml(p.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read the zoo file {p}: {exc}") from exc
     entries: dict[str, ZooEntry] = {}

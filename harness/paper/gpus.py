@@ -19,6 +19,7 @@ import yaml
 
 from harness.config import CONFIG_ROOT
 from harness.errors import ConfigError
+from harness.yaml_io import load_yaml
 
 GPUS_PATH = CONFIG_ROOT / "gpus.yaml"
 PEAK_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -100,7 +101,7 @@ def load_gpus(path: str | Path | None = None) -> dict[str, Gpu]:
     """All GPU models of a gpus.yaml (default configs/gpus.yaml), checked."""
     path = Path(path) if path is not None else GPUS_PATH
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = load_yaml(path.read_text()) or {}
     except OSError as exc:
         raise ConfigError(f"cannot read the GPU table {path}: {exc}") from exc
     except yaml.YAMLError as exc:

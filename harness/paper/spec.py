@@ -20,6 +20,7 @@ from harness.config import CONFIG_ROOT, from_dict
 from harness.errors import ConfigError
 from harness.paths import shipped
 from harness.variants import fraction_value, parse_variant
+from harness.yaml_io import load_yaml
 
 PAPER_DIR = shipped("results/paper")
 TABLES_DIR = CONFIG_ROOT / "paper"
@@ -144,7 +145,7 @@ def load_table(table: str | Path) -> Table:
     their reasons, settings variants, every CSV protocol and dataset described)."""
     path = spec_path(table)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = load_yaml(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     spec = from_dict(TableSpec, raw, str(path))

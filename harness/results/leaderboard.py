@@ -13,21 +13,19 @@ from __future__ import annotations
 
 import html
 import math
-import re
 from collections import defaultdict
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from harness.results import html_assets
-from harness.io_utils import atomic_write, atomic_write_text
-from harness.protocol_info import declared_headline, headline_metric, variant_text
+from harness.io_utils import atomic_write_text
+from harness.protocol_info import headline_metric, variant_text
 from harness.results.records import iter_records
-from harness.results.run_table import CellStats, RunTable, run_table
-from harness.variants import fraction_value, parse_variant, variant_label
+from harness.results.plots import bar_spec, draw_once, fraction_curve_specs, safe_name
+from harness.results.run_table import CellStats, RunTable, headline_keys, run_table
+from harness.variants import fraction_value, parse_variant
 from harness.results.table import (SHORT_FP, IncomparableResultsError, column_label, conflict_message,
                                    disambiguate_data, disambiguate_models, fingerprint_conflicts, flatten_records)
 from harness.text_table import text_table
@@ -150,14 +148,6 @@ def format_cell(mean: float, std: float, n: float, digits: int = 2) -> str:
     return f"{mean:.{digits}f}"
 
 
-def _headline_keys(t: RunTable) -> list[tuple]:
-    """The columns of each (protocol, dataset, split, variant, fingerprint)'s headline metric."""
-    by_group: dict[tuple, list[str]] = defaultdict(list)
-    for c in t.keys:
-        by_group[(c[0], c[1], c[2], c[3], c[5])].append(c[4])
-    return [c for c in t.keys if c[4] == headline_metric(c[0], by_group[(c[0], c[1], c[2], c[3], c[5])])]
-
-
 def _formatted_columns(t: RunTable, keys: list[tuple], digits: int = 2) -> dict[tuple, list[str]]:
     out = {}
     for c in keys:
@@ -170,7 +160,7 @@ def _formatted_columns(t: RunTable, keys: list[tuple], digits: int = 2) -> dict[
 def formatted(df: pd.DataFrame | RunTable, headline_only: bool = False, digits: int = 2) -> pd.DataFrame:
     """Display table: one string column per column key, cells ``mean ± std (n=k)``."""
     t = run_table(df)
-    keys = _headline_keys(t) if headline_only else t.keys
+    keys = headline_keys(t) if headline_only else t.keys
     cols = _formatted_columns(t, keys, digits)
     out = pd.DataFrame({t.labels[c]: cols[c] for c in keys}, index=pd.Index(t.models, name="model"))
     out.index.name = "model"
@@ -430,119 +420,6 @@ def to_html(df: pd.DataFrame | RunTable, title: str = "ssl-bench leaderboard") -
 """
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
-
-
-# ----------------------------------------------------------------------------- plots
-PLOT_MODELS = 10  # models a plot draws at most: matplotlib's ten default colours, none shared
-
-
-def plot_selection(t: RunTable, keys: list[tuple], limit: int = PLOT_MODELS) -> tuple[list[str], str]:
-    """(models, note): the models with a number in ``keys``; past ``limit`` the ``limit`` with
-    the highest mean over the columns they have, in table order, and a note saying so."""
-    models = t.rows_with(keys)
-    if len(models) <= limit:
-        return models, ""
-    cols = [t.col[c] for c in keys]
-    has = t.n[:, cols] > 0
-    score = np.where(has, t.mean[:, cols], 0.0).sum(axis=1) / np.maximum(has.sum(axis=1), 1)
-    ranked = sorted(models, key=lambda m: -score[t.row[m]])[:limit]
-    keep = set(ranked)
-    return [m for m in models if m in keep], f"top {limit} of {len(models)} models by mean"
-
-
-def _outside_legend(ax) -> None:
-    """The legend right of the axes, never over the data (savefig's bbox_inches='tight' keeps it)."""
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
-
-
-def plot_protocol_bars(df: pd.DataFrame | RunTable, protocol: str, path: Path) -> Path | None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    t = run_table(df)
-    keys = [c for c in _headline_keys(t) if c[0] == protocol]
-    if not keys:
-        return None
-    models, note = plot_selection(t, keys)
-    fig, ax = plt.subplots(figsize=(min(18, max(6, 1.2 * len(keys) * max(1, len(models)) * 0.35 + 3)), 4.5))
-    width = 0.8 / max(1, len(models))
-    x = np.arange(len(keys))
-    cols = [t.col[c] for c in keys]
-    for i, m in enumerate(models):
-        r = t.row[m]
-        ax.bar(x + (i - (len(models) - 1) / 2) * width, t.mean[r, cols], width, yerr=t.std[r, cols], capsize=2, label=m)
-    ax.set_xticks(x)
-    ax.set_xticklabels([t.labels[c].split(" | ", 1)[1] for c in keys], rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel(keys[0][4])
-    ax.set_title(protocol + (f" ({note})" if note else ""))
-    _outside_legend(ax)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=110, bbox_inches="tight"))
-    plt.close(fig)
-    return path
-
-
-def plot_fraction_curves(df: pd.DataFrame | RunTable, out_dir: Path, protocol: str | None = None) -> list[Path]:
-    """Headline metric vs training fraction (log x), one line per model; one figure per
-    (protocol, dataset, split, other variant values, metric, fingerprint) whose columns have a
-    ``fraction`` variant (dense NN's subsets); ``protocol``: only that protocol's."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    t = run_table(df)
-    groups: dict[tuple, list[tuple[float, tuple]]] = defaultdict(list)
-    for c in t.keys:
-        if protocol is not None and c[0] != protocol:
-            continue
-        if c[4].lower() != (declared_headline(c[0]) or c[4]).lower():
-            continue
-        var = dict(t.variants[c])
-        frac = fraction_value(var.pop("fraction", None))
-        if frac is None:
-            continue
-        groups[(c[0], c[1], c[2], variant_label(var), c[4], c[5])].append((frac, c))
-    paths = []
-    multi_fp = len({g[:5] for g in groups}) < len(groups)
-    for (protocol, dataset, split, rest, metric, fp), pts in sorted(groups.items()):
-        pts.sort()
-        models, note = plot_selection(t, [c for _, c in pts])
-        fig, ax = plt.subplots(figsize=(6, 4.2))
-        for m in models:
-            r = t.row[m]
-            xs, ys, es = [], [], []
-            for frac, c in pts:
-                j = t.col[c]
-                if t.n[r, j] > 0:
-                    xs.append(frac)
-                    ys.append(t.mean[r, j])
-                    es.append(t.std[r, j])
-            if xs:
-                ax.errorbar(xs, ys, yerr=es, marker="o", capsize=2, label=m)
-        ax.set_xscale("log")
-        ax.set_xlabel("training fraction")
-        ax.set_ylabel(metric)
-        ticks = [f for f, _ in pts]
-        ax.set_xticks(ticks)
-        ax.set_xticklabels([str(Fraction(x).limit_denominator(1024)) for x in ticks])
-        ax.minorticks_off()
-        ax.set_title(" ".join(x for x in (protocol, f"{dataset}/{split}", rest, f"@{fp[:SHORT_FP]}",
-                                          f"({note})" if note else "") if x))
-        _outside_legend(ax)
-        fig.tight_layout()
-        name = f"{protocol}_{dataset}_{split}" + (f"_{rest}" if rest else "") + \
-               (f"_{fp[:SHORT_FP]}" if multi_fp else "") + "_fraction.png"
-        path = out_dir / _safe(name)
-        atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=110, bbox_inches="tight"))
-        plt.close(fig)
-        paths.append(path)
-    return paths
-
-
 def write_leaderboard(df_or_records: pd.DataFrame | RunTable | list[dict], out_dir: str | Path,
                       extra_sections: list[str] | None = None) -> dict[str, Path]:
     """Write leaderboard.csv (wide, means), leaderboard_long.csv (mean/std/n/fingerprint per
@@ -567,10 +444,10 @@ def write_leaderboard(df_or_records: pd.DataFrame | RunTable | list[dict], out_d
     md = to_markdown(t) + "".join(f"\n```\n{block}\n```\n" for block in extra_sections or [])
     paths["md"] = atomic_write_text(out / "leaderboard.md", md)
     paths["html"] = atomic_write_text(out / "leaderboard.html", to_html(t))
-    for protocol in dict.fromkeys(c[0] for c in t.keys):
-        p = plot_protocol_bars(t, protocol, out / f"{_safe(protocol)}_bars.png")
-        if p:
-            paths[f"plot_{protocol}"] = p
-    for p in plot_fraction_curves(t, out):
-        paths[f"curve_{p.stem}"] = p
+    figures = [(f"plot_{protocol}", out / f"{safe_name(protocol)}_bars.png", bar_spec(t, protocol))
+               for protocol in dict.fromkeys(c[0] for c in t.keys)]
+    figures += [(f"curve_{Path(name).stem}", out / name, spec) for name, spec in fraction_curve_specs(t)]
+    figures = [f for f in figures if f[2] is not None]
+    draw_once([(path, spec) for _, path, spec in figures])
+    paths.update({name: path for name, path, _ in figures})
     return paths

@@ -39,8 +39,9 @@ import pandas as pd
 
 from harness.paper.verdict import all_paper_cells
 from harness.results import html_assets
-from harness.results.leaderboard import (PLOT_MODELS, baseline_delta, build_leaderboard, format_cell,
-                                         plot_selection, random_init_baselines)
+from harness.results.leaderboard import (baseline_delta, build_leaderboard, format_cell,
+                                         random_init_baselines)
+from harness.results.plots import PLOT_MODELS, plot_selection
 from harness.protocol_info import declared_headline, headline_metric
 from harness.results.records import load_results, runs_dir, to_records
 from harness.results.run_table import RunTable, run_table

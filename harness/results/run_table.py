@@ -15,6 +15,7 @@ have none (``ci_method``).
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.protocol_info import headline_metric
 from harness.results import bootstrap
 from harness.results.table import column_label
 from harness.variants import parse_variant
@@ -39,6 +41,7 @@ T975 = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305, 4: 2.776445105, 5: 2.57
 Z975 = 1.959963985
 CI_SEEDS = "t over seeds"  # how a cell's interval was made (the leaderboard's ci_method column)
 CI_NONE = "none: one seed"  # n = 1 without per-image statistics: no interval (nothing measured its spread)
+CI_COMPUTED = "none: computed, not measured"  # the chance row: what a uniform guess scores, no sample behind it
 
 
 def t975(dof: int) -> float:
@@ -158,7 +161,9 @@ class RunTable:
         if self.n[i, j] > 1:
             return CI_SEEDS
         found = self.bootstrapped.get((i, j))
-        return found.method if found is not None else CI_NONE
+        if found is not None:
+            return found.method
+        return CI_COMPUTED if self.context.get(model) == "chance" else CI_NONE
 
     def tied_with_best(self, key: tuple, rows: list[str]) -> set[str]:
         """Rows (among ``rows``) that the column's best mean cannot be told apart from: both
@@ -232,4 +237,13 @@ def run_table(df: pd.DataFrame | RunTable) -> RunTable:
                     conflicts=list(df.attrs.get("conflicts") or []), per_image=dict(df.attrs.get("per_image") or {}))
 
 
-__all__ = ["RunTable", "CellStats", "run_table", "t975", "CI_SEEDS", "CI_NONE"]
+def headline_keys(t: RunTable) -> list[tuple]:
+    """The columns of each (protocol, dataset, split, variant, fingerprint)'s headline metric."""
+    by_group: dict[tuple, list[str]] = defaultdict(list)
+    for c in t.keys:
+        by_group[(c[0], c[1], c[2], c[3], c[5])].append(c[4])
+    return [c for c in t.keys if c[4] == headline_metric(c[0], by_group[(c[0], c[1], c[2], c[3], c[5])])]
+
+
+__all__ = ["RunTable", "CellStats", "run_table", "headline_keys", "t975", "CI_SEEDS", "CI_NONE", "CI_COMPUTED"]
+

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -21,9 +22,10 @@ from harness.running.evaluate import evaluate
 from harness.results.margins import MarginSpec, check_margins, format_margins, margins_failed
 from harness.results.retrain_check import RetrainCheckSpec, check_retrains, format_retrain_check, load_spread
 from harness.models.handle import ModelHandle
-from harness.models.sources import BuildContext, ModelSpec, build_model, parse_spec
+from harness.models.sources import BuildContext, ModelSpec, build_model, parse_spec, source_inputs
 from harness.paths import checkpoint_cache_dir, results_dir
 from harness.registry import register_model_source
+from harness.running.model_memo import DeferredModel, ModelMemo, memo_key
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -313,8 +315,37 @@ def prepare_model(entry: ModelEntry, data: SuiteData, progress: bool = True, log
     """The model of one suite entry on `device`: built, loaded, or pretrained there
     (checkpoints cached), through the one front door (harness.models.sources)."""
     check_model_entry(entry, data)
-    return build_model(entry_spec(entry), BuildContext(device=device, progress=progress, log=log, data=data,
-                                                       zoo_dir=data.zoo_dir, zoo_path=data.zoo_path))
+    return build_model(entry_spec(entry), _build_context(data, progress, log, device))
+
+
+def _build_context(data: SuiteData, progress: bool, log, device: str) -> BuildContext:
+    return BuildContext(device=device, progress=progress, log=log, data=data, zoo_dir=data.zoo_dir,
+                        zoo_path=data.zoo_path)
+
+
+def remembered_or_built(entry: ModelEntry, data: SuiteData, protocols: list, progress: bool = True, log=print,
+                        device: str = "auto") -> tuple[ModelHandle | DeferredModel, ModelMemo | None]:
+    """(model, its memo) of one suite entry: a DeferredModel when its identity is remembered
+    (harness.running.model_memo; built only when a protocol measures it), else the model built
+    now, its identity and ``protocols``' settings for it then remembered when its source states
+    its inputs (memo None when it cannot)."""
+    check_model_entry(entry, data)
+    spec, ctx = entry_spec(entry), _build_context(data, progress, log, device)
+    try:
+        inputs = source_inputs(spec, ctx)
+    except (SslBenchError, OSError):  # building it says what is wrong, in the source's words
+        inputs = None
+    memo = None
+    if inputs is not None:
+        memo = ModelMemo(memo_key(json.dumps(dataclasses.asdict(spec), sort_keys=True, default=str),
+                                  resolve_device(device).type, inputs))
+        remembered = memo.read()
+        if remembered is not None and remembered["record_info"].get("name") == entry.name:
+            return DeferredModel(memo, remembered, device, lambda: build_model(spec, ctx)), memo
+    model = build_model(spec, ctx)
+    if memo is not None:
+        memo.write(model, protocols)
+    return model, memo
 
 
 def suite_pairs(protocols: list[ProtocolEntry], models: list) -> list[tuple[ProtocolEntry, Any]]:
@@ -494,12 +525,16 @@ def execute_suite(suite: SuiteConfig, source: str, *, force: bool = False, progr
                 raise
             errors[id(p)] = exc
     failures: list[str] = []
-    models: dict[str, ModelHandle] = dict(prepared or {})
+    models: dict[str, ModelHandle | DeferredModel] = dict(prepared or {})
+    memos: dict[str, ModelMemo] = {}
     for entry in entries:
         if entry.name in models:
             continue
         try:
-            models[entry.name] = prepare_model(entry, data, progress, log, suite.device)
+            models[entry.name], memo = remembered_or_built(entry, data, list(protocols.values()), progress, log,
+                                                           suite.device)
+            if memo is not None:
+                memos[entry.name] = memo
         except SslBenchError as exc:
             if not keep_going:
                 raise
@@ -529,6 +564,11 @@ def execute_suite(suite: SuiteConfig, source: str, *, force: bool = False, progr
             continue
         records += result.outcome.records
         log(result.outcome.summary())
+    for name, memo in memos.items():  # a remembered model built for a protocol it had no settings for
+        model = models[name]
+        if isinstance(model, DeferredModel) and model.built \
+                and any(model.known_settings(p) is None for p in protocols.values()):
+            memo.write(model.model(), list(protocols.values()))
     return SuiteRun(records, failures, results)
 
 
