@@ -47,4 +47,4 @@ def test_default_run_end_to_end_then_cached(tmp_path):
     second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "(cached)" in second.stdout
-    assert time.perf_counter() - t0 < 60  # 2.6 s measured on an idle 2-core machine
+    assert time.perf_counter() - t0 < 60  # 2.8 s measured on an idle 2-core machine

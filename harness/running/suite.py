@@ -98,10 +98,27 @@ def load_suite(path: str | Path, overrides: list[str] | None = None) -> tuple[Su
 
 
 def _importable(module: str) -> bool:
-    try:  # a dotted name imports its parent, which may itself be missing
-        return importlib.util.find_spec(module) is not None
-    except ImportError:
+    """Whether ``module`` can be imported, found without importing it or its parents (mmcv's
+    package import alone takes longer than a cached run's bookkeeping)."""
+    import importlib.machinery
+    import sys
+
+    if module in sys.modules:
+        return True
+    parts = module.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+        for depth in range(1, len(parts)):
+            if spec is None or spec.submodule_search_locations is None:
+                return False
+            name = ".".join(parts[:depth + 1])
+            if ".".join(parts[:depth]) in sys.modules:  # an imported parent knows its own search path
+                spec = importlib.util.find_spec(name)
+            else:
+                spec = importlib.machinery.PathFinder.find_spec(name, list(spec.submodule_search_locations))
+    except (ImportError, ValueError):
         return False
+    return spec is not None
 
 
 def _fill(template: str, synth_root: Path | None) -> str:
