@@ -68,6 +68,21 @@ def test_settings_sorted_by_whether_they_change_the_number():
     assert reported == []  # the runs reported the same counts; timings are never listed
 
 
+def test_mask_resolution_and_input_size_of_dense_nn_change_the_number():
+    """The causes users found by hand (valeoai/Franca#2: the masks' resolution) are settings in the
+    fingerprint: listed as changing the number."""
+    def block(values):
+        proto = build_protocol("dense_nn", "cribo", {"dataset": "voc", **values})
+        return {"name": "dense_nn", "preset": "cribo", "dataset": "voc", "split": "val", "params": proto.settings(),
+                "fingerprint": proto.fingerprint(), "request": proto.request_hash(), "data_root": "/data/voc",
+                "data_stamp": "stamp-1"}
+
+    a = _record(protocol=block({}), variant={"fraction": "1/1"})
+    b = _record(protocol=block({"input_size": 448, "mask_resize": "torch_nearest"}), variant={"fraction": "1/1"})
+    got = _by_setting(explain(record_side(a), record_side(b))[0])
+    assert got["input_size"] == YES and got["mask_resize"] == YES and got["fingerprint"] == YES
+
+
 def test_same_fingerprint_other_request_is_execution_only():
     a, b = _record(), _record(protocol=_knn_block({"batch_size": 7, "ks": [20]}))
     diffs, _ = explain(record_side(a), record_side(b))
