@@ -108,25 +108,9 @@ def read_meta(meta_path: Path) -> dict[str, Any]:
 HashMismatch = Literal["error", "use_actual"]
 
 
-def checkpoint_files(path: str | Path) -> list[Path]:
-    """The two files of the harness checkpoint at ``path``: its .safetensors and its .json; a
-    CheckpointError when either is missing."""
-    stem = _checkpoint_stem(path)
-    files = [stem.with_suffix(".safetensors"), stem.with_suffix(".json")]
-    for f in files:
-        if not f.is_file():
-            raise CheckpointError(f"checkpoint {path}: {f} not found")
-    return files
-
-
-def load_checkpoint(path: str | Path, *, on_hash_mismatch: HashMismatch = "error",
-                    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """(state dict, metadata). ``meta["sha256"]`` is the hash of the weights actually loaded:
-    taken from the .json only while the file's size and mtime are the ones recorded there,
-    else recomputed (the file must not change while it is read). A recomputed hash that
-    differs from the recorded one (other weights put beside an old .json, or a save cut off
-    between its two writes) is an error; ``on_hash_mismatch="use_actual"`` loads the weights
-    under their real hash instead (the recorded one kept as ``sha256_recorded``)."""
+def checkpoint_files(path: str | Path) -> tuple[Path, Path]:
+    """(weights, metadata): the .safetensors and the .json of the harness checkpoint at ``path``;
+    a CheckpointError naming the one that is missing."""
     stem = _checkpoint_stem(path)
     weights, meta_path = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
     if not weights.is_file():
@@ -137,6 +121,18 @@ def load_checkpoint(path: str | Path, *, on_hash_mismatch: HashMismatch = "error
         )
     if not meta_path.is_file():
         raise CheckpointError(f"checkpoint metadata {meta_path} not found beside {weights}")
+    return weights, meta_path
+
+
+def load_checkpoint(path: str | Path, *, on_hash_mismatch: HashMismatch = "error",
+                    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(state dict, metadata). ``meta["sha256"]`` is the hash of the weights actually loaded:
+    taken from the .json only while the file's size and mtime are the ones recorded there,
+    else recomputed (the file must not change while it is read). A recomputed hash that
+    differs from the recorded one (other weights put beside an old .json, or a save cut off
+    between its two writes) is an error; ``on_hash_mismatch="use_actual"`` loads the weights
+    under their real hash instead (the recorded one kept as ``sha256_recorded``)."""
+    weights, meta_path = checkpoint_files(path)
     meta = read_meta(meta_path)
     recorded = meta.get("sha256")
     before = _stat_stamp(weights)

@@ -31,7 +31,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import yaml
@@ -124,7 +124,7 @@ def source_inputs(spec: str | dict | ModelSpec, ctx: BuildContext | None = None)
     return None if inputs is None else inputs(ms, ctx)
 
 
-def file_stamps(paths: list[Path]) -> list[list]:
+def file_stamps(paths: Sequence[Path]) -> list[list]:
     """[resolved path, size, mtime in ns] of each file: the stamp a harness checkpoint's .json
     already trusts for its weights' sha256 (harness.models.checkpoints.load_checkpoint)."""
     out = []

@@ -6,12 +6,13 @@ file on two machines does. A suite's ``retrain_check:`` names a spread file (wri
 ``python -m scripts.retrain_spread``): for each of several recipes, the shipped file and
 retrainings of its recorded command, evaluated on the suite's protocols, and per (protocol, metric)
 the tolerance derived from them by the rule the file states (``derive_tolerance``): the largest
-difference between two runs of one recipe, over every recipe measured. Every model ``<name><suffix>`` whose ``<name>`` the run also measured is
-compared with it on every (protocol, dataset, split, variant, metric) either measured
-(harness.results.compare.compare_runs: means over seeds, B - A); a cell is inside iff
-|retrained - shipped| <= the tolerance (harness.paper.verdict.verdict). Cells outside are reported,
-not failures of the run: the spread is measured on a few trainings of a few recipes, so a cell
-outside it says "look here", not "the harness is broken" (the shipped files' own table fails the run).
+difference between two runs of one recipe, over every recipe measured. Every model
+``<name><suffix>`` whose ``<name>`` the run also measured is compared with it on every (protocol,
+dataset, split, variant, metric) either measured (harness.results.compare.compare_runs: means over
+seeds, B - A); a cell is inside iff |retrained - shipped| <= the tolerance
+(harness.paper.verdict.verdict). Cells outside are reported, not failures of the run: the spread
+is measured on a few trainings of a few recipes, so a cell outside it says "look here", not "the
+harness is broken" (the shipped files' own table fails the run).
 
 The spread file is pinned by its sha256 in the suite, so a changed byte is an error; its schema
 has no optional field, and its tolerances must follow from its measurements by its rule.
