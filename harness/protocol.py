@@ -56,12 +56,10 @@ class Protocol:
     # linear "dino" / "ibot" / "synclr"). The CLI's --preset picks one.
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
     DEFAULT_PRESET: ClassVar[str | None] = None
-    # The metric the papers' tables report for this protocol (higher is better): leaderboards,
-    # reports, curves and `ssl-bench compare` show it first. None: the first metric by name.
-    HEADLINE_METRIC: ClassVar[str | None] = None
-    # How leaderboard headers name a result's variant: variant key -> format of its value, e.g.
-    # {"k": "k={}", "feature": "{}"} gives "top1 k=20 cls". Keys not listed read "key=value".
-    VARIANT_LABELS: ClassVar[dict[str, str]] = {}
+    # What the protocol reports (metrics with their direction, headline, variant labels) is
+    # declared once, as data, in its folder's declaration.py (harness.declaration), and read
+    # through ``declaration()``; a plugin registered without one may state ``METRICS`` (a tuple of
+    # harness.metrics.Metric), ``HEADLINE_METRIC`` and ``VARIANT_LABELS`` on the class instead.
     # The run the conformance suite (harness/conformance.py) makes to show that a method's
     # exported backbone works here, on the tiny SynthScenes root: (preset, config values, folder
     # under that root). None, with ``conformance_check`` not overridden: the protocol declares no
@@ -72,6 +70,13 @@ class Protocol:
     # (the mmseg protocols: mmengine's distributed launcher) sets this and runs on every rank.
     RUNS_ON_EVERY_RANK: ClassVar[bool] = False
     registry_name: ClassVar[str] = "?"
+
+    @classmethod
+    def declaration(cls):
+        """This protocol's declaration (harness.declaration.ProtocolDeclaration)."""
+        from harness.registry import declaration
+
+        return declaration(cls.registry_name)
 
     def __init__(self, cfg=None, source: str = "<defaults>"):
         if cfg is None or isinstance(cfg, dict):

@@ -1,13 +1,14 @@
 """Registered protocols by name: the one place a protocol object is built from its name, preset
 and settings (suites, paper tables, `ssl-bench eval`, the report's paper cells), and what
-protocols declare about their numbers, for the tables that show them (leaderboards, reports,
-`ssl-bench compare`, load_results(headline=True))."""
+protocols declare about their numbers (harness.declaration), for the views that show them
+(leaderboards, reports, margins, verdicts, `ssl-bench compare`, `explain`)."""
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import Any, Iterable
 
 from harness.errors import SslBenchError
+from harness.metrics import Metric, undeclared
 
 
 def build_protocol(name: str, preset: str | None = None, values: dict[str, Any] | None = None,
@@ -18,28 +19,36 @@ def build_protocol(name: str, preset: str | None = None, values: dict[str, Any] 
     return PROTOCOLS.get(name).from_preset(preset, values, source)
 
 
-def _declared(protocol: str, attribute: str, default):
-    """What a protocol declares; a built-in one is read from its declarations without importing
-    it (harness.registry); a protocol not registered here (records of an absent plugin): ``default``."""
-    from harness.registry import PROTOCOLS
+@lru_cache(maxsize=None)
+def protocol_declaration(protocol: str):
+    """The protocol's declaration (harness.declaration), None for a protocol not registered here
+    (records of an absent plugin). A built-in one is read without importing its module."""
+    from harness.registry import declaration
 
     try:
-        return PROTOCOLS.declared(protocol, attribute, default)
+        return declaration(protocol)
     except SslBenchError:
-        return default
+        return None
 
 
-@lru_cache(maxsize=None)
 def declared_headline(protocol: str) -> str | None:
-    """The metric a registered protocol declares as its headline (``HEADLINE_METRIC``, e.g.
-    top1 or mIoU); None for a protocol not registered here (records of an absent plugin)."""
-    return _declared(protocol, "HEADLINE_METRIC", None)
+    """The metric a registered protocol declares as its headline (e.g. top1 or mIoU); None for a
+    protocol not registered here."""
+    d = protocol_declaration(protocol)
+    return d.headline_metric if d is not None else None
 
 
-@lru_cache(maxsize=None)
+def metric_of(protocol: str, metric: str) -> Metric:
+    """What ``metric`` of ``protocol`` is: its direction, unit, per-image statistic and header.
+    A metric no protocol here declares reads higher-is-better, marked ``declared=False``."""
+    d = protocol_declaration(protocol)
+    return d.metric(metric) if d is not None else undeclared(metric)
+
+
 def variant_formats(protocol: str) -> dict[str, str]:
-    """How the protocol names its variants in headers (``VARIANT_LABELS``); {} when unknown."""
-    return dict(_declared(protocol, "VARIANT_LABELS", {}) or {})
+    """How the protocol names its variants in headers; {} when unknown."""
+    d = protocol_declaration(protocol)
+    return dict(d.variant_labels) if d is not None else {}
 
 
 def variant_text(protocol: str, variant: dict) -> str:

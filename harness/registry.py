@@ -1,44 +1,43 @@
 """Name -> class registries for methods, protocols, datasets and model sources.
 
-Components register with a decorator next to their definition; third-party
-packages register through the entry-point groups ``ssl_bench.methods``,
-``ssl_bench.protocols`` and ``ssl_bench.model_sources`` (loading the entry point imports the module, whose
-decorators do the registering).
+Components register with a decorator next to their definition. The core names none of them: the
+packages that own components say where they are, through entry-point groups (in ssl-bench's own
+``pyproject.toml`` for the built-in ones, in a plugin's for its own):
+
+- ``ssl_bench.methods``, ``ssl_bench.protocols``, ``ssl_bench.datasets``,
+  ``ssl_bench.model_sources``: a module whose import registers components (its decorators);
+- ``ssl_bench.protocol_packages``: a package whose sub-folders may hold a torch-free
+  ``declaration.py`` (harness.declaration); each declared protocol, and the data readers and
+  per-image kinds it declares, are imported only when asked for by name.
 """
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Callable, Generic, TypeVar
 
+from harness.declaration import ProtocolDeclaration, declaration_of_class
 from harness.errors import RegistryError
 
 T = TypeVar("T")
 
-# Modules that hold the built-in components; imported lazily so that importing
-# the registry stays cheap and free of cycles.
-_BUILTIN_MODULES = {
-    "method": ["methods"],
-    "protocol": ["benchmarks.classification.knn", "benchmarks.classification.linear_probe",
-                 "benchmarks.dense_nn.protocol", "benchmarks.segmentation.seg_linear",
-                 "benchmarks.segmentation.segmenter"],
-    "dataset": ["harness.data"],
-    "model source": ["harness.models.sources", "harness.context.pixels", "harness.context.chance",
-                     "harness.running.suite"],
-}
-# Modules that state as data what built-in components declare about themselves (a protocol's
-# headline metric and variant labels): ``DECLARATIONS = {name: {attribute: value}}``. Tables read
-# them without importing the components' modules (and torch with them).
-_DECLARATION_MODULES = {"protocol": ["benchmarks.declarations"]}
-_ENTRY_POINT_GROUPS = {"method": "ssl_bench.methods", "protocol": "ssl_bench.protocols",
-                       "model source": "ssl_bench.model_sources"}
+ENTRY_POINT_GROUPS = {"method": "ssl_bench.methods", "protocol": "ssl_bench.protocols",
+                      "dataset": "ssl_bench.datasets", "model source": "ssl_bench.model_sources"}
+DECLARATION_GROUP = "ssl_bench.protocol_packages"
+DECLARATION_MODULE = "declaration"  # the file a protocol folder declares itself in
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str):
+    """``lazy``: a function giving name -> module for components that are known by name before
+    their module is imported (declared protocols, their data readers)."""
+
+    def __init__(self, kind: str, lazy: Callable[[], dict[str, str]] | None = None):
         self.kind = kind
         self._items: dict[str, T] = {}
         self._loaded = False
+        self._lazy = lazy
 
     def register(self, name: str) -> Callable[[T], T]:
         def decorator(obj: T) -> T:
@@ -58,65 +57,134 @@ class Registry(Generic[T]):
 
         return decorator
 
+    def _lazy_modules(self) -> dict[str, str]:
+        return self._lazy() if self._lazy is not None else {}
+
     def load_all(self) -> None:
-        """Import built-in modules and third-party entry points (once)."""
+        """Import the modules the entry points name and every lazily known component (once)."""
         if self._loaded:
             return
         self._loaded = True
-        for module in _BUILTIN_MODULES.get(self.kind, []):
-            importlib.import_module(module)
-        group = _ENTRY_POINT_GROUPS.get(self.kind)
+        group = ENTRY_POINT_GROUPS.get(self.kind)
         if group:
             for ep in entry_points(group=group):
-                try:
-                    ep.load()
-                except Exception as exc:  # a broken plugin must not hide the others
-                    raise RegistryError(
-                        f"plugin entry point {ep.name!r} ({ep.value}) in group {group!r} "
-                        f"failed to load: {exc}"
-                    ) from exc
+                _load_entry_point(ep, group)
+        for name, module in self._lazy_modules().items():
+            self._import_for(name, module)
+
+    def _import_for(self, name: str, module: str) -> None:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise RegistryError(f"{self.kind} {name!r} is declared in module {module!r}, which does not "
+                                f"import: {exc}") from exc
+        if name not in self._items:
+            raise RegistryError(f"{self.kind} {name!r} is declared in module {module!r}, but importing it "
+                                f"registered no {self.kind} of that name")
 
     def get(self, name: str) -> T:
+        if name in self._items:
+            return self._items[name]
+        module = self._lazy_modules().get(name)
+        if module is not None:
+            self._import_for(name, module)
+            return self._items[name]
         self.load_all()
         try:
             return self._items[name]
         except KeyError:
             raise RegistryError(
                 f"unknown {self.kind} {name!r}; registered {self.kind}s: "
-                f"{', '.join(sorted(self._items)) or '(none)'}"
+                f"{', '.join(self.names()) or '(none)'}"
             ) from None
-
-    def declared(self, name: str, attribute: str, default=None):
-        """What component ``name`` declares as ``attribute`` (a class attribute): from the
-        built-in declarations when it is a built-in one (nothing imported), else from the
-        registered component; ``default`` when it declares nothing or is not registered."""
-        builtin = _builtin_declarations(self.kind)
-        if name in builtin:
-            return builtin[name].get(attribute, default)
-        try:
-            return getattr(self.get(name), attribute, default)
-        except RegistryError:
-            return default
 
     def names(self) -> list[str]:
         self.load_all()
         return sorted(self._items)
 
+    def known(self, name: str) -> bool:
+        """Registered or declared, without importing anything that is not loaded yet."""
+        return name in self._items or name in self._lazy_modules()
+
     def __contains__(self, name: str) -> bool:
+        if self.known(name):
+            return True
         self.load_all()
         return name in self._items
 
 
-_DECLARED: dict[str, dict[str, dict]] = {}
+def _load_entry_point(ep, group: str):
+    try:
+        return ep.load()
+    except Exception as exc:  # a broken plugin must not hide behind another error
+        raise RegistryError(
+            f"entry point {ep.name!r} ({ep.value}) in group {group!r} failed to load: {exc}"
+        ) from exc
 
 
-def _builtin_declarations(kind: str) -> dict[str, dict]:
-    if kind not in _DECLARED:
-        found: dict[str, dict] = {}
-        for module in _DECLARATION_MODULES.get(kind, []):
-            found.update(importlib.import_module(module).DECLARATIONS)
-        _DECLARED[kind] = found
-    return _DECLARED[kind]
+# ----------------------------------------------------------------------------- declarations
+_DECLARATIONS: dict[str, ProtocolDeclaration] | None = None
+
+
+def declaration_files(package) -> list[str]:
+    """The ``declaration`` modules of a package's sub-folders, by module name, sorted."""
+    found = []
+    for info in pkgutil.iter_modules(list(package.__path__)):
+        if info.ispkg and any((Path(p) / info.name / f"{DECLARATION_MODULE}.py").is_file() for p in package.__path__):
+            found.append(f"{package.__name__}.{info.name}.{DECLARATION_MODULE}")
+    return sorted(found)
+
+
+def read_declarations(packages) -> dict[str, ProtocolDeclaration]:
+    """Name -> declaration, from every ``declaration.py`` under the given packages; a name
+    declared twice, or a file without a tuple of declarations, is a RegistryError."""
+    found: dict[str, ProtocolDeclaration] = {}
+    where: dict[str, str] = {}
+    for package in packages:
+        for module_name in declaration_files(package):
+            module = importlib.import_module(module_name)
+            items = getattr(module, "DECLARATIONS", None)
+            if not isinstance(items, (tuple, list)) or not all(isinstance(d, ProtocolDeclaration) for d in items):
+                raise RegistryError(f"{module_name}: DECLARATIONS must be a tuple of "
+                                    "harness.declaration.ProtocolDeclaration")
+            for d in items:
+                if d.name in found:
+                    raise RegistryError(f"protocol {d.name!r} is declared twice: in {where[d.name]} and {module_name}")
+                found[d.name], where[d.name] = d, module_name
+    return found
+
+
+def protocol_declarations() -> dict[str, ProtocolDeclaration]:
+    """Every protocol declared by the packages of the ``ssl_bench.protocol_packages`` group (read
+    once; torch-free)."""
+    global _DECLARATIONS
+    if _DECLARATIONS is None:
+        packages = [_load_entry_point(ep, DECLARATION_GROUP) for ep in entry_points(group=DECLARATION_GROUP)]
+        _DECLARATIONS = read_declarations(packages)
+    return _DECLARATIONS
+
+
+def declaration(name: str) -> ProtocolDeclaration | None:
+    """What protocol ``name`` declares: its declaration file, else (a plugin registered through
+    ``ssl_bench.protocols``) what its class states; None for a protocol not registered here."""
+    found = protocol_declarations().get(name)
+    if found is not None:
+        return found
+    try:
+        cls = PROTOCOLS.get(name)
+    except RegistryError:
+        return None
+    return declaration_of_class(name, cls)
+
+
+def _declared_modules(field: str) -> Callable[[], dict[str, str]]:
+    def modules() -> dict[str, str]:
+        out: dict[str, str] = {}
+        for d in protocol_declarations().values():
+            out.update({d.name: d.module} if field == "module" else getattr(d, field))
+        return out
+
+    return modules
 
 
 def _describe(obj) -> str:
@@ -124,8 +192,8 @@ def _describe(obj) -> str:
 
 
 METHODS: Registry = Registry("method")
-PROTOCOLS: Registry = Registry("protocol")
-DATASETS: Registry = Registry("dataset")
+PROTOCOLS: Registry = Registry("protocol", lazy=_declared_modules("module"))
+DATASETS: Registry = Registry("dataset", lazy=_declared_modules("datasets"))
 MODEL_SOURCES: Registry = Registry("model source")
 
 register_method = METHODS.register

@@ -9,7 +9,8 @@ pytest.importorskip("submitit")
 
 from harness.running import launch  # noqa: E402
 from harness.running.launch import LaunchOptions  # noqa: E402
-from harness.running.suite import ModelEntry, SuiteData, _checkpoint_plan, cached_checkpoint  # noqa: E402
+from harness.running.suite import ModelEntry, SuiteData, cached_checkpoint  # noqa: E402
+from harness.training.cached_pretrain import checkpoint_plan  # noqa: E402
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ def test_cuda_jobs_find_their_cached_checkpoint_from_a_node_without_a_gpu(login_
     entry = ModelEntry(name="dino", pretrain="methods/dino_cpu.yaml")
     data = SuiteData(None, synth_tiny, "tiny")
     assert cached_checkpoint(entry, synth_tiny, "tiny", "cuda") is None  # no DeviceError here
-    gpu_dir, cpu_dir = (_checkpoint_plan(entry, synth_tiny, "tiny", d)[2] for d in ("cuda", "cpu"))
+    gpu_dir, cpu_dir = (checkpoint_plan(entry, synth_tiny, "tiny", d)[2] for d in ("cuda", "cpu"))
     assert gpu_dir != cpu_dir
     (gpu_dir / "backbone.safetensors").parent.mkdir(parents=True)
     (gpu_dir / "backbone.safetensors").write_bytes(b"")

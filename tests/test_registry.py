@@ -37,7 +37,6 @@ def test_entry_point_plugins_are_loaded(monkeypatch):
             reg.register("from-plugin")(type("Plugin", (), {}))
 
     reg = Registry("method")
-    monkeypatch.setitem(r._BUILTIN_MODULES, "method", [])
     monkeypatch.setattr(r, "entry_points", lambda group: [FakeEP()] if group == "ssl_bench.methods" else [])
     assert reg.names() == ["from-plugin"]
 
@@ -52,7 +51,6 @@ def test_broken_plugin_is_reported(monkeypatch):
             raise ImportError("boom")
 
     reg = Registry("protocol")
-    monkeypatch.setitem(r._BUILTIN_MODULES, "protocol", [])
     monkeypatch.setattr(r, "entry_points", lambda group: [BrokenEP()])
     with pytest.raises(RegistryError, match="broken.*failed to load: boom"):
         reg.names()

@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 import pytest
 
 from harness.cli import main
-from harness.protocol_info import declared_headline, headline_metric
+from harness.protocol_info import headline_metric
 from harness.paper.verdict import paper_cells
 from harness.results.report import build_report
 from harness.results.records import write_record
@@ -130,20 +130,24 @@ def test_paper_cells_refuse_other_fingerprints():
 
 
 def test_headline_metric_comes_from_the_protocol_declaration(monkeypatch):
-    from benchmarks.declarations import DECLARATIONS
+    import dataclasses
+
+    import harness.registry as registry
+    from harness.protocol_info import protocol_declaration
 
     assert headline_metric("knn", ["top5", "top1"]) == "top1"
     assert headline_metric("dense_nn", ["pixel_accuracy", "mIoU"]) == "mIoU"
     assert headline_metric("not_registered", ["b", "a"]) == "a"  # first by name
-    # a built-in protocol's is read from benchmarks/declarations.py (the class states the same:
-    # tests/test_records_scale.py), without importing the protocol
-    monkeypatch.setitem(DECLARATIONS["knn"], "HEADLINE_METRIC", "top5")
-    declared_headline.cache_clear()
+    # a built-in protocol's is read from its folder's declaration.py, without importing the protocol
+    declared = dict(registry.protocol_declarations())
+    declared["knn"] = dataclasses.replace(declared["knn"], headline="top5")
+    monkeypatch.setattr(registry, "_DECLARATIONS", declared)
+    protocol_declaration.cache_clear()
     try:
         assert headline_metric("knn", ["top5", "top1"]) == "top5"
     finally:
         monkeypatch.undo()
-        declared_headline.cache_clear()
+        protocol_declaration.cache_clear()
 
 
 def test_cli_report(tmp_path, capsys):

@@ -151,9 +151,10 @@ def test_unknown_logger_is_a_config_error(tiny_data, tmp_path):
 
 
 def test_loggers_do_not_change_cached_checkpoint_keys(tiny_data):
-    from harness.running.suite import ModelEntry, _checkpoint_plan
+    from harness.running.suite import ModelEntry
+    from harness.training.cached_pretrain import checkpoint_plan
 
     plain = ModelEntry(name="dino", pretrain="methods/dino_cpu.yaml")
     logged = ModelEntry(name="dino", pretrain="methods/dino_cpu.yaml", set=["train.loggers=[jsonl,tensorboard]"])
-    a, b = (_checkpoint_plan(e, tiny_data, "tiny", "cpu") for e in (plain, logged))
+    a, b = (checkpoint_plan(e, tiny_data, "tiny", "cpu") for e in (plain, logged))
     assert b[0].train.loggers == ["jsonl", "tensorboard"] and a[2] == b[2]

@@ -263,8 +263,6 @@ class KNNProtocol(Protocol):
     """Weighted k-NN (DINO). One ProtocolResult per k, variant {"k", "feature"}."""
 
     Config = KNNConfig
-    HEADLINE_METRIC = "top1"
-    VARIANT_LABELS = {"k": "k={}", "feature": "{}"}
     CONFORMANCE_RUN = ("synth", {"dataset": "imagefolder", "ks": [5], "cache": False, "progress": False}, "imagenet")
     # ks: each k is its own result (variant), so the sweep list does not change any number.
     NOT_IN_FINGERPRINT = ("ks", "backend", "search_device", "train_chunk", "test_chunk", "batch_size", "num_workers",

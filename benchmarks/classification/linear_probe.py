@@ -120,8 +120,6 @@ class LinearConfig:
 @register_protocol("linear")
 class LinearProbe(Protocol):
     Config = LinearConfig
-    HEADLINE_METRIC = "top1"
-    VARIANT_LABELS = {"recipe": "{}", "cached_features": "cached features"}
     CONFORMANCE_RUN = ("synth", {"dataset": "imagefolder", "cached_features": True, "epochs": 1, "progress": False},
                        "imagenet")
     # recipe: a label (the settings are hashed); seed: recorded as the result's seed.

@@ -259,8 +259,6 @@ class DenseNN(Protocol):
     Config = Config
     PRESETS = PRESETS
     DEFAULT_PRESET = "cribo"
-    HEADLINE_METRIC = "mIoU"
-    VARIANT_LABELS = {"fraction": "{}"}
     CONFORMANCE_RUN = ("cribo", {"dataset": "voc", "fractions": ["1/1"], "seeds": [42], "progress": False}, ".")
     NOT_IN_FINGERPRINT = ("batch_size", "num_workers", "search_chunk", "search_device", "threads", "memory_budget_gb",
                           "artifacts_dir", "write_subsets", "progress")

@@ -101,7 +101,6 @@ class SegProtocolBase:
 
     HEAD: str = "linear"
     FROZEN: bool = True
-    HEADLINE_METRIC = "mIoU"
     NOT_IN_FINGERPRINT = EXECUTION_ONLY
     RUNS_ON_EVERY_RANK = True  # mmengine's launcher 'pytorch' trains on every torchrun process
 

@@ -24,7 +24,8 @@ from harness.results.retrain_check import RetrainCheckSpec, check_retrains, form
 from harness.models.handle import ModelHandle
 from harness.models.sources import BuildContext, ModelSpec, build_model, parse_spec, source_inputs
 from harness.paths import checkpoint_cache_dir, results_dir
-from harness.registry import register_model_source
+from harness.context.supervised_source import suite_supervised_checkpoint, validated_supervised_spec
+from harness.training.cached_pretrain import cached_checkpoint, pretrain_config, pretrained_checkpoint  # noqa: F401
 from harness.running.model_memo import DeferredModel, ModelMemo, memo_key
 
 if TYPE_CHECKING:
@@ -151,17 +152,6 @@ def model_entries(suite: SuiteConfig) -> list[ModelEntry]:
             for e in entries]
 
 
-def pretrain_config(entry: ModelEntry, data_root: Path, data_name: str, device: str = "auto"):
-    """(validated pretraining config, its source file) of one pretraining entry."""
-    from harness.training.engine import load_pretrain_config
-
-    raw = apply_overrides(load_config(entry.pretrain), entry.set, origin=f"suite set of model {entry.name!r}:")
-    source = raw.pop("_source_", entry.pretrain)
-    raw["data"] = {"root": str(data_root), "name": data_name}
-    raw.setdefault("train", {})["device"] = device
-    return load_pretrain_config(raw, source), source
-
-
 def suite_protocol(entry: ProtocolEntry, source: str, progress: bool = True):
     """The protocol object of one suite entry (its preset, its dataset and settings). Without
     ``progress`` a protocol that draws progress bars draws none (not in any fingerprint)."""
@@ -169,42 +159,6 @@ def suite_protocol(entry: ProtocolEntry, source: str, progress: bool = True):
     if not progress and "progress" in {f.name for f in dataclasses.fields(protocol.cfg)}:
         protocol.cfg = dataclasses.replace(protocol.cfg, progress=False)
     return protocol
-
-
-def _checkpoint_plan(entry: ModelEntry, data_root: Path, data_name: str, device: str = "auto"):
-    """(config, source, output folder) of one pretraining entry; the folder is keyed by
-    everything that changes the weights, so an equal configuration finds its earlier result."""
-    cfg, source = pretrain_config(entry, data_root, data_name, device)
-    key = to_dict(cfg)
-    for k in ("num_workers", "loggers"):  # do not change the weights (the engine resumes across them)
-        key["train"].pop(k, None)
-    # a GPU's rounding gives other weights than the CPU's; which GPU of a kind does not matter
-    key["train"]["device"] = device_type(device)  # from the spec: a login node may have no GPU
-    key["data_stamp"] = data_stamp(data_root)  # a regenerated dataset at the same path is other data
-    return cfg, source, checkpoint_cache_dir() / f"{entry.name}-{fingerprint(key)}"
-
-
-def cached_checkpoint(entry: ModelEntry, data_root: Path, data_name: str, device: str = "auto") -> Path | None:
-    """The checkpoint an earlier run pretrained for this entry, if there is one."""
-    ckpt = _checkpoint_plan(entry, data_root, data_name, device)[2] / "backbone.safetensors"
-    return ckpt if ckpt.is_file() else None
-
-
-def pretrained_checkpoint(entry: ModelEntry, data_root: Path, data_name: str, progress: bool = True,
-                          log=print, device: str = "auto") -> Path:
-    """Pretrain (or reuse the cached result of) one method configuration."""
-    from harness.training.engine import pretrain
-
-    cfg, source, out_dir = _checkpoint_plan(entry, data_root, data_name, device)
-    ckpt = out_dir / "backbone.safetensors"
-    if ckpt.is_file():
-        log(f"[{entry.name}] using cached checkpoint {ckpt}")
-        return ckpt
-    log(f"[{entry.name}] pretraining ({source}) -> {out_dir}")
-    t0 = time.perf_counter()
-    path = pretrain(cfg, out_dir, source, progress=progress)
-    log(f"[{entry.name}] pretrained in {time.perf_counter() - t0:.0f} s")
-    return path
 
 
 # ----------------------------------------------------------------------------- the steps of a run
@@ -245,6 +199,17 @@ def prepare_data(suite: SuiteConfig, progress: bool = True, log=print) -> SuiteD
 MODEL_KINDS = ("model", "random_init", "pretrain", "checkpoint", "zoo", "pixels", "supervised", "chance")
 
 
+def supervised_spec(entry: ModelEntry):
+    """The validated SupervisedSpec of a `supervised:` entry (unknown keys are an error)."""
+    return validated_supervised_spec(entry.supervised, entry.name)
+
+
+def supervised_checkpoint_for(entry: ModelEntry, data: SuiteData, progress: bool = True, log=print,
+                              device: str = "auto") -> Path:
+    """Train (or reuse the cached) supervised reference of one entry."""
+    return suite_supervised_checkpoint(supervised_spec(entry), data, progress, log, device)
+
+
 def check_model_entry(entry: ModelEntry, data: SuiteData) -> None:
     chosen = [k for k in MODEL_KINDS if getattr(entry, k) is not None and getattr(entry, k) != ""]
     if len(chosen) != 1:
@@ -281,50 +246,6 @@ def entry_spec(entry: ModelEntry) -> ModelSpec:
     if entry.zoo:
         return ModelSpec("zoo", str(entry.zoo), {}, entry.name)
     return ModelSpec("pretrain", str(entry.pretrain), {"set": list(entry.set)}, entry.name)
-
-
-def supervised_spec(entry: ModelEntry):
-    """The validated SupervisedSpec of a `supervised:` entry (unknown keys are an error)."""
-    from harness.context.supervised import SupervisedSpec
-
-    return from_dict(SupervisedSpec, dict(entry.supervised), f"suite model {entry.name!r} supervised")
-
-
-def supervised_checkpoint_for(entry: ModelEntry, data: SuiteData, progress: bool = True, log=print,
-                              device: str = "auto") -> Path:
-    """Train (or reuse the cached) supervised reference of one entry."""
-    from harness.context.supervised import supervised_checkpoint
-
-    spec = supervised_spec(entry)
-    return supervised_checkpoint(spec, Path(data.fill(spec.data_root)), device=device, progress=progress, log=log)
-
-
-def _suite_data(spec: ModelSpec, ctx: BuildContext) -> SuiteData:
-    if not isinstance(ctx.data, SuiteData):
-        raise ConfigError(f"model source {spec.source!r} trains on a suite's data: use it in a suite "
-                          f"(configs/suites/), not on its own")
-    return ctx.data
-
-
-@register_model_source("pretrain")
-def pretrain_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
-    """A method config pretrained on the suite's data (checkpoints cached by configuration)."""
-    data = _suite_data(spec, ctx)
-    if data.pretrain_root is None:
-        raise ConfigError(f"model {spec.name!r} needs pretraining data (suite pretrain_data)")
-    overrides = spec.options.get("set") or []
-    entry = ModelEntry(name=spec.name or Path(spec.target).stem, pretrain=spec.target, set=list(overrides))
-    path = pretrained_checkpoint(entry, data.pretrain_root, data.pretrain_name, ctx.progress, ctx.log, ctx.device)
-    return ModelHandle.from_checkpoint(path, name=entry.name)
-
-
-@register_model_source("supervised")
-def supervised_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
-    """The supervised reference (harness.context.supervised), trained on the suite's data."""
-    data = _suite_data(spec, ctx)
-    entry = ModelEntry(name=spec.name or "supervised", supervised=dict(spec.options))
-    path = supervised_checkpoint_for(entry, data, ctx.progress, ctx.log, ctx.device)
-    return ModelHandle.from_checkpoint(path, name=entry.name)  # its metadata names the context row
 
 
 def prepare_model(entry: ModelEntry, data: SuiteData, progress: bool = True, log=print,
