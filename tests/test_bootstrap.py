@@ -203,7 +203,9 @@ def test_areas_block_states_its_class_averaging():
     zeros = np.zeros((2, 3), dtype=np.int64)
     assert areas_block(zeros, zeros, zeros, count_absent_classes=False, extra_terms=0)["images"] == 2
     with pytest.raises(ValueError, match="non-negative integers"):
-        encode_array(np.array([0.5]))
+        encode_array(np.array([-1]))
+    with pytest.raises(ValueError, match="finite"):
+        encode_array(np.array([0.5, np.nan]))
 
 
 def test_report_shows_the_bootstrap_interval_of_a_one_seed_cell():
