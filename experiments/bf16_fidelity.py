@@ -61,7 +61,7 @@ def _cls_cosine(model, root: Path, half: str = "bf16") -> tuple[float, float, in
     """Cosine similarity of fp32 vs half-precision CLS features of the k-NN val images (cache hits)."""
     from benchmarks.classification.common import load_splits
     from harness.protocol_info import build_protocol
-    from harness.running.features import extract_features
+    from harness.features.extract import extract_features
 
     proto = build_protocol("knn", "synth", {"progress": False})
     c = proto.cfg

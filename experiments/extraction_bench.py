@@ -7,7 +7,7 @@
 Cases, per (arch, size, precision):
 - ``timm``:     plain timm ``VisionTransformer.forward_features`` on random tensors, eval mode,
                 inference_mode, torch's default intra-op threads: the reference point;
-- ``plain``:    ``harness.running.features.extract_features(engine="plain")``: JPEG decode + transform
+- ``plain``:    ``harness.features.extract.extract_features(engine="plain")``: JPEG decode + transform
                 (DataLoader in the calling thread) + forward on the OpenMP team + cache write;
 - ``threads``:  ``extract_features(engine="threads")`` (the harness default): the same work,
                 loader threads + single-threaded kernels in one forward thread per core.
@@ -151,7 +151,7 @@ class TimmCase:
 
 
 class HarnessCase:
-    """harness.running.features.extract_features over JPEG files into a fresh feature cache."""
+    """harness.features.extract.extract_features over JPEG files into a fresh feature cache."""
 
     def __init__(self, engine: str, arch: str, size: int, paths: list[Path], batch: int, precision: str,
                  threads: int, model=None):
@@ -166,7 +166,7 @@ class HarnessCase:
         self._extract(paths[:1])  # warm-up
 
     def _extract(self, paths):
-        from harness.running.features import extract_features
+        from harness.features.extract import extract_features
 
         with tempfile.TemporaryDirectory() as cache:
             return extract_features(self.model, JpegFolder(paths), self.tf, cache_dir=Path(cache), **self.kw)

@@ -26,7 +26,7 @@ from benchmarks.classification.linear_data import AugmentedImages, RandomResized
 from benchmarks.classification.linear_heads import GridSGD, LinearHeads
 from benchmarks.classification.linear_probe import IBOT_BASE_LRS, arch_feature_defaults
 from harness.data.classification import ImageFolderDataset
-from harness.running.features import batch_features
+from harness.features.extract import batch_features
 from harness.models.handle import ModelHandle
 
 SETTINGS = {

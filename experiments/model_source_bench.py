@@ -30,7 +30,7 @@ from PIL import Image
 from harness.data.transforms import ResizeCenterCrop
 from harness.models.importers import import_checkpoint
 from harness.models.sources import build_model
-from harness.running.features import extract_features
+from harness.features.extract import extract_features
 
 
 class RandomImages:

@@ -129,7 +129,7 @@ def cmd_eval(args) -> int:
 
 def cmd_features(args) -> int:
     from harness.data.transforms import ResizeCenterCrop, PatchMultipleResize
-    from harness.running.features import extract_features
+    from harness.features.extract import extract_features
     from harness.registry import DATASETS
 
     model = _model(args)

@@ -201,7 +201,7 @@ def sharded_check(data: Path, work: Path) -> dict:
 
 def protocol_checks(data: Path, checkpoint: Path, device: str) -> list:
     from harness.protocol_info import build_protocol
-    from harness.running.features import extract_features
+    from harness.features.extract import extract_features
     from harness.models.handle import ModelHandle
 
     def model_on(dev: str):

@@ -189,7 +189,7 @@ def test_search_on_the_device_equals_faiss_on_cpu():
 
 
 def test_shards_cover_every_image_once_in_order():
-    from harness.running.features import shard_bounds
+    from harness.features.extract import shard_bounds
 
     for n in (0, 1, 5, 13, 64):
         for world in (1, 2, 3, 8):

@@ -5,7 +5,7 @@ from PIL import Image
 
 from harness.config import fingerprint
 from harness.data.transforms import PatchMultipleResize, ResizeCenterCrop
-from harness.running.features import extract_features
+from harness.features.extract import extract_features
 from harness.models.handle import ModelHandle
 from image_sources import RandomImages
 
@@ -99,7 +99,7 @@ def test_cache_is_not_served_for_files_changed_in_place(tmp_path, model):
 KILLED_EXTRACTION = """
 import os, signal, sys
 from pathlib import Path
-from harness.running import features
+from harness.features import extract as features
 from harness.data.transforms import ResizeCenterCrop
 from harness.models.handle import ModelHandle
 from image_sources import RandomImages

@@ -85,7 +85,8 @@ def test_no_precision_leaves_tf32_on_for_later_work(fake_gpus, tf32_flags, preci
 
 
 def test_tf32_is_in_the_feature_cache_key_and_the_record(tiny_model, fake_gpus, tf32_flags, monkeypatch):
-    from harness.running import features
+    from harness.features import cache as feature_cache
+    from harness.features import extract as features
     from harness.data.transforms import ResizeCenterCrop
 
     class Source:
@@ -98,7 +99,7 @@ def test_tf32_is_in_the_feature_cache_key_and_the_record(tiny_model, fake_gpus, 
         def fingerprint(self):
             return "two-images"
 
-    monkeypatch.setattr(features, "content_stamp", lambda source: "stamp")
+    monkeypatch.setattr(feature_cache, "content_stamp", lambda source: "stamp")
     model = tiny_model
     tf = ResizeCenterCrop(32, 32)
     cpu_key = features.feature_key(model, Source(), tf, 1, True, False, "float32")

@@ -12,7 +12,7 @@ import torch.distributed as tdist
 import torch.multiprocessing as mp
 
 from harness.runtime import distributed as D
-from harness.running import features
+from harness.features import extract as features
 from harness.protocol import Protocol, ProtocolResult
 
 

@@ -106,6 +106,7 @@ HARNESS_FLOORS: tuple[tuple[str, ...], ...] = (
     ("runtime",),  # devices and precision, collectives, memory
     ("data",),
     ("models",),
+    ("features",),  # the feature contract, extraction and cache: below the protocols
     ("protocol", "method"),  # the contracts protocols and methods implement
     ("training",),
     ("conformance", "context"),

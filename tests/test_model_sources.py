@@ -15,7 +15,7 @@ from harness.models.importers import import_checkpoint
 from harness.models.sources import ModelSpec, build_model, parse_spec
 from harness.protocol_info import build_protocol
 from harness.running.evaluate import evaluate
-from harness.running.features import extract_features
+from harness.features.extract import extract_features
 from harness.data.transforms import PatchMultipleResize
 from harness.registry import DATASETS
 from model_zoo_fixtures import hub_repo, tiny_dinov2, tiny_transformers_folders, timm_vit_file, user_code

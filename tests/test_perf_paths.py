@@ -8,7 +8,7 @@ import torch
 from harness.models.flops import VitShape, backbone_flops, gemm_shapes, shape_flops, vit_flops
 from harness.models.backbone import create_backbone
 from harness.data.transforms import PatchMultipleResize, ResizeCenterCrop
-from harness.running.features import extract_features, intra_op_threads
+from harness.features.extract import extract_features, intra_op_threads
 from harness.models.handle import ModelHandle
 from harness.runtime import device as devices
 from image_sources import RandomImages

@@ -57,7 +57,7 @@ def load_splits(dataset: str, data_root: str | Path, train_split: str, val_split
 
 def assemble(cls: torch.Tensor | np.ndarray, patch_mean: torch.Tensor | np.ndarray, *, n_last_blocks: int,
              avgpool: bool, layout: Layout = "concat", cls_token: bool = True) -> torch.Tensor:
-    """Probe input from per-block features (B, n_blocks, d) as stored by harness.running.features.
+    """Probe input from per-block features (B, n_blocks, d) as stored by harness.features.extract.
 
     - CLS of the last ``n_last_blocks`` blocks, concatenated oldest first (DINO/iBOT
       ``torch.cat([x[:, 0] for x in intermediate_output], -1)``);

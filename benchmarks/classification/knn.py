@@ -35,7 +35,7 @@ from harness.context.chance import uniform_topk
 from harness.data.transforms import ResizeCenterCrop
 from harness.runtime.device import resolve_device
 from harness.errors import ConfigError, DataError
-from harness.running.features import extract_features
+from harness.features.extract import extract_features
 from harness.models.handle import ModelHandle
 from harness.presets import load_presets
 from harness.protocol import Protocol, ProtocolResult

@@ -5,7 +5,7 @@ forward per batch (benchmarks/classification/linear_heads.py).
 The backbone is frozen in the strict sense: eval mode (no dropout, no drop-path, no
 BatchNorm statistics updates) and torch.no_grad for its forward; the tests check that its
 weights are bit-identical after a probe epoch. Validation features are deterministic
-(Resize -> CenterCrop), so they come from the harness.running.features cache and are computed once
+(Resize -> CenterCrop), so they come from the harness.features.extract cache and are computed once
 instead of once per epoch as in the official scripts; the numbers are the same.
 
 Recipes (see docs/PROTOCOLS.md (classification section) for the sources and every difference):
@@ -44,7 +44,7 @@ from harness.context.chance import uniform_topk
 from harness.runtime.device import module_device, pin_memory
 from harness.data.transforms import ResizeCenterCrop
 from harness.errors import ConfigError
-from harness.running.features import batch_features, extract_features
+from harness.features.extract import batch_features, extract_features
 from harness.models.handle import ModelHandle
 from harness.presets import load_presets
 from harness.protocol import Protocol, ProtocolResult

@@ -97,7 +97,7 @@ class HbirdAugment:
 
 
 class AugmentedView:
-    """An ImageSource (for harness.running.features.extract_features) of the augmented crops of one
+    """An ImageSource (for harness.features.extract.extract_features) of the augmented crops of one
     (seed, epoch); ``load_mask`` gives each crop's mask."""
 
     def __init__(self, dataset, aug: HbirdAugment, seed: int, epoch: int):

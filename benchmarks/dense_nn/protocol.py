@@ -15,7 +15,7 @@ Two presets, one implementation (docs/PROTOCOLS.md (dense NN section) lists ever
   upsampling of the scores, its metric (Hungarian matching, mean over every class); plain
   mIoU and std 0.225 are opt-in settings.
 
-Features come from `harness.running.features.extract_features` (cached): the training split is
+Features come from `harness.features.extract.extract_features` (cached): the training split is
 extracted once and every (fraction, seed) bank indexes into it. Augmented banks (hbird)
 are extracted per (seed, epoch) over the union of that seed's subsets (a crop depends on
 (seed, epoch, image) only, so nested subsets share it); they cannot be shared across seeds.
@@ -294,7 +294,7 @@ class DenseNN(Protocol):
                             jitter_p=cfg.aug_jitter_p, mean=tuple(cfg.norm_mean), std=tuple(cfg.norm_std))
 
     def _extract(self, model, source, transform, desc: str):
-        from harness.running.features import extract_features
+        from harness.features.extract import extract_features
 
         cfg = self.cfg
         return extract_features(model, source, transform, n_last_blocks=cfg.n_last_blocks, norm=cfg.feature_norm,

@@ -3,7 +3,7 @@
 Each patch's feature is its pixels as the protocol's transform gives them (resized and
 normalised with the protocol's mean and std), flattened channel-last: a p x p patch gives a
 3 * p * p vector, on the same patch grid as a ViT of patch size p, so every protocol that
-reads features through harness.running.features (k-NN, linear probe, dense NN) measures it unchanged.
+reads features through harness.features.extract (k-NN, linear probe, dense NN) measures it unchanged.
 The "CLS" feature is the whole image area-averaged down to one p x p patch (a thumbnail of
 the same size as a patch vector): a global descriptor that keeps the layout, where the
 average of the patch vectors (the ``avgpool`` feature) keeps only the mean patch.

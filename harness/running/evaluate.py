@@ -9,7 +9,7 @@ import torch
 from harness.runtime import distributed as dist
 from harness.results import records as results
 from harness.runtime.device import device_record
-from harness.running.features import leading_extractions, serve_extractions
+from harness.features.extract import leading_extractions, serve_extractions
 from harness.runtime.memory import peak_rss_mb
 from harness.models.handle import ModelHandle
 from harness.protocol import Protocol, RunIdentity

@@ -153,7 +153,7 @@ def case_tokens(case: dict, image_root: Path | None = None) -> dict:
             out[split], out[f"{split}_y"] = tok, y.astype(np.int64)
         return out
     from benchmarks.classification.common import load_splits
-    from harness.running.features import extract_features
+    from harness.features.extract import extract_features
 
     model = make_model()
     p = probe(case, cached_features=True)

@@ -1,4 +1,5 @@
-"""Feature extraction: batched, with a progress bar, and a content-addressed cache.
+"""Feature extraction: batched, with a progress bar, through the content-addressed cache
+(harness.features.cache), sharded over torchrun ranks.
 
 One extraction per (weights sha256, dataset file list, transform, layer choice) is
 kept on disk; a second request with the same key memory-maps the stored arrays.
@@ -31,9 +32,9 @@ import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal, Protocol as TypingProtocol
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -42,57 +43,14 @@ from tqdm.auto import tqdm
 
 from harness.runtime import device as devices
 from harness.runtime import distributed as dist
-from harness.config import fingerprint
-from harness.data.io import content_stamp
 from harness.io_utils import clean_stale_tempdirs, make_owned_tempdir
+from harness.features.cache import feature_key, load_feature_set
+from harness.features.contract import ENGINES, STAGE_KEYS, Engine, FeatureSet, ImageSource  # noqa: F401
 from harness.models.handle import ModelHandle
 from harness.paths import feature_cache_dir
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 1
-Engine = Literal["threads", "plain"]
-ENGINES = ("threads", "plain")
-# Stage timings recorded in meta.json / FeatureSet.stages (seconds; see `_Stages`).
-STAGE_KEYS = ("load_s", "transform_s", "forward_s", "write_s", "wait_s", "wall_s")
-
-
-class ImageSource(TypingProtocol):
-    """load_image may be called from several threads at once (the "threads" engine); a
-    source that cannot allow that sets ``thread_safe = False`` and is read by one thread."""
-
-    def __len__(self) -> int: ...
-    def load_image(self, i: int): ...
-    def fingerprint(self) -> str: ...
-
-
-@dataclass
-class FeatureSet:
-    """cls and patch_mean: (N, n_blocks, d); patches (optional): flat (P, n_blocks, d) with
-    per-image offsets and (h, w) grids."""
-
-    cls: np.ndarray
-    patch_mean: np.ndarray
-    grids: np.ndarray  # (N, 2)
-    offsets: np.ndarray | None = None  # (N + 1,)
-    patch_flat: np.ndarray | None = None
-    key: str = ""
-    from_cache: bool = False
-    seconds: float = 0.0
-    # How the extraction that produced this entry spent its time (see `_Stages`); empty for
-    # cache entries written before stages were recorded.
-    stages: dict = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return self.cls.shape[0]
-
-    def patches(self, i: int) -> np.ndarray:
-        """(n_blocks, h, w, d) patch tokens of image i."""
-        if self.patch_flat is None:
-            raise ValueError("patch tokens were not extracted (ask with patches=True)")
-        h, w = self.grids[i]
-        block = self.patch_flat[self.offsets[i]:self.offsets[i + 1]]
-        return np.moveaxis(block.reshape(h, w, *block.shape[1:]), 2, 0)
 
 
 class _Transformed(Dataset):
@@ -116,23 +74,6 @@ class _Transformed(Dataset):
 
 def _collate_list(batch):
     return batch  # images may differ in size; grouped by shape in the forward
-
-
-def feature_key(model: ModelHandle, source: ImageSource, transform, n_last_blocks: int, norm: bool,
-                patches: bool, patch_dtype: str, precision: str = "fp32") -> str:
-    # A GPU's kernels round differently from the CPU's: features from each are kept apart;
-    # so are those computed with TF32 matmuls (fp32 on CUDA is strict unless something set TF32).
-    device_type = devices.module_device(model.backbone).type
-    tf32 = device_type == "cuda" and devices.tf32_enabled()
-    return fingerprint({
-        "v": CACHE_VERSION, "weights": model.cache_key, "data": source.fingerprint(),
-        "data_stamp": content_stamp(source),
-        "transform": transform.fingerprint(), "n_last_blocks": n_last_blocks, "norm": norm,
-        "patches": patches, "patch_dtype": patch_dtype, "precision": precision,
-        "pos_interp": model.backbone.pos_interp_id,
-        **({"device": device_type} if device_type != "cpu" else {}),
-        **({"tf32": True} if tf32 else {}),
-    }, length=24)
 
 
 def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_last_blocks: int = 1,
@@ -159,7 +100,7 @@ def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_la
     root = Path(cache_dir or feature_cache_dir())
     final = root / key
     if cache and (final / "meta.json").is_file():
-        return _load(final, key)
+        return load_feature_set(final, key)
     root.mkdir(parents=True, exist_ok=True)
     clean_stale_tempdirs(root)  # folders of killed extractions (any key); never a running one's
     args = (model, source, transform, n_last_blocks, norm, patches, patch_dtype, batch_size, num_workers,
@@ -179,7 +120,7 @@ def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_la
         meta["seconds"] = time.perf_counter() - t0
         (tmp / "meta.json").write_text(json.dumps(meta))
         if not cache:
-            fs = _load(tmp, key, in_memory=True)
+            fs = load_feature_set(tmp, key, in_memory=True)
             shutil.rmtree(tmp, ignore_errors=True)
             fs.from_cache = False
             return fs
@@ -190,7 +131,7 @@ def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_la
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    fs = _load(final, key)
+    fs = load_feature_set(final, key)
     fs.from_cache = False
     if progress:
         tqdm.write(throughput_line(desc, len(fs), fs.stages), file=sys.stderr)
@@ -260,7 +201,7 @@ def _extract_sharded(root: Path, key: str, cache: bool, args: tuple) -> FeatureS
             else:
                 tmp.rename(out)
         dist.file_barrier()  # rank 0 alone joins: may take long (see FILE_WAIT_TIMEOUT)
-        fs = _load(out, key, in_memory=not cache)
+        fs = load_feature_set(out, key, in_memory=not cache)
         fs.from_cache = False
         dist.file_barrier()  # every rank has read the joined arrays before they go
     finally:
@@ -591,20 +532,3 @@ def _shape_groups(images: list[torch.Tensor]) -> list[list[int]]:
     for j, im in enumerate(images):
         groups.setdefault(tuple(im.shape), []).append(j)
     return list(groups.values())
-
-
-def _load(path: Path, key: str, in_memory: bool = False) -> FeatureSet:
-    meta = json.loads((path / "meta.json").read_text())
-    mode = None if in_memory else "r"
-    fs = FeatureSet(cls=np.load(path / "cls.npy", mmap_mode=mode),
-                    patch_mean=np.load(path / "patch_mean.npy", mmap_mode=mode),
-                    grids=np.load(path / "grids.npy"), key=key, from_cache=True,
-                    seconds=meta.get("seconds", 0.0), stages=meta.get("stages", {}))
-    if meta["patches"]:
-        fs.offsets = np.load(path / "offsets.npy")
-        shape = (meta["total_patches"], meta["n_last_blocks"], meta["dim"])
-        if in_memory:
-            fs.patch_flat = np.fromfile(path / "patches.bin", dtype=meta["patch_dtype"]).reshape(shape)
-        else:
-            fs.patch_flat = np.memmap(path / "patches.bin", dtype=meta["patch_dtype"], mode="r", shape=shape)
-    return fs
