@@ -139,9 +139,9 @@ def test_peak_gpu_memory_is_reset_before_each_measurement(tiny_model, fake_gpus,
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: calls.append(("peak", d)) or 3 * 2**20)
     model = tiny_model
     monkeypatch.setattr(ModelHandle, "device", property(lambda self: torch.device("cuda", 0)))
-    model.measure = lambda protocol, root: calls.append(("measure", None)) or [
-        ProtocolResult(metrics={"top1": 1.0}, dataset="imagefolder", split="val")]
     protocol = build_protocol("knn", "synth", {"dataset": "imagefolder"})
+    monkeypatch.setattr(protocol, "run", lambda model, root: calls.append(("measure", None)) or [
+        ProtocolResult(metrics={"top1": 1.0}, dataset="imagefolder", split="val")])
     monkeypatch.setattr(protocol, "request_hash", lambda: "req")
     (tmp_path / "data").mkdir()
     records, _ = evaluate(model, protocol, tmp_path / "data", runs_dir=tmp_path / "runs", force=True)

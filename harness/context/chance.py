@@ -18,7 +18,6 @@ which raises harness.errors.NotApplicable, and the suite skips the pair.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,6 @@ from torch import nn
 
 from harness.models.handle import ModelHandle
 from harness.errors import ConfigError
-from harness.protocol import Protocol, ProtocolResult
 from harness.registry import register_model_source
 
 CHANCE_VERSION = 1  # part of the identity: a change of definition must not reuse records
@@ -64,9 +62,6 @@ class ChanceModel(ModelHandle):
     @property
     def cache_key(self) -> str:
         return self.meta["identity"]
-
-    def measure(self, protocol: Protocol, data_root: Path) -> list[ProtocolResult]:
-        return protocol.chance_results(Path(data_root))
 
     def record_info(self) -> dict[str, Any]:
         return {"name": self.name, "method": "chance", "arch": None, "patch_size": None, "pretrain_data": None,

@@ -75,10 +75,6 @@ class ModelHandle:
         ``chance``; harness.context), or None for a method's or a checkpoint's model."""
         return self.meta.get("context")
 
-    def measure(self, protocol, data_root: Path) -> list:
-        """The protocol's results on this model (a chance row asks the protocol instead)."""
-        return protocol.run(self, data_root)
-
     def to(self, device: str | torch.device | None) -> "ModelHandle":
         """Move the backbone to a device spec (harness.runtime.device: auto | cpu | cuda | cuda:N)."""
         self.backbone.to(resolve_device(device))

@@ -34,12 +34,20 @@ def already_done(model: ModelHandle, protocol: Protocol, identity: RunIdentity,
             and r["model"]["name"] == model.name]
 
 
+def run_protocol(model: ModelHandle, protocol: Protocol, data_root: Path) -> list:
+    """The protocol's results on ``model``: the runner evaluates a model with a protocol (the
+    model knows nothing of protocols); the chance row asks the protocol what a guess scores."""
+    if model.context == "chance":
+        return protocol.chance_results(Path(data_root))
+    return protocol.run(model, data_root)
+
+
 def _measure(model: ModelHandle, protocol: Protocol, data_root: Path) -> list:
     """The protocol's results. Under torchrun, rank 0 runs the protocol while the others
     extract their shares of its features, then receive its results: the numbers are computed
     once, not once per rank."""
     if dist.world_size() == 1 or protocol.RUNS_ON_EVERY_RANK:
-        return model.measure(protocol, data_root)
+        return run_protocol(model, protocol, data_root)
     if not dist.is_main():
         status, value = serve_extractions(model)
         if status != "ok":
@@ -47,7 +55,7 @@ def _measure(model: ModelHandle, protocol: Protocol, data_root: Path) -> list:
         return value
     try:
         with leading_extractions():
-            outputs = model.measure(protocol, data_root)
+            outputs = run_protocol(model, protocol, data_root)
     except BaseException as exc:
         dist.broadcast_object(("done", ("failed", f"{type(exc).__name__}: {exc}")))
         raise
