@@ -27,7 +27,10 @@ class ProtocolDeclaration:
     unless ``headline`` names another. ``variant_labels``: variant key -> header format
     ({"k": "k={}"} reads "k=20"). ``datasets``: dataset name -> module registering its reader,
     for readers that live in the protocol's folder. ``per_image_kinds``: per-image statistic kind
-    -> module defining it (harness.per_image.register_kind), for kinds of the protocol's own."""
+    -> module defining it (harness.per_image.register_kind), for kinds of the protocol's own.
+    ``synthetic``: a module whose ``generate(out_dir, preset="small", seed=0, progress=True)``
+    writes the protocol's SynthScenes data set (idempotent, atomic); suites name its folder
+    ``{synth:<protocol>}``."""
 
     name: str
     module: str
@@ -36,13 +39,15 @@ class ProtocolDeclaration:
     variant_labels: Mapping[str, str] = field(default_factory=dict)
     datasets: Mapping[str, str] = field(default_factory=dict)
     per_image_kinds: Mapping[str, str] = field(default_factory=dict)
+    synthetic: str | None = None
     summary: str = ""
 
     def __post_init__(self):
         if not _NAME.match(self.name or ""):
             raise ValueError(f"protocol name {self.name!r}: lower-case letters, digits and _, starting with a letter")
         for what, module in [("module", self.module), *(("dataset " + k, v) for k, v in self.datasets.items()),
-                             *(("per-image kind " + k, v) for k, v in self.per_image_kinds.items())]:
+                             *(("per-image kind " + k, v) for k, v in self.per_image_kinds.items()),
+                             *([("synthetic", self.synthetic)] if self.synthetic is not None else [])]:
             if not isinstance(module, str) or not _MODULE.match(module):
                 raise ValueError(f"protocol {self.name!r}: {what} must be a dotted module path, found {module!r}")
         table = metric_table(self.metrics)
