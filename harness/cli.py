@@ -196,7 +196,7 @@ def _launcher_args(q, launcher_help: str) -> None:
 
 # The modules that add their own subcommands (``add_cli(subparsers)``), with the commands each adds.
 SUBCOMMAND_MODULES = {
-    "harness.scaffold": ("new-method",),
+    "harness.scaffold": ("new-method", "new-protocol"),
     "harness.models.zoo": ("zoo",),
     "harness.running.reproduce": ("reproduce", "paper"),
     "harness.results.report": ("report",),

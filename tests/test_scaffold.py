@@ -36,3 +36,78 @@ def test_new_method_refuses_bad_or_taken_names(tmp_path):
     new_method("fresh", tmp_path)
     with pytest.raises(ConfigError, match="would overwrite"):
         new_method("fresh", tmp_path)
+
+
+# ----------------------------------------------------------------------------- new-protocol
+REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def _project_copy(root):
+    """A project folder that shares the checkout's code through links, with a benchmarks/ of its
+    own (links to each protocol folder) and its own pyproject.toml, for the scaffold to write into."""
+    import shutil
+
+    for name in ("harness", "methods", "configs", "results", "run_benchmark.py"):
+        (root / name).symlink_to(REPO / name)
+    (root / "benchmarks").mkdir()
+    for entry in (REPO / "benchmarks").iterdir():
+        if entry.name != "__pycache__":
+            (root / "benchmarks" / entry.name).symlink_to(entry)
+    (root / "benchmarks" / "__init__.py").unlink()
+    shutil.copy(REPO / "benchmarks" / "__init__.py", root / "benchmarks" / "__init__.py")
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def test_new_protocol_writes_one_folder_and_lists_its_package(tmp_path, capsys):
+    from harness.registry import read_declarations
+
+    root = _project_copy(tmp_path)
+    before = (root / "pyproject.toml").read_text()
+    assert main(["new-protocol", "depth_demo", "--root", str(root)]) == 0
+    written = {p.relative_to(root).as_posix() for p in map(__import__("pathlib").Path, (
+        line.split("wrote ", 1)[1] for line in capsys.readouterr().out.splitlines() if line.startswith("wrote ")))}
+    outside = {p for p in written if not p.startswith("benchmarks/depth_demo/")}
+    assert outside == {"pyproject.toml"}  # the one file outside the folder
+    assert '"benchmarks.depth_demo"' in (root / "pyproject.toml").read_text()
+    assert (root / "pyproject.toml").read_text().replace(', "benchmarks.depth_demo"', "") == before
+    # its declaration reads torch-free, with a lower-is-better headline
+    sys.path.insert(0, str(root))
+    saved = {k: sys.modules.pop(k) for k in list(sys.modules) if k == "benchmarks" or k.startswith("benchmarks.")}
+    try:
+        import benchmarks
+
+        declared = read_declarations([benchmarks])
+        assert not declared["depth_demo"].metric("rmse").higher_is_better
+        assert {"knn", "dense_nn", "depth_demo"} <= set(declared)
+    finally:
+        sys.path.remove(str(root))
+        for k in [k for k in sys.modules if k == "benchmarks" or k.startswith("benchmarks.")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
+def test_new_protocol_refuses_bad_or_taken_names(tmp_path):
+    from harness.scaffold import new_protocol
+
+    root = _project_copy(tmp_path)
+    with pytest.raises(ConfigError, match="lower-case Python identifier"):
+        new_protocol("Depth-Probe", root)
+    with pytest.raises(ConfigError, match="already registered"):
+        new_protocol("knn", root)
+
+
+@pytest.mark.slow
+def test_a_scaffolded_protocol_passes_its_own_tests(tmp_path):
+    """The generated folder's tests, run as a user would after `ssl-bench new-protocol`."""
+    import os
+    import subprocess
+
+    root = _project_copy(tmp_path)
+    assert main(["new-protocol", "depth_demo", "--root", str(root)]) == 0
+    env = {**os.environ, "PYTHONPATH": str(root), "SSL_BENCH_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root),
+                           str(root / "benchmarks" / "depth_demo")], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "2 passed" in done.stdout
