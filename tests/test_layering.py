@@ -1,8 +1,10 @@
 """The layering of the three packages: harness/ (the core), benchmarks/ (the protocols) and
 methods/ (the pretraining methods).
 
-- The core imports no method and no protocol: only the registry's lazy loader names the
-  built-in packages, by string. benchmarks/ and methods/ import the core.
+- The core imports no method and no protocol, not even by string: the packages that own them
+  say where they are (entry points in pyproject.toml, each protocol folder's declaration.py).
+  benchmarks/ and methods/ import the core. Imports by string (``import_module``, a
+  declaration's module paths) count as imports everywhere below.
 - No import cycle among their modules, counting imports inside functions and type-only ones
   under ``if TYPE_CHECKING:``: a cycle that Python happens to resolve is still two modules
   that cannot be read, tested or moved one without the other.
@@ -76,16 +78,41 @@ class ImportGraph:
     edges: list[ImportEdge] = field(repr=False)
 
 
+# The calls that import a module named by a string, and the keyword arguments that name a module
+# to be imported later (a protocol declaration's module, data readers, per-image kinds, generator).
+STRING_IMPORT_CALLS = ("import_module", "__import__")
+MODULE_KEYWORDS = ("module", "synthetic", "datasets", "per_image_kinds")
+
+
+def string_imports(call: ast.Call) -> list[str]:
+    """The module names a call imports by string: ``import_module("a.b")``, and the literal module
+    paths of the keywords of ``MODULE_KEYWORDS`` (a string, or a dict of strings)."""
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
+    found = []
+    if name in STRING_IMPORT_CALLS and call.args and isinstance(call.args[0], ast.Constant):
+        found.append(call.args[0].value)
+    for kw in call.keywords:
+        if kw.arg not in MODULE_KEYWORDS:
+            continue
+        values = kw.value.values if isinstance(kw.value, ast.Dict) else [kw.value]
+        found += [v.value for v in values if isinstance(v, ast.Constant)]
+    return [f for f in found if isinstance(f, str)]
+
+
 def read_imports(root: Path, packages=PACKAGES) -> ImportGraph:
     """The modules and every name bound by an import statement anywhere in them (function
-    bodies and ``if TYPE_CHECKING:`` blocks included)."""
+    bodies and ``if TYPE_CHECKING:`` blocks included), and every module imported by string
+    (``import_module``, a declaration's module paths: :func:`string_imports`)."""
     modules = find_modules(root, packages)
     edges = []
     for module, path in modules.items():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if isinstance(node, (ast.Import, ast.ImportFrom, ast.Call)):
                 where = f"{path.relative_to(root).as_posix()}:{node.lineno}"
-            if isinstance(node, ast.Import):
+            if isinstance(node, ast.Call):
+                edges += [ImportEdge(module, target, target, None, where)
+                          for target in string_imports(node) if target.split(".")[0] in packages]
+            elif isinstance(node, ast.Import):
                 edges += [ImportEdge(module, alias.name, alias.name, None, where) for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
                 source = _absolute(module, path, node)
@@ -332,6 +359,22 @@ def test_a_core_module_importing_a_plugin_is_reported(tmp_path):
     imports = read_imports(root, ("core", "plugins"))
     assert plugin_imports_of_core(imports, "core", ("plugins",)) == [
         "core.run imports plugins.p (core/run.py:2)"]
+
+
+def test_a_string_import_up_the_floors_is_reported(tmp_path):
+    """A lazy loader or a declaration naming a module by string is an import like any other."""
+    root = _tree(tmp_path, {
+        "core/__init__.py": "",
+        "core/registry.py": "import importlib\ndef load():\n    importlib.import_module('core.top.run')\n",
+        "core/base.py": "D = Decl(module='core.top.run', datasets={'x': 'core.top.run'})\n",
+        "core/top/__init__.py": "",
+        "core/top/run.py": "X = 1\n",
+    })
+    floors = (("__init__", "registry", "base"), ("top",))
+    assert floor_violations(read_imports(root, ("core",)), floors, "core") == [
+        "base imports top, a floor above it (core/base.py:1)",
+        "registry imports top, a floor above it (core/registry.py:3)",
+    ]
 
 
 def test_an_import_up_the_floors_and_a_two_way_tie_are_reported(tmp_path):
