@@ -122,7 +122,13 @@ def _importable(module: str) -> bool:
     return spec is not None
 
 
-def _fill(template: str, synth_root: Path | None) -> str:
+def _fill(template: str, synth_root: Path | None, synth: SynthSpec | None = None) -> str:
+    """A data root with ``{synth}`` (SynthScenes) and ``{synth:<protocol>}`` (a protocol's own
+    SynthScenes set, harness.data.declared_synthetic) filled in."""
+    if "{synth:" in template:
+        from harness.data.declared_synthetic import fill_declared
+
+        template = fill_declared(template, synth.preset if synth else None, synth.seed if synth else None)
     if "{synth}" in template:
         if synth_root is None:
             raise ConfigError(f"{template!r} refers to {{synth}} but the suite has no synth section")
@@ -174,9 +180,10 @@ class SuiteData:
     pretrain_name: str
     zoo_dir: Path | None = None
     zoo_path: Path | None = None
+    synth: SynthSpec | None = None
 
     def fill(self, template: str) -> str:
-        return _fill(template, self.synth_root)
+        return _fill(template, self.synth_root, self.synth)
 
 
 def prepare_data(suite: SuiteConfig, progress: bool = True, log=print) -> SuiteData:
@@ -193,7 +200,7 @@ def prepare_data(suite: SuiteConfig, progress: bool = True, log=print) -> SuiteD
     pre_name = f"synthscenes-{suite.synth.preset}" if suite.synth and "{synth}" in suite.pretrain_data \
         else str(pre_root)
     return SuiteData(synth_root, pre_root, pre_name, Path(suite.zoo_dir) if suite.zoo_dir else None,
-                     Path(suite.zoo_path) if suite.zoo_path else None)
+                     Path(suite.zoo_path) if suite.zoo_path else None, suite.synth)
 
 
 MODEL_KINDS = ("model", "random_init", "pretrain", "checkpoint", "zoo", "pixels", "supervised", "chance")
