@@ -170,6 +170,13 @@ class Protocol:
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
         raise NotImplementedError
 
+    def examples(self, model: ModelHandle, data_root: Path, count: int = 4, seed: int = 0) -> list:
+        """``count`` evaluation items drawn with ``seed``, each as panels (harness.examples: the
+        input as the model saw it after this protocol's transform, the target, the prediction),
+        for `ssl-bench show`. A protocol that draws none keeps this default."""
+        raise NotApplicable(f"protocol {self.registry_name!r} draws no examples (it defines no "
+                            "examples(model, data_root, count, seed))")
+
     def chance_results(self, data_root: Path) -> list[ProtocolResult]:
         """What a uniform random guess scores, for the chance row (harness/context/chance.py):
         the same datasets, splits, variants and seeds as ``run``, with chance-level metrics

@@ -35,6 +35,7 @@ from harness.context.chance import uniform_topk
 from harness.data.transforms import ResizeCenterCrop
 from harness.runtime.device import resolve_device
 from harness.errors import ConfigError, DataError
+from harness.examples import Example, Panel, chosen_items, seen_by_model
 from harness.features.extract import extract_features
 from harness.models.handle import ModelHandle
 from harness.presets import load_presets
@@ -287,6 +288,34 @@ class KNNProtocol(Protocol):
         f_train = extract_features(model, splits.train, tf, desc="knn train", **kw)
         f_val = extract_features(model, splits.val, tf, desc="knn val", **kw)
         return splits, f_train, f_val
+
+    def examples(self, model: ModelHandle, data_root: Path, count: int = 4, seed: int = 0) -> list[Example]:
+        """Val images drawn with ``seed``: the image as the model saw it, its class, the class the
+        smallest k of the sweep votes for, and its three nearest training images."""
+        c = self.cfg
+        splits, f_train, f_val = self.extract(model, data_root)
+        items = chosen_items(len(splits.val), count, seed)
+        train = feature_for(c.feature, f_train.cls, f_train.patch_mean, c.n_last_blocks)
+        val = feature_for(c.feature, f_val.cls[items], f_val.patch_mean[items], c.n_last_blocks)
+        k = min(min(c.ks), len(splits.train_labels))
+        sims, idx = cosine_topk(train, val, k, backend="torch")
+        labels = torch.as_tensor(splits.train_labels)
+        predicted = class_scores(sims, labels[idx], k, c.temperature, splits.num_classes).argmax(1).tolist()
+        tf = self.transform()
+
+        def seen(reader, i):
+            return seen_by_model(tf(reader.load_image(i)), tf.mean, tf.std)
+
+        out = []
+        for row, (i, p) in enumerate(zip(items, predicted)):
+            truth = splits.classes[int(splits.val_labels[i])]
+            panels = [Panel("input", image=seen(splits.val, i)), Panel("target", kind="text", text=truth),
+                      Panel(f"k={k} vote", kind="text", text=splits.classes[p])]
+            panels += [Panel(f"neighbour {j + 1}", image=seen(splits.train, int(idx[row, j])),
+                             text=f"{splits.classes[int(labels[idx[row, j]])]} ({float(sims[row, j]):.2f})")
+                       for j in range(min(3, k))]
+            out.append(Example(f"val {i}", panels, correct=splits.classes[p] == truth))
+        return out
 
     def chance_results(self, data_root: Path) -> list[ProtocolResult]:
         """The chance row's records (harness.context.chance): a uniform guess, per k."""

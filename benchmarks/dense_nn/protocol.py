@@ -36,8 +36,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from benchmarks.dense_nn.aug import AugmentedView, HbirdAugment, PreparedTensor, torch_nearest_resize
-from benchmarks.dense_nn.core import (CoreSettings, ImageLabels, build_bank, check_mask, evaluate,
-                                      image_labels, iter_arrays, memory_per_image, seeded_rand)
+from benchmarks.dense_nn.core import (CoreSettings, ImageLabels, aggregate, build_bank, check_mask, evaluate,
+                                      image_labels, iter_arrays, memory_per_image, predict_image, seeded_rand)
 from benchmarks.dense_nn.index import IndexSpec
 from benchmarks.dense_nn.metric import ConfusionMatrix, compute_miou
 from benchmarks.dense_nn.subsets import Subset, check_nested, plan_subsets, write_subset_list
@@ -46,6 +46,7 @@ from harness.context.chance import uniform_segmentation
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, PatchMultipleResize, SquareResize
 from harness.runtime.device import module_device
 from harness.errors import ConfigError, DataError
+from harness.examples import Example, Panel, chosen_items, seen_by_model
 from harness.io_utils import atomic_write
 from harness.presets import load_presets
 from harness.protocol import Protocol, ProtocolResult
@@ -301,6 +302,41 @@ class DenseNN(Protocol):
                                 patches=True, patch_dtype=cfg.bank_dtype, batch_size=cfg.batch_size,
                                 num_workers=cfg.num_workers, progress=cfg.progress, desc=desc,
                                 precision=cfg.precision)
+
+    # ------------------------------------------------------------------ examples
+    def examples(self, model, data_root, count: int = 4, seed: int = 0) -> list[Example]:
+        """Val images drawn with ``seed``: the image as the model saw it, its mask at the features'
+        geometry, and the prediction of a bank of every training image (unaugmented, memory cap
+        drawn with ``seed``; under Hungarian matching the prediction shows unmatched clusters)."""
+        cfg = self.cfg
+        train_split, val_split = self.splits()
+        ds_cls = DATASETS.get(cfg.dataset)
+        train_ds, val_ds = ds_cls(Path(data_root), train_split), ds_cls(Path(data_root), val_split)
+        patch = int(model.backbone.patch_size)
+        s = core_settings(cfg, int(train_ds.num_classes), int(train_ds.ignore_index), patch,
+                          str(module_device(model.backbone)))
+        transform = self.transform(patch)
+        fs = self._extract(model, train_ds, transform, f"dense_nn {cfg.dataset} train")
+        labels = self._train_labels(train_ds, lambda i: self._resize_mask(transform, np.asarray(train_ds.load_mask(i))),
+                                    fs.grids, s)
+        stems = list(train_ds.stems)
+        n_keep = memory_per_image(cfg.memory_size, len(stems), 1) if cfg.memory_size else None
+        bank = build_bank(lambda j: grid_features(fs, j), labels, s, n_keep=n_keep,
+                          rand_for=lambda j: seeded_rand([seed, 0, _stem_hash(stems[j])]))
+        val_fs = self._extract(model, val_ds, transform, f"dense_nn {cfg.dataset} val")
+        out = []
+        for i in chosen_items(len(val_ds), count, seed):
+            mask = self._resize_mask(transform, np.asarray(val_ds.load_mask(i)))
+            pred = predict_image(aggregate(bank, np.array(grid_features(val_fs, i)), s),
+                                 tuple(int(v) for v in val_fs.grids[i]), mask.shape, s)
+            valid = mask != s.ignore_index
+            acc = 100.0 * float((pred[valid] == mask[valid]).mean()) if valid.any() else float("nan")
+            seen = seen_by_model(transform(val_ds.load_image(i)), transform.mean, transform.std)
+            out.append(Example(str(val_ds.stems[i]), [
+                Panel("input", image=seen), Panel("target", kind="labels", image=mask, ignore=s.ignore_index),
+                Panel("prediction", kind="labels", image=np.asarray(pred), ignore=s.ignore_index,
+                      text=f"pixel acc {acc:.1f}%")]))
+        return out
 
     # ------------------------------------------------------------------ run
     def chance_results(self, data_root: Path) -> list[ProtocolResult]:

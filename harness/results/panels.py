@@ -1,0 +1,54 @@
+"""Draws a protocol's examples (harness.examples) as one figure: a row per example, its panels
+left to right (`ssl-bench show`)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from harness.examples import Example, Panel
+
+
+def _draw_panel(ax, panel: Panel) -> None:
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_title(panel.label + (f"\n{panel.text}" if panel.text and panel.kind != "text" else ""), fontsize=8)
+    if panel.kind == "text":
+        ax.text(0.5, 0.5, panel.text, ha="center", va="center", fontsize=9, wrap=True, transform=ax.transAxes)
+        ax.set_frame_on(False)
+        return
+    if panel.kind == "rgb":
+        ax.imshow(panel.image, interpolation="nearest")
+    elif panel.kind == "labels":
+        shown = np.ma.masked_equal(panel.image, panel.ignore) if panel.ignore is not None else panel.image
+        ax.imshow(shown, cmap="tab20", vmin=0, vmax=19, interpolation="nearest")
+    else:
+        im = ax.imshow(panel.image, cmap="viridis", interpolation="nearest")
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02, label=panel.unit or None)
+
+
+def draw_examples(examples: list[Example], path: Path, title: str) -> Path:
+    """One PNG at ``path``: ``title`` above, one row per example."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not examples:
+        raise ValueError("no examples to draw")
+    cols = max(len(e.panels) for e in examples)
+    fig, axes = plt.subplots(len(examples), cols, figsize=(2.2 * cols, 2.4 * len(examples)), squeeze=False)
+    for row, example in zip(axes, examples):
+        mark = "" if example.correct is None else (" ✓" if example.correct else " ✗")
+        row[0].set_ylabel(example.title + mark, fontsize=8)
+        for ax, panel in zip(row, example.panels):
+            _draw_panel(ax, panel)
+        for ax in row[len(example.panels):]:
+            ax.axis("off")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
