@@ -127,7 +127,7 @@ def read_imports(root: Path, packages=PACKAGES) -> ImportGraph:
 # imports only from its own floor or below; rooms of one floor may import each other one way.
 HARNESS_FLOORS: tuple[tuple[str, ...], ...] = (
     ("__init__", "errors", "yaml_io"),
-    ("metrics", "declaration"),  # what protocols declare about their numbers, torch-free
+    ("metrics", "declaration", "examples"),  # what protocols declare about their numbers and show of their items
     ("paths", "io_utils", "config", "registry", "schedules", "presets", "protocol_info", "variants", "text_table",
      "per_image"),
     ("runtime",),  # devices and precision, collectives, memory
