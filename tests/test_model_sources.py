@@ -102,10 +102,13 @@ def test_timm_vit_and_harness_vit_give_identical_records_and_share_the_cache(vit
 
 def test_a_timm_vit_with_its_own_normalisation_is_another_model(tmp_path, vit_pair):
     path = Path(vit_pair[0].meta["checkpoint"])
-    augreg = build_model(f"timm:vit_small_patch16_224,weights={path}")  # declares mean = std = 0.5
+    # the tag named by the user declares mean = std = 0.5; stating it gives the same model
+    augreg = build_model(f"timm:vit_small_patch16_224.augreg_in21k,weights={path}")
+    stated = build_model(f"timm:vit_small_patch16_224,weights={path},mean=0.5/0.5/0.5,std=0.5/0.5/0.5")
     info = augreg.record_info()["adapter"]
-    assert info["input_norm"].startswith("mean=[0.5")
-    assert augreg.cache_key != vit_pair[0].cache_key
+    assert info["input_norm"].startswith("mean=[0.5") and info["norm_source"] == "timm tag augreg_in21k"
+    assert stated.record_info()["adapter"]["norm_source"] == "stated"
+    assert augreg.cache_key == stated.cache_key != vit_pair[0].cache_key
     torch.manual_seed(0)
     x = torch.randn(1, 3, 64, 64)
     # the adapter maps ImageNet-normalised input onto the model's own normalisation, per channel

@@ -17,7 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -28,6 +29,26 @@ from harness.errors import ConfigError
 # declares another one gets its input re-normalised inside the adapter.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+# the normalisations a spec may name (norm=NAME): OpenAI CLIP's (open_clip's OPENAI_DATASET_MEAN/STD),
+# and the 0.5 / 0.5 of Inception, SigLIP and timm's augreg ViTs
+NAMED_NORMS = {"imagenet": (IMAGENET_MEAN, IMAGENET_STD),
+               "clip": ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)),
+               "inception": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))}
+
+
+@contextmanager
+def probing(model: nn.Module) -> Iterator[None]:
+    """A measurement at build time (a probe image through a feature function) that changes
+    nothing: eval mode, so BatchNorm neither uses batch statistics nor updates its running ones,
+    and no_grad; every submodule's own train/eval flag is put back afterwards."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m, mode in modes:
+            m.training = mode
 
 
 # safetensors' dtype names, in the order its serializer lays tensors out (larger first; then by
@@ -112,8 +133,12 @@ class AdaptedBackbone(nn.Module):
     num_reg_tokens = 0
 
     def __init__(self, model: nn.Module, *, arch: str, patch_size: int, embed_dim: int, num_blocks: int,
-                 input_norm: InputNorm, input_size: int | None, settings: dict[str, Any]):
+                 input_norm: InputNorm, input_size: int | None, settings: dict[str, Any],
+                 norm_source: str = "default imagenet"):
         super().__init__()
+        # why this normalisation (stated, a folder's file, a pretrained tag, a family, the default):
+        # recorded, not keyed (the same mean and std reached for two reasons give the same features)
+        self.norm_source = norm_source
         self.model = model
         self.arch = arch
         self.patch_size = int(patch_size)
@@ -133,10 +158,11 @@ class AdaptedBackbone(nn.Module):
         """What the adapter chose, as recorded in the model block and keyed into caches."""
         return {"adapter": type(self).adapter_name, "arch": self.arch, "stride": self.patch_size,
                 "embed_dim": self.embed_dim, "input_norm": self.input_norm.describe(),
-                "input_size": self.input_size, **self.settings}
+                "norm_source": self.norm_source, "input_size": self.input_size, **self.settings}
 
     def adapter_key(self) -> str:
-        return hashlib.sha256(json.dumps(self.adapter_info(), sort_keys=True, default=str).encode()).hexdigest()
+        info = {k: v for k, v in self.adapter_info().items() if k != "norm_source"}
+        return hashlib.sha256(json.dumps(info, sort_keys=True, default=str).encode()).hexdigest()
 
     def native_equivalent(self) -> bool:
         """Whether the harness ViT computes these very features from the same weights (then

@@ -25,6 +25,7 @@ a missing weights file is a CheckpointError (an ``error:`` line, exit 2).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import importlib.util
 import os
@@ -36,7 +37,8 @@ from typing import Any, Callable, Sequence
 import torch
 import yaml
 
-from harness.errors import CheckpointError, ConfigError
+from harness.errors import CheckpointError, ConfigError, SslBenchError
+from harness.models.feature_backbone import InputNorm, state_content_hash
 from harness.models.handle import ModelHandle
 from harness.registry import MODEL_SOURCES, register_model_source
 
@@ -106,7 +108,14 @@ def build_model(spec: str | dict | ModelSpec, ctx: BuildContext | None = None, n
     ctx = ctx or BuildContext()
     ms = parse_spec(spec, name)
     build = MODEL_SOURCES.get(ms.source)
-    model = build(ms, ctx)
+    try:
+        model = build(ms, ctx)
+    except SslBenchError as exc:
+        text = str(exc)
+        if "\n" not in text:
+            raise
+        # a library's message quoted in ours may span lines: the error stays one line
+        raise type(exc)(" ".join(text.split())) from exc
     if not isinstance(model, ModelHandle):
         raise ConfigError(f"model source {ms.source!r} returned {type(model).__name__}, not a ModelHandle")
     model.meta.setdefault("spec", ms.describe())
@@ -144,10 +153,29 @@ class Options:
     def take(self, key: str, default: Any = None) -> Any:
         return self.left.pop(key, default)
 
-    def done(self, allowed: str) -> None:
+    def integer(self, key: str, default: int | None = None) -> int | None:
+        value = self.take(key, default)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(f"model {self.spec.describe()}: {key} must be an integer, found {value!r}")
+        return value
+
+    def refuse_near_misses(self, known: Sequence[str]) -> None:
+        """An option one typo away from one of the source's own (``wieghts``) is refused here, before
+        it could reach a library that takes any keyword (timm.create_model, a hub entry)."""
+        for key in (k for k in self.left if k not in known):
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+            if close:
+                raise ConfigError(f"model {self.spec.describe()}: unknown option {key!r} (did you mean "
+                                  f"{close[0]!r}?); {self.spec.source} takes {', '.join(known)}")
+
+    def done(self, allowed: str | Sequence[str]) -> None:
         if self.left:
-            raise ConfigError(f"model {self.spec.describe()}: unknown option(s) {sorted(self.left)}; "
-                              f"{self.spec.source} takes {allowed}")
+            names = allowed if isinstance(allowed, str) else ", ".join(allowed) or "no options"
+            close = {k: difflib.get_close_matches(k, [] if isinstance(allowed, str) else allowed, n=1, cutoff=0.6)
+                     for k in self.left}
+            hints = "".join(f" (did you mean {c[0]!r} for {k!r}?)" for k, c in close.items() if c)
+            raise ConfigError(f"model {self.spec.describe()}: unknown option(s) {sorted(self.left)}{hints}; "
+                              f"{self.spec.source} takes {names}")
 
 
 def _require_target(spec: ModelSpec, what: str) -> str:
@@ -161,6 +189,57 @@ def _existing(path: str | Path, what: str) -> Path:
     if not p.exists():
         raise CheckpointError(f"{what} {p} not found")
     return p
+
+
+def _existing_file(path: str | Path, what: str) -> Path:
+    p = _existing(path, what)
+    if not p.is_file():
+        raise CheckpointError(f"{what} {p} is a folder; give the weights file in it (.safetensors, .pth, .pt)")
+    return p
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:limit]}{' ...' if len(text) > limit else ''}"
+
+
+# ----------------------------------------------------------------------------- normalisation
+NORM_OPTIONS = ("norm", "mean", "std")
+
+
+def _triple(value: Any, key: str, spec: ModelSpec) -> tuple[float, ...]:
+    """Three numbers R/G/B: a list in a mapping spec, ``0.5/0.5/0.5`` in a string spec (a comma
+    would end the option)."""
+    parts = value if isinstance(value, (list, tuple)) else str(value).split("/")
+    try:
+        numbers = tuple(float(v) for v in parts)
+    except (TypeError, ValueError):
+        numbers = ()
+    if len(numbers) != 3:
+        raise ConfigError(f"model {spec.describe()}: {key} needs three numbers R/G/B (e.g. {key}=0.5/0.5/0.5), "
+                          f"found {value!r}")
+    return numbers
+
+
+def stated_norm(opts: Options) -> tuple[InputNorm, str] | None:
+    """The normalisation a spec states (``norm=NAME``, or ``mean=R/G/B,std=R/G/B``), or None."""
+    from harness.models.feature_backbone import NAMED_NORMS
+
+    spec = opts.spec
+    norm, mean, std = (opts.take(k) for k in NORM_OPTIONS)
+    if norm is not None and (mean is not None or std is not None):
+        raise ConfigError(f"model {spec.describe()}: give norm=NAME or mean=R/G/B,std=R/G/B, not both")
+    if norm is not None:
+        if norm not in NAMED_NORMS:
+            raise ConfigError(f"model {spec.describe()}: norm must be one of {', '.join(NAMED_NORMS)} (or give "
+                              f"mean=R/G/B,std=R/G/B), found {norm!r}")
+        return InputNorm(*NAMED_NORMS[norm]), "stated"
+    if mean is None and std is None:
+        return None
+    if mean is None or std is None:
+        raise ConfigError(f"model {spec.describe()}: give both mean=R/G/B and std=R/G/B, found only "
+                          f"{'mean' if mean is not None else 'std'}")
+    return InputNorm(_triple(mean, "mean", spec), _triple(std, "std", spec)), "stated"
 
 
 # ----------------------------------------------------------------------------- harness checkpoints
@@ -237,46 +316,72 @@ def _read_state(path: Path) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
-        state = load_file(str(path))
+        try:
+            state = load_file(str(path))
+        except Exception as exc:  # noqa: BLE001 - safetensors' own error types (a truncated file, a header)
+            raise CheckpointError(f"{path}: cannot be read as a .safetensors file ({_one_line(exc)}); is the "
+                                  f"file complete? download or save it again") from None
     else:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - torch raises several types for foreign files
-            raise CheckpointError(f"{path}: cannot be read as a tensors-only torch file ({exc})") from exc
+            raise CheckpointError(f"{path}: cannot be read as a tensors-only torch file ({_one_line(exc, 160)}); "
+                                  f"save the state dict (torch.save(model.state_dict())) or a .safetensors") from None
     for key in ("state_dict", "model", "module"):
         if isinstance(state, dict) and isinstance(state.get(key), dict) and not isinstance(state.get(key), torch.Tensor):
             state = state[key]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"{path}: expected a state dict of tensors")
+        raise CheckpointError(f"{path}: expected a state dict of tensors, found {type(state).__name__}"
+                              f"{' holding other objects' if isinstance(state, dict) else ''}")
     if state and all(k.startswith("module.") for k in state):
         state = {k[len("module."):]: v for k, v in state.items()}
     return state
 
 
+def _listed(keys: list[str], n: int = 4) -> str:
+    return f"{keys[:n]}{f' and {len(keys) - n} more' if len(keys) > n else ''}"
+
+
 def load_strict(module: torch.nn.Module, state: dict[str, torch.Tensor], source: str,
                 ignore: tuple[str, ...] = ()) -> None:
-    """Load every weight of ``module`` from ``state``; a missing or unknown key is an error that
-    names it (never a silent partial load). Keys under ``ignore`` prefixes (a classifier head
-    the features do not use) are dropped."""
+    """Load every weight of ``module`` from ``state``; a missing, unknown or differently shaped
+    key is one error that names them (never a silent partial load, never torch's report of
+    every mismatch). Keys under ``ignore`` prefixes (a classifier head the features do not use)
+    are dropped."""
     state = {k: v for k, v in state.items() if not k.startswith(ignore)} if ignore else state
-    result = module.load_state_dict(state, strict=False)
-    if result.missing_keys or result.unexpected_keys:
-        raise CheckpointError(f"{source} does not fit the model: missing {result.missing_keys[:8]}"
-                              f"{' ...' if len(result.missing_keys) > 8 else ''}, unexpected "
-                              f"{result.unexpected_keys[:8]}{' ...' if len(result.unexpected_keys) > 8 else ''}")
+    own = module.state_dict()
+    shapes = [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in state.items()
+              if k in own and tuple(v.shape) != tuple(own[k].shape)]
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    if shapes or missing or unexpected:
+        found = "; ".join(x for x in (f"{len(shapes)} of other shapes (file vs model): {_listed(shapes, 2)}"
+                                      if shapes else "", f"missing {_listed(missing)}" if missing else "",
+                                      f"unexpected {_listed(unexpected)}" if unexpected else "") if x)
+        raise CheckpointError(f"{source} does not fit {type(module).__name__}: {found}; give the weights of this "
+                              f"architecture (a file of another one fails so)")
+    module.load_state_dict(state, strict=True)
 
 
 def _adapted_handle(backbone, spec: ModelSpec, default_name: str, meta: dict[str, Any]) -> ModelHandle:
+    # the identity of the weights as loaded, before anything runs (sources whose adapter measures
+    # the model compute it earlier and pass it in)
+    meta.setdefault("_weights_hash", state_content_hash(backbone.weights_state()))
     backbone.eval()
     return ModelHandle(spec.name or default_name, backbone, {"method": spec.source, **meta})
 
 
+TIMM_OPTIONS = ("weights", "seed", *NORM_OPTIONS)
+
+
 @register_model_source("timm")
 def timm_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
-    """Any timm model by name (a pretrained tag picks its normalisation: resnet50.a1_in1k).
-    weights: a local file (timm's own loader, with the model's checkpoint filter), ``cache``
-    (timm's local cache, never the network; the default) or ``random`` (with ``seed``).
-    Other options go to ``timm.create_model``."""
+    """Any timm model by name. weights: a local file (timm's own loader, with the model's
+    checkpoint filter), ``cache`` (the release of the pretrained tag in timm's local cache, never
+    the network; the default) or ``random`` (with ``seed``). The normalisation: the one stated
+    (``norm=``, ``mean=``/``std=``), else the pretrained tag's when the target names a tag or the
+    weights are the tag's release (``cache``), else ImageNet's: a user's file never gets a tag's
+    preprocessing it did not ask for. Other options go to ``timm.create_model``."""
     import timm
 
     from harness.models.adapters.timm_adapter import TimmBackbone
@@ -284,34 +389,38 @@ def timm_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
     opts = Options(spec)
     name = _require_target(spec, "model name")
     weights = opts.take("weights", "cache")
-    seed = int(opts.take("seed", 0))
-    kwargs = dict(opts.left)
-    kwargs.setdefault("num_classes", 0)
+    seed = opts.integer("seed", 0)
+    stated = stated_norm(opts)
+    opts.refuse_near_misses(TIMM_OPTIONS)
+    kwargs = {"num_classes": 0, **opts.left}
     if not timm.is_model(name.split(".")[0]):
         raise ConfigError(f"timm has no model {name!r}; see timm.list_models()")
     meta: dict[str, Any] = _weights_meta(weights, seed)
-    if weights == "random":
-        with torch.random.fork_rng():
-            torch.manual_seed(seed)
-            model = _create_timm(timm, name, False, kwargs)
-    elif weights == "cache":
-        with torch.random.fork_rng():
-            torch.manual_seed(seed)
-            model = _create_timm(timm, name, False, kwargs)
+    path = None if weights in ("random", "cache") else _existing_file(weights, "weights file")
+    with torch.random.fork_rng():  # a loaded file overwrites every weight; seeded all the same
+        torch.manual_seed(seed)
+        model = _create_timm(timm, name, kwargs, spec)
+    if weights == "cache":
         path = _timm_cached_file(model, name)
-        meta["dropped_keys"] = _load_timm_file(model, path, name)
         meta.update(checkpoint=str(path), weights_from="timm cache")
-    else:
-        path = _existing(weights, "weights file")
-        with torch.random.fork_rng():  # every weight is then overwritten; seeded all the same
-            torch.manual_seed(seed)
-            model = _create_timm(timm, name, False, kwargs)
-        dropped = _load_timm_file(model, path, name)
+    if path is not None:
+        meta["dropped_keys"] = _load_timm_file(model, path, name)
+    if path is not None and weights != "cache":
         from harness.io_utils import sha256_file
 
-        meta.update(checkpoint=str(path), source_sha256=sha256_file(path), weights_from="file",
-                    dropped_keys=dropped)
-    return _adapted_handle(TimmBackbone(model, name), spec, f"timm-{name}", meta)
+        meta.update(checkpoint=str(path), source_sha256=sha256_file(path), weights_from="file")
+    norm, why = stated or _timm_norm(model, name, weights)
+    return _adapted_handle(TimmBackbone(model, name, norm, why), spec, f"timm-{name}", meta)
+
+
+def _timm_norm(model, name: str, weights: Any) -> tuple[InputNorm, str]:
+    """The pretrained tag's normalisation where the tag is the user's (named in the target, or
+    its release read from the cache), else ImageNet's."""
+    tag = name.partition(".")[2]
+    cfg = dict(getattr(model, "pretrained_cfg", None) or {})
+    if (tag or weights == "cache") and cfg.get("mean") is not None and cfg.get("std") is not None:
+        return InputNorm(cfg["mean"], cfg["std"]), f"timm tag {cfg.get('tag') or tag}"
+    return InputNorm(), "default imagenet"
 
 
 def _timm_cached_file(model, name: str) -> Path:
@@ -354,8 +463,8 @@ def _load_timm_file(model, path: Path, name: str) -> list[str]:
     if filter_fn is not None:
         try:
             state = filter_fn(state, model)
-        except TypeError:
-            pass  # a filter with another signature: the file is loaded as it is
+        except Exception:  # noqa: BLE001 - another signature, or a file of another family: the
+            pass  # file is loaded as it is, and the strict load says what does not fit
     heads: tuple[str, ...] = ()
     if getattr(model, "num_classes", 0) == 0:
         classifier = model.pretrained_cfg.get("classifier") or ()
@@ -365,90 +474,160 @@ def _load_timm_file(model, path: Path, name: str) -> list[str]:
     return dropped
 
 
-def _create_timm(timm, name: str, pretrained: bool, kwargs: dict):
+def _create_timm(timm, name: str, kwargs: dict, spec: ModelSpec):
     """timm.create_model with the input size left free where the family allows it (ViTs take
-    ``dynamic_img_size``, Swin ``strict_img_size=False``)."""
+    ``dynamic_img_size``, Swin ``strict_img_size=False``); an option the model refuses is one
+    error line that names it."""
     for extra in ({"dynamic_img_size": True}, {"strict_img_size": False}, {}):
         try:
-            return timm.create_model(name, pretrained=pretrained, **{**extra, **kwargs})
+            return timm.create_model(name, pretrained=False, **{**extra, **kwargs})
         except TypeError as exc:
-            if not any(k in str(exc) for k in extra):
-                raise
+            if any(k in str(exc) for k in extra):
+                continue
+            failure = exc
+        except Exception as exc:  # noqa: BLE001 - an option's value the model refuses
+            failure = exc
+        refused = [k for k in kwargs if f"'{k}'" in str(failure)]
+        if refused:
+            raise ConfigError(f"model {spec.describe()}: unknown option {refused[0]!r}; timm takes "
+                              f"{', '.join(TIMM_OPTIONS)} and the arguments of {name.split('.')[0]}'s model "
+                              f"class") from None
+        raise ConfigError(f"model {spec.describe()}: timm.create_model({name!r}) failed with the options "
+                          f"{kwargs} ({_one_line(failure)})") from None
     raise AssertionError("unreachable")
+
+
+# normalisations of model families whose folders may come without a preprocessor_config.json
+# (CLIP: OpenAI's mean/std; SigLIP: 0.5/0.5, as its image processor states)
+HF_FAMILY_NORMS = {"clip": "clip", "clip_vision_model": "clip", "siglip": "inception",
+                   "siglip_vision_model": "inception"}
 
 
 @register_model_source("hf")
 def hf_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
-    """A transformers vision model saved in a local folder (config.json + weights; the
-    folder's preprocessor_config.json gives its normalisation). CLIP and SigLIP folders load
-    as their vision tower."""
+    """A transformers vision model saved in a local folder (config.json + weights). Its
+    normalisation: the one stated (``norm=``, ``mean=``/``std=``), else the folder's
+    preprocessor_config.json, else its family's (CLIP, SigLIP), else ImageNet's; the record says
+    which. CLIP and SigLIP folders load as their vision tower."""
     from harness.models.adapters.hf_adapter import HFBackbone
 
     opts = Options(spec)
     folder = _existing(_require_target(spec, "folder"), "transformers model folder")
-    opts.done("no options")
+    stated = stated_norm(opts)
+    opts.done(NORM_OPTIONS)
     try:
         import transformers
     except ImportError:
         from harness.errors import MissingDependencyError
 
         raise MissingDependencyError("the hf model source needs transformers: pip install 'ssl-bench[hf]'") from None
-    if not (folder / "config.json").is_file():
+    if not folder.is_dir() or not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder}: no config.json (a transformers model folder holds config.json and "
                               f"model.safetensors, as save_pretrained writes them)")
     if not any((folder / f).is_file() for f in ("model.safetensors", "pytorch_model.bin",
                                                   "model.safetensors.index.json")):
         raise CheckpointError(f"{folder}: no weights (model.safetensors or pytorch_model.bin); ssl-bench never "
                               f"downloads them and never evaluates random weights in their place")
+    kind, model, info = _hf_load(transformers, folder)
+    # a weight the folder lacks would stay at its random initialisation: refused, never used
+    missing = list(info.get("missing_keys") or []) + [str(k) for k in info.get("mismatched_keys") or []]
+    if missing:
+        raise CheckpointError(f"{folder}: the weights do not fit {type(model).__name__}: missing or mismatched "
+                              f"{_listed(missing, 8)}; save the folder again with save_pretrained")
+    unused = sorted(info.get("unexpected_keys") or [])
+    norm, why = stated or _folder_norm(folder, kind)
+    meta = {"checkpoint": str(folder), "weights_from": "folder", "dropped_keys": len(unused)}
+    return _adapted_handle(HFBackbone(model, folder.name, norm, why), spec, f"hf-{folder.name}", meta)
+
+
+def _hf_load(transformers, folder: Path):
+    """(model_type, model, loading info) of a folder, quietly; a folder transformers cannot read
+    is one error line."""
     hf_logging = transformers.utils.logging
     hf_logging.disable_progress_bar()  # one line per model, as the other sources
     verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # a CLIP folder's text tower is counted below, not printed as a table
+    hf_logging.set_verbosity_error()  # a CLIP folder's text tower is counted, not printed as a table
     try:
         kind = getattr(transformers.AutoConfig.from_pretrained(folder, local_files_only=True), "model_type", "")
         cls = {"clip": transformers.CLIPVisionModel, "siglip": transformers.SiglipVisionModel}.get(
             kind, transformers.AutoModel)
         model, info = cls.from_pretrained(folder, local_files_only=True, output_loading_info=True)
+    except Exception as exc:  # noqa: BLE001 - transformers raises OSError, ValueError, KeyError, ... for a bad folder
+        raise CheckpointError(f"{folder}: transformers cannot load this folder ({_one_line(exc, 200)}); "
+                              f"save it again with save_pretrained") from None
     finally:
         hf_logging.set_verbosity(verbosity)
-    # a weight the folder lacks would stay at its random initialisation: refused, never used
-    missing = list(info.get("missing_keys") or []) + [str(k) for k in info.get("mismatched_keys") or []]
-    if missing:
-        raise CheckpointError(f"{folder}: the weights do not fit {type(model).__name__}: missing or mismatched "
-                              f"{missing[:8]}{' ...' if len(missing) > 8 else ''}")
-    unused = sorted(info.get("unexpected_keys") or [])
-    mean = std = None
+    return kind, model, info
+
+
+def _folder_norm(folder: Path, kind: str) -> tuple[InputNorm, str]:
+    from harness.models.feature_backbone import NAMED_NORMS
+
     pre = folder / "preprocessor_config.json"
     if pre.is_file():
         import json
 
-        pcfg = json.loads(pre.read_text())
-        mean, std = pcfg.get("image_mean"), pcfg.get("image_std")
-    meta = {"checkpoint": str(folder), "weights_from": "folder", "dropped_keys": len(unused)}
-    return _adapted_handle(HFBackbone(model, folder.name, mean, std), spec, f"hf-{folder.name}", meta)
+        try:
+            pcfg = json.loads(pre.read_text())
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"{pre}: not readable JSON ({_one_line(exc)}); fix or remove it") from None
+        if pcfg.get("image_mean") is not None and pcfg.get("image_std") is not None:
+            return InputNorm(pcfg["image_mean"], pcfg["image_std"]), "folder preprocessor_config.json"
+    if kind in HF_FAMILY_NORMS:
+        return InputNorm(*NAMED_NORMS[HF_FAMILY_NORMS[kind]]), f"family {kind.removesuffix('_vision_model')}"
+    return InputNorm(), "default imagenet"
+
+
+def _import_file(path: Path, what: str):
+    mod_name = f"ssl_bench_user_{abs(hash(str(path.resolve())))}"
+    loader_spec = importlib.util.spec_from_file_location(mod_name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise ConfigError(f"{what} file {path}: not a Python file (give file.py:function)")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[mod_name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - the user's file: one line that says where it failed
+        from harness.models.adapters.generic import user_failure
+
+        sys.modules.pop(mod_name, None)
+        raise ConfigError(f"{what} file {path} cannot be imported: {user_failure(exc)}") from None
+    return module
 
 
 def _load_callable(ref: str, what: str) -> Callable:
     """``package.module:function`` or ``path/to/file.py:function``."""
-    mod_ref, sep, attr = ref.rpartition(":")
+    mod_ref, sep, attr = str(ref).rpartition(":")
     if not sep or not mod_ref or not attr:
         raise ConfigError(f"{what} {ref!r}: expected module:function or file.py:function")
     if mod_ref.endswith(".py"):
-        path = _existing(mod_ref, f"{what} file")
-        mod_name = f"ssl_bench_user_{abs(hash(str(path.resolve())))}"
-        loader_spec = importlib.util.spec_from_file_location(mod_name, path)
-        module = importlib.util.module_from_spec(loader_spec)
-        sys.modules[mod_name] = module
-        loader_spec.loader.exec_module(module)
+        module = _import_file(_existing_file(mod_ref, f"{what} file"), what)
     else:
         try:
             module = importlib.import_module(mod_ref)
-        except ImportError as exc:
-            raise ConfigError(f"{what} {ref!r}: cannot import {mod_ref!r} ({exc})") from None
+        except Exception as exc:  # noqa: BLE001 - ImportError, or the module failing as it is imported
+            raise ConfigError(f"{what} {ref!r}: cannot import {mod_ref!r} ({_one_line(exc)})") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ConfigError(f"{what} {ref!r}: {mod_ref} has no callable {attr!r}")
+        names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+                       and getattr(v, "__module__", None) == module.__name__)
+        raise ConfigError(f"{what} {ref!r}: {mod_ref} has no callable {attr!r}; it defines {', '.join(names) or 'none'}")
     return fn
+
+
+def _call_user(fn: Callable, what: str, **kwargs) -> Any:
+    """A user's function (a model builder, a hub entry), its failure one line."""
+    from harness.models.adapters.generic import user_failure
+
+    try:
+        return fn(**kwargs)
+    except SslBenchError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's code
+        raise ConfigError(f"{what} failed: {user_failure(exc)}") from None
+
+
+USER_OPTIONS = ("weights", "seed", "features", "patch_size", *NORM_OPTIONS)
 
 
 def _adapt_user_module(module, spec: ModelSpec, opts: Options, label: str, ctx: BuildContext,
@@ -457,19 +636,23 @@ def _adapt_user_module(module, spec: ModelSpec, opts: Options, label: str, ctx: 
 
     weights = opts.take("weights")
     features_ref = opts.take("features")
-    patch_size = opts.take("patch_size")
-    opts.done("weights, features, patch_size, seed")
+    patch_size = opts.integer("patch_size")
+    stated = stated_norm(opts)
+    opts.done(USER_OPTIONS)
     if not isinstance(module, torch.nn.Module):
         raise ConfigError(f"{spec.describe()}: returned {type(module).__name__}, not a torch.nn.Module")
     if weights not in (None, "random"):
-        path = _existing(weights, "weights file")
+        path = _existing_file(weights, "weights file")
         load_strict(module, _read_state(path), str(path))
         from harness.io_utils import sha256_file
 
         meta.update(checkpoint=str(path), source_sha256=sha256_file(path), weights_from="file")
+    # the identity of the weights as loaded: before a feature function's probe runs the module
+    meta["_weights_hash"] = state_content_hash(module.state_dict())
     features = _load_callable(features_ref, "feature function") if features_ref else None
+    norm, why = stated or (InputNorm(), "default imagenet")
     backbone = adapt_module(module, label, features=features, features_name=features_ref or "",
-                            patch_size=patch_size)
+                            patch_size=patch_size, input_norm=norm, norm_source=why)
     return _adapted_handle(backbone, spec, default_name or label, meta)
 
 
@@ -486,19 +669,34 @@ def hub_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
     repo_dir = _existing(repo, "torch.hub repository folder")
     if not (repo_dir / "hubconf.py").is_file():
         raise ConfigError(f"{repo_dir}: no hubconf.py (a torch.hub repository folder has one)")
-    weights = spec.options.get("weights")
-    if weights is None:
+    if spec.options.get("weights") is None:
         raise CheckpointError(f"{spec.describe()}: give weights=FILE (loaded strictly), or weights=random for the "
                               f"entry's own random initialisation")
-    seed = int(opts.take("seed", 0))
-    kwargs = {k: v for k, v in opts.left.items() if k not in ("weights", "features", "patch_size")}
-    for k in kwargs:
-        opts.take(k)
+    seed = opts.integer("seed", 0)
+    opts.refuse_near_misses(USER_OPTIONS)
+    kwargs = {k: opts.take(k) for k in list(opts.left) if k not in USER_OPTIONS}
+    fn = _hub_entry(repo_dir, entry)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        module = torch.hub.load(str(repo_dir), entry, source="local", trust_repo=True, **kwargs)
-    meta = {**_weights_meta(weights, seed), "hub_repo": str(repo_dir), "hub_entry": entry}
+        module = _call_user(fn, f"hub entry {entry} of {repo_dir}", **kwargs)
+    meta = {**_weights_meta(spec.options["weights"], seed), "hub_repo": str(repo_dir), "hub_entry": entry}
     return _adapt_user_module(module, spec, opts, entry, ctx, meta, default_name=f"hub-{entry}")
+
+
+def _hub_entry(repo_dir: Path, entry: str) -> Callable:
+    """The entry function of a local torch.hub repository (its hubconf.py imported as torch.hub
+    does, with the folder on sys.path); an unknown entry names the ones there are."""
+    sys.path.insert(0, str(repo_dir))
+    try:
+        hubconf = _import_file(repo_dir / "hubconf.py", "torch.hub")
+    finally:
+        sys.path.remove(str(repo_dir))
+    fn = getattr(hubconf, entry, None)
+    if not callable(fn) or entry.startswith("_"):
+        entries = sorted(n for n, v in vars(hubconf).items() if callable(v) and not n.startswith("_")
+                         and getattr(v, "__module__", None) == hubconf.__name__)
+        raise ConfigError(f"{repo_dir}/hubconf.py has no entry {entry!r}; its entries: {', '.join(entries) or 'none'}")
+    return fn
 
 
 @register_model_source("code")
@@ -508,10 +706,11 @@ def code_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
     own feature function (harness.models.adapters.generic); ``weights=FILE``: loaded strictly."""
     opts = Options(spec)
     ref = _require_target(spec, "module:function")
+    seed = opts.integer("seed", 0)
+    opts.refuse_near_misses(USER_OPTIONS)
     fn = _load_callable(ref, "model function")
-    seed = int(opts.take("seed", 0))
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        module = fn()
+        module = _call_user(fn, f"model function {ref}")
     meta = {"code": ref, "init_seed": seed}
     return _adapt_user_module(module, spec, opts, ref.rpartition(":")[2], ctx, meta)

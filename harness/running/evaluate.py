@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from harness.errors import ConfigError
 from harness.runtime import distributed as dist
 from harness.results import records as results
 from harness.runtime.device import device_record
@@ -39,7 +40,37 @@ def run_protocol(model: ModelHandle, protocol: Protocol, data_root: Path) -> lis
     model knows nothing of protocols); the chance row asks the protocol what a guess scores."""
     if model.context == "chance":
         return protocol.chance_results(Path(data_root))
+    check_input_sizes(protocol, model)
     return protocol.run(model, data_root)
+
+
+def protocol_input_sizes(protocol) -> dict[str, int]:
+    """The square input sizes a protocol feeds its model, by setting name: what it states
+    (``input_sizes()``), else its config's ``crop`` (k-NN, linear), ``crop_size`` (mmseg) and
+    ``input_size`` where images are resized to it (dense NN's ``resize: square``; its other
+    resizing rounds each image to a multiple of the stride itself)."""
+    own = getattr(protocol, "input_sizes", None)
+    if callable(own):
+        return dict(own())
+    cfg = getattr(protocol, "cfg", None)
+    sizes = {k: getattr(cfg, k, None) for k in ("crop", "crop_size")}
+    if getattr(cfg, "resize", "square") == "square":
+        sizes["input_size"] = getattr(cfg, "input_size", None)
+    return {k: v for k, v in sizes.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def check_input_sizes(protocol, model: ModelHandle) -> None:
+    """A protocol's input sizes against the model's stride: a size the model cannot take is one
+    error line before any image is read."""
+    stride = getattr(model.backbone, "patch_size", None)
+    if not isinstance(stride, int) or stride <= 1:
+        return
+    for key, size in protocol_input_sizes(protocol).items():
+        if size % stride:
+            lower, upper = max(stride, size // stride * stride), (size // stride + 1) * stride
+            raise ConfigError(f"{getattr(protocol, 'registry_name', 'protocol')}: {key} {size} is not a multiple of "
+                              f"the stride {stride} of model {model.name} ({model.backbone.arch}); set {key}={lower} "
+                              f"or {upper} (--set {key}=N)")
 
 
 def _measure(model: ModelHandle, protocol: Protocol, data_root: Path) -> list:

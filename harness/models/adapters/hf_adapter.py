@@ -40,7 +40,8 @@ def _final_norm(model: nn.Module, attr: str) -> tuple[nn.Module, str]:
 class HFBackbone(AdaptedBackbone):
     adapter_name = "transformers"
 
-    def __init__(self, model: nn.Module, name: str, image_mean=None, image_std=None):
+    def __init__(self, model: nn.Module, name: str, input_norm: InputNorm | None = None,
+                 norm_source: str = "default imagenet"):
         cfg = model.config
         kind = getattr(cfg, "model_type", None)
         if kind not in SUPPORTED:
@@ -51,13 +52,13 @@ class HFBackbone(AdaptedBackbone):
         regs = int(getattr(cfg, "num_register_tokens", 0) or 0)
         patch = cfg.patch_size if isinstance(cfg.patch_size, int) else cfg.patch_size[0]
         size = cfg.image_size if isinstance(cfg.image_size, int) else cfg.image_size[0]
-        norm = InputNorm(image_mean, image_std) if image_mean is not None and image_std is not None else InputNorm()
         settings = {"pooling": "token" if token else "head", "layers": "last n hidden states" if token else "last",
                     "final_norm": norm_path, "prefix_tokens": (1 if token else 0) + regs,
                     "pos_interp": "transformers"}
         super().__init__(model, arch=f"transformers:{type(model).__name__}", patch_size=int(patch),
                          embed_dim=int(cfg.hidden_size), num_blocks=int(cfg.num_hidden_layers) if token else 1,
-                         input_norm=norm, input_size=int(size), settings=settings)
+                         input_norm=input_norm if input_norm is not None else InputNorm(),
+                         input_size=int(size), settings=settings, norm_source=norm_source)
         self.token = token
         self.num_reg_tokens = regs
         self.final_norm = final_norm

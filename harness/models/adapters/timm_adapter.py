@@ -23,7 +23,11 @@ def _has_class_token(model: nn.Module) -> bool:
 class TimmBackbone(AdaptedBackbone):
     adapter_name = "timm"
 
-    def __init__(self, model: nn.Module, name: str):
+    def __init__(self, model: nn.Module, name: str, input_norm: InputNorm | None = None,
+                 norm_source: str = "default imagenet"):
+        """``input_norm``: what the caller knows the model expects (a file's normalisation is
+        never guessed from timm's pretrained tag: harness.models.sources decides); ImageNet's
+        by default."""
         if not hasattr(model, "forward_intermediates"):
             raise ConfigError(f"timm model {name!r} ({type(model).__name__}) has no forward_intermediates; "
                               f"give a feature function (code source with features=module:function)")
@@ -32,10 +36,7 @@ class TimmBackbone(AdaptedBackbone):
             raise ConfigError(f"timm model {name!r} declares no feature_info (no spatial feature map)")
         last = info[-1]
         token = _has_class_token(model)
-        cfg = dict(getattr(model, "pretrained_cfg", None) or {})
-        mean, std = cfg.get("mean"), cfg.get("std")
-        norm = InputNorm(mean, std) if mean is not None and std is not None else InputNorm()
-        size = cfg.get("input_size")
+        size = dict(getattr(model, "pretrained_cfg", None) or {}).get("input_size")
         # blocks whose outputs share the last one's width and stride can be stacked (a ViT's);
         # a hierarchical model's stages differ, so it gives its last stage only
         same = 0
@@ -48,9 +49,12 @@ class TimmBackbone(AdaptedBackbone):
                     "prefix_tokens": int(getattr(model, "num_prefix_tokens", 0) or 0)}
         if hasattr(model, "pos_embed") and getattr(model, "pos_embed", None) is not None:
             settings["pos_interp"] = "timm"  # timm's resample_abs_pos_embed (dynamic_img_size)
-        super().__init__(model, arch=f"timm:{name}", patch_size=int(last["reduction"]),
-                         embed_dim=int(last["num_chs"]), num_blocks=same if token else 1, input_norm=norm,
-                         input_size=int(size[-1]) if size else None, settings=settings)
+        # the architecture without the pretrained tag: a tag names weights and preprocessing, which
+        # the weights key and input_norm already hold
+        super().__init__(model, arch=f"timm:{name.split('.')[0]}", patch_size=int(last["reduction"]),
+                         embed_dim=int(last["num_chs"]), num_blocks=same if token else 1,
+                         input_norm=input_norm if input_norm is not None else InputNorm(),
+                         input_size=int(size[-1]) if size else None, settings=settings, norm_source=norm_source)
         self.token = token
         self.num_reg_tokens = max(0, settings["prefix_tokens"] - 1) if token else 0
 
