@@ -100,6 +100,25 @@ def test_timm_vit_and_harness_vit_give_identical_records_and_share_the_cache(vit
     assert second.from_cache and second.key == first.key
 
 
+def test_a_bare_timm_name_reads_a_users_file_as_zoo_convert_does(vit_pair, synth_tiny, isolated_home):
+    """docs/MODELS.md, "Identity": no pretrained tag's mean and std for the user's own file."""
+    path, converted = vit_pair[0].meta["checkpoint"], vit_pair[1].meta["checkpoint"]
+    bare = build_model(f"timm:vit_small_patch16_224,weights={path}", name="vit-timm")
+    harness_vit = build_model(f"checkpoint:{converted}", name="vit-harness")
+    assert bare.record_info()["adapter"]["norm_source"] == "default imagenet"
+    assert bare.cache_key == harness_vit.cache_key and bare.meta["_weights_hash"] == harness_vit.meta["sha256"]
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        fa, fb = bare.backbone.get_features(x, 4), harness_vit.backbone.get_features(x, 4)
+    assert (fa.cls - fb.cls).abs().max().item() <= 1e-6 and (fa.patches - fb.patches).abs().max().item() <= 1e-6
+    knn = build_protocol("knn", "synth", {**KNN, "resize": 224, "crop": 224})
+    rec_a, _ = evaluate(bare, knn, synth_tiny / "imagenet")
+    rec_b, skipped = evaluate(harness_vit, knn, synth_tiny / "imagenet")
+    assert not skipped and [r["metrics"] for r in rec_a] == [r["metrics"] for r in rec_b]
+    assert {r["model"]["weights_key"] for r in rec_a + rec_b} == {bare.cache_key}
+
+
 def test_a_timm_vit_with_its_own_normalisation_is_another_model(tmp_path, vit_pair):
     path = Path(vit_pair[0].meta["checkpoint"])
     # the tag named by the user declares mean = std = 0.5; stating it gives the same model
@@ -158,6 +177,27 @@ def test_transformers_vision_models_give_tokens_and_grids(tmp_path):
         with torch.no_grad():
             f = b.get_features(torch.randn(2, 3, size, size + patch), blocks)
         assert f.cls.shape == (2, blocks, 32) and f.patches.shape == (2, blocks, 4, 5, 32), name
+
+
+def test_a_transformers_folder_states_why_its_normalisation(tmp_path):
+    pytest.importorskip("transformers")
+    from harness.models.feature_backbone import NAMED_NORMS
+
+    folders = tiny_transformers_folders(tmp_path)
+    (folders["vit"] / "preprocessor_config.json").write_text(json.dumps({"image_mean": [0.5, 0.4, 0.3],
+                                                                         "image_std": [0.2, 0.2, 0.2]}))
+    clip_mean, clip_std = NAMED_NORMS["clip"]
+    expect = {  # saved without a preprocessor_config.json: the family's own, said so
+        f"hf:{folders['clip']}": ("family clip", clip_mean, clip_std),
+        f"hf:{folders['siglip']}": ("family siglip", (0.5,) * 3, (0.5,) * 3),
+        f"hf:{folders['dinov2_reg']}": ("default imagenet", (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+        f"hf:{folders['vit']}": ("folder preprocessor_config.json", (0.5, 0.4, 0.3), (0.2,) * 3),
+        f"hf:{folders['clip']},norm=imagenet": ("stated", (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    }
+    for spec, (why, mean, std) in expect.items():
+        b = build_model(spec).backbone
+        assert b.adapter_info()["norm_source"] == why, spec
+        assert b.input_norm.mean == pytest.approx(mean) and b.input_norm.std == pytest.approx(std), spec
 
 
 def test_transformers_folder_with_missing_weights_is_refused(tmp_path):
