@@ -624,6 +624,10 @@ def _call_user(fn: Callable, what: str, **kwargs) -> Any:
     except SslBenchError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's code
+        refused = [k for k in kwargs if isinstance(exc, TypeError) and f"'{k}'" in str(exc)]
+        if refused:
+            raise ConfigError(f"{what} takes no option {refused[0]!r} (options other than "
+                              f"{', '.join(USER_OPTIONS)} go to it); remove it or fix its spelling") from None
         raise ConfigError(f"{what} failed: {user_failure(exc)}") from None
 
 

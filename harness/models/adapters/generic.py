@@ -83,11 +83,12 @@ def _call_feature_fn(fn: FeatureFn, model: nn.Module, x: torch.Tensor, n: int, n
                           f"{tuple(x.shape)} input: {user_failure(exc)}") from exc
     if not (isinstance(out, (tuple, list)) and len(out) == 2
             and all(isinstance(t, torch.Tensor) for t in out)):
-        raise ConfigError(f"a feature function must return (cls, patches) tensors, found {type(out).__name__}")
+        raise ConfigError(f"feature function {fn_name or getattr(fn, '__name__', '?')} must return (cls, patches) "
+                          f"tensors (docs/MODELS.md, the feature contract), found {type(out).__name__}")
     cls, patches = out
     if cls.ndim != 3 or patches.ndim != 5 or cls.shape[1] != n or patches.shape[1] != n:
-        raise ConfigError(f"a feature function must return cls (B, {n}, d) and patches (B, {n}, h, w, d); "
-                          f"found {tuple(cls.shape)} and {tuple(patches.shape)}")
+        raise ConfigError(f"feature function {fn_name or getattr(fn, '__name__', '?')} must return cls (B, {n}, d) "
+                          f"and patches (B, {n}, h, w, d); found {tuple(cls.shape)} and {tuple(patches.shape)}")
     return cls, patches
 
 
@@ -97,7 +98,8 @@ def user_failure(exc: BaseException) -> str:
     import traceback
 
     frames = traceback.extract_tb(exc.__traceback__)
-    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    # a SyntaxError names its own file and line; its innermost frame is importlib's
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames and not isinstance(exc, SyntaxError) else ""
     message = " ".join(str(exc).split())  # one line, whatever the exception's text holds
     return f"{type(exc).__name__}: {message[:300]}{where}"
 
