@@ -277,3 +277,20 @@ def test_trust_flag(tmp_path):
     assert meta["source_sha256"] == sha256_file(path) and meta["source_file"].endswith("vits16-coco.pth")
     assert set(state) == set(backbone.backbone_state_dict())
 
+
+
+def test_a_flat_vit_file_is_method_unknown_unless_its_layout_is_named(tmp_path, capsys):
+    """A timm ViT file (or DINO's flat release: the same keys) says nothing of its method."""
+    from harness.cli import main
+    from harness.models.checkpoints import load_checkpoint as load
+
+    gen = torch.Generator().manual_seed(5)
+    torch.save(official_vit(gen), tmp_path / "flat.pth")
+    assert main(["zoo", "convert", str(tmp_path / "flat.pth"), "--out", str(tmp_path / "conv")]) == 0
+    assert "method unknown" in capsys.readouterr().out
+    assert load(tmp_path / "conv.safetensors")[1]["method"] == "unknown"
+    _, named = read_official(tmp_path / "flat.pth", layout="dino_pretrain")
+    assert named.method == "dino"  # the layout named by the user (zoo import names it from the zoo entry)
+    obj, _, _ = make_layout("ibot_full", torch.Generator().manual_seed(1))
+    torch.save(obj, tmp_path / "ibot.pth")
+    assert read_official(tmp_path / "ibot.pth", trust=True)[1].method == "ibot"  # keys that mark the family

@@ -231,8 +231,11 @@ class ImportReport:
     forward: dict = field(default_factory=dict)  # settings the layout fixes (pos interpolation, ...)
 
     def summary(self) -> str:
-        lines = [f"{self.source}: layout {self.layout} ({self.branch}), arch {self.arch}, "
+        lines = [f"{self.source}: layout {self.layout} ({self.branch}), method {self.method}, arch {self.arch}, "
                  f"{self.loaded} backbone tensors"]
+        if self.method == "unknown":
+            lines.append("  method unknown: a plain ViT state dict does not say how it was trained "
+                         "(--layout dino_pretrain for DINO's released files)")
         for pattern, keys in self.dropped.items():
             lines.append(f"  dropped {len(keys):4d} key(s) matching {pattern!r}")
         if self.not_read:
@@ -523,6 +526,7 @@ def read_official(path: str | Path, layout: str | None = None, *, which: str | N
     if which not in (None, "teacher", "student"):
         raise CheckpointError(f"which must be 'teacher' or 'student', found {which!r}")
     obj, unpickled = read_file(path, trust=trust)
+    stated = layout is not None
     layout = layout or detect_layout(obj)
     if layout in LAYOUTS and which is None:
         which = LAYOUTS[layout].default_branch
@@ -539,7 +543,7 @@ def read_official(path: str | Path, layout: str | None = None, *, which: str | N
     branch = info["branch"] if lay.has_student else "backbone"
     forward = {k: v for k, v in settings.items() if k in ("pos_interp_offset", "pos_interp_antialias")}
     report = ImportReport(
-        source=str(path), source_sha256=sha256_file(path), layout=layout, method=lay.method,
+        source=str(path), source_sha256=sha256_file(path), layout=layout, method=_method(lay, stated),
         branch=branch, container=info["container"], prefix=info["prefix"], arch=arch_name,
         arch_kwargs=kwargs, loaded=len(state), dropped=info["dropped"], not_read=info["not_read"],
         unpickled=unpickled, renamed=renamed, forward=forward)
@@ -552,6 +556,16 @@ def read_official(path: str | Path, layout: str | None = None, *, which: str | N
         kwargs["native_img_size"], kwargs["img_size"] = kwargs["img_size"], img_size
     state = {k: v.float().contiguous() if v.is_floating_point() else v for k, v in state.items()}
     return state, report
+
+
+def _method(layout: Layout, stated: bool) -> str:
+    """The method a file's layout attributes it to. A flat ViT state dict that no key marks as
+    a family's (DINO's release, but also any timm ViT, anyone's fine-tune) is detected as
+    ``dino_pretrain`` only because it loads the same way: unless the layout was named, its
+    method is ``unknown``."""
+    if layout.name == "dino_pretrain" and not stated:
+        return "unknown"
+    return layout.method
 
 
 def _resize_pos_embed(state: dict, arch: str, kwargs: dict, img_size: int) -> tuple[torch.Tensor, str]:
