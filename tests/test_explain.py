@@ -10,7 +10,7 @@ from harness.errors import ConfigError
 from harness.models.zoo import load_zoo
 from harness.paper.spec import load_table
 from harness.protocol_info import build_protocol
-from harness.results.explain import MAY, NO, YES, explain, record_side, resolve_sides
+from harness.results.explain import MAY, NO, UNSTATED, YES, explain, record_side, resolve_sides
 from harness.results.records import make_record, write_record
 
 
@@ -184,3 +184,59 @@ def test_unknown_sides_are_one_error_line(tmp_path, capsys, spec_a, spec_b, expe
     assert main(["explain", spec_a, spec_b, "--runs", str(runs)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and expected in err[0]
+
+
+def _dense_block() -> dict:
+    proto = build_protocol("dense_nn", "cribo", {"dataset": "voc"})
+    return {"name": "dense_nn", "preset": "cribo", "dataset": "voc", "split": "val", "params": proto.settings(),
+            "fingerprint": proto.fingerprint(), "request": proto.request_hash(), "data_root": "/data/voc",
+            "data_stamp": "stamp-1"}
+
+
+def test_two_model_names_compare_the_same_variant_and_seed(tmp_path):
+    """A's newest record is seed 400 and B's seed 42: the pair compared is seed 400 of both."""
+    runs = tmp_path / "runs"
+    for name, seeds in (("synth_dino", (42, 400)), ("synth_ibot", (400, 42))):
+        for i, seed in enumerate(seeds):
+            for fraction in ("1/8", "1/1"):
+                rec = _record(model=_model(name, method=name[6:]), protocol=_dense_block(), seed=seed,
+                              variant={"fraction": fraction})
+                rec["created"] = f"2026-01-01T00:00:0{i}"  # written in this order: the last is the newest
+                write_record(rec, runs)
+    a, b = resolve_sides("synth_dino", "synth_ibot", runs)
+    assert a.seed == b.seed == 400 and a.variant == b.variant
+    got = _by_setting(explain(a, b)[0])
+    assert "seed" not in got and not any(k.startswith("variant") for k in got) and got["weights"] == YES
+
+
+def test_a_setting_the_paper_cell_leaves_unstated_is_not_stated(tmp_path, capsys):
+    """A cell without a checkpoint, a record of a patch size the table gives no input size for:
+    the input size is "not stated", neither the table's nor a setting that changes the number."""
+    from harness.paths import shipped
+
+    src = shipped("configs/paper/hbird-readme.yaml")
+    table = tmp_path / "hbird-nozoo.yaml"
+    table.write_text(src.read_text().replace("csv: hbird_readme.csv", "csv: hbird_nozoo.csv"))
+    csv = shipped("results/paper/hbird_readme.csv").read_text().splitlines()
+    (tmp_path / "hbird_nozoo.csv").write_text("\n".join([csv[0]] + [line.rsplit(",", 1)[0] + ","
+                                                                     for line in csv[1:4]]) + "\n")
+
+    def block(values):
+        proto = build_protocol("dense_nn", "hbird", {"dataset": "voc", "aug_epochs": 2, "fractions": ["1/1"],
+                                                    "memory_size": 102400, **values})
+        return {"name": "dense_nn", "preset": "hbird", "dataset": "voc", "split": "val",
+                "params": {**proto.settings(), "n_train": 10582, "n_val": 1449},
+                "fingerprint": proto.fingerprint(), "request": proto.request_hash(), "data_root": "/data/voc",
+                "data_stamp": "stamp-1"}
+
+    runs = tmp_path / "runs"
+    path = write_record(_record(model=_model("synth_dino", patch_size=8), protocol=block({"input_size": 448}),
+                                variant={"fraction": "1/1"}), runs)
+    a, b = resolve_sides(str(path), f"{table}:1", runs)
+    diffs = {d.setting: d for d in explain(a, b)[0]}
+    assert diffs["input_size"].effect == UNSTATED and diffs["input_size"].b == "(not stated)"
+    assert "patch sizes 14, 16 only" in diffs["input_size"].why
+    assert diffs["fingerprint"].effect == UNSTATED  # no stated setting differs
+    assert not any(d.effect == YES and d.group == "protocol" for d in diffs.values())
+    assert main(["explain", str(path), f"{table}:1", "--runs", str(runs)]) == 0
+    assert "not stated by the paper cell" in capsys.readouterr().out

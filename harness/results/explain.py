@@ -29,6 +29,7 @@ from harness.text_table import text_table
 from harness.variants import variant_label
 
 YES, MAY, NO = "yes", "may", "no"
+UNSTATED = "not stated"  # a setting the paper cell does not give: whether it differs is unknown
 GROUPS = ("protocol", "data", "weights", "adapter", "result", "execution", "device", "software")
 # model-block fields that describe the weights (their hash, model_identity, says whether they are the same)
 _LABELS = {"name": "a label", "checkpoint": "where the file lies"}
@@ -58,6 +59,7 @@ class Side:
     cost: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     paper: Any = None  # PaperCell for a table cell
+    unstated: dict[str, str] = field(default_factory=dict)  # paper cell: setting -> why the table does not state it
 
 
 @dataclass
@@ -227,9 +229,7 @@ def paper_side(table: str, row: str, other: Side | None, protocol: str | None = 
     zoo = load_zoo().get(cell["zoo_name"]) if cell["zoo_name"] else None
     if zoo is not None:
         arch["patch_size"] = zoo.patch_size
-    values, problem = job_values(ps, settings, arch)
-    if problem:
-        raise ConfigError(f"paper table {tab.name} row {row}: {problem}")
+    values, unstated = _cell_values(ps, settings, arch["patch_size"], job_values)
     ds = tab.spec.datasets[cell["dataset"]]
     proto = build_protocol(cell["protocol"], ps.preset, {"dataset": ds.reader, **values}, source=str(tab.source))
     model = {"name": cell["zoo_name"] or None, "method": cell["method"], "arch": cell["arch"],
@@ -239,7 +239,22 @@ def paper_side(table: str, row: str, other: Side | None, protocol: str | None = 
              f"{', zoo ' + cell['zoo_name'] if cell['zoo_name'] else ''}): {cell['metric']} {cell['value']:g} published")
     return Side(label, cell["protocol"], proto.settings(), proto.fingerprint(), None,
                 {"dataset": ds.reader, "split": ds.val_split}, model, want,
-                paper=PaperCell(tab.name, str(row), cell, want, zoo, ds.n_train, ds.n_val))
+                paper=PaperCell(tab.name, str(row), cell, want, zoo, ds.n_train, ds.n_val), unstated=unstated)
+
+
+def _cell_values(ps, settings: str, patch, job_values) -> tuple[dict, dict[str, str]]:
+    """A cell's protocol values, and the settings it leaves unstated: those the table gives per
+    patch size (``by_patch``) when the model's patch size is not among them or not known."""
+    import dataclasses
+
+    if not ps.by_patch or (patch is not None and int(patch) in {int(k) for k in ps.by_patch}):
+        values, _ = job_values(ps, settings, {"patch_size": patch})
+        return values, {}
+    values, _ = job_values(dataclasses.replace(ps, by_patch={}), settings, None)
+    sizes = sorted(int(k) for k in ps.by_patch)
+    why = (f"the table states it for patch sizes {', '.join(map(str, sizes))} only, "
+           f"{'and the patch size is not known' if patch is None else f'not for patch {patch}'}")
+    return values, {k: why for per in ps.by_patch.values() for k in per}
 
 
 def _row_hints(paper: tuple[str, str], protocol: str | None,
@@ -280,6 +295,9 @@ def resolve_sides(spec_a: str, spec_b: str, runs: str | Path | None = None, prot
         raise ConfigError("explain compares a record with a record or with a paper cell, not two paper cells")
     records = None
     sides: dict[str, Side] = {}
+    if kinds["A"][0] == kinds["B"][0] == "model":
+        records = [r for r in iter_records(folder) if is_record(r)]
+        return _model_pair(kinds["A"][1], kinds["B"][1], records, protocol, dataset, folder)
     for name in ("A", "B"):  # records first: they tell a model or a paper cell which run to take
         kind, what = kinds[name]
         if kind == "record":
@@ -297,16 +315,39 @@ def resolve_sides(spec_a: str, spec_b: str, runs: str | Path | None = None, prot
         wants = [hint.variant] if hint is not None else None
         if paper is not None and hint is None:
             want_protocol, datasets, wants = _row_hints(paper, want_protocol, datasets)
-        found = model_records(what, records, want_protocol, datasets, folder, wants)
-        if not found:
-            names = sorted({r["model"]["name"] for r in records})
-            raise ConfigError(f"{what!r} is no record file, record id, model name or paper cell (TABLE:ROW) "
-                              f"under {folder}; models there: {', '.join(names) or '(none)'}")
+        found = _found(what, model_records(what, records, want_protocol, datasets, folder, wants), records, folder)
         sides[name] = record_side(_pick(found, wants))
     for name, other in (("A", "B"), ("B", "A")):
         if kinds[name][0] == "paper":
             sides[name] = paper_side(*kinds[name][1], sides[other], protocol, dataset)
     return sides["A"], sides["B"]
+
+
+def _found(what: str, found: list[dict], records: list[dict], folder: Path) -> list[dict]:
+    if not found:
+        names = sorted({r["model"]["name"] for r in records})
+        raise ConfigError(f"{what!r} is no record file, record id, model name or paper cell (TABLE:ROW) "
+                          f"under {folder}; models there: {', '.join(names) or '(none)'}")
+    return found
+
+
+def _model_pair(name_a: str, name_b: str, records: list[dict], protocol: str | None, dataset: str | None,
+                folder: Path) -> tuple[Side, Side]:
+    """Two model names: records of one protocol and data set that are like with like, the same
+    variant and the same seed (the newest such pair), so that the comparison lists what differs
+    between the models, not between two results of a run (another seed's subsets, another k)."""
+    found_a = _found(name_a, model_records(name_a, records, protocol, [dataset] if dataset else None, folder),
+                     records, folder)
+    first = found_a[0]["protocol"]
+    found_b = _found(name_b, model_records(name_b, records, protocol or first["name"],
+                                           [dataset or first.get("dataset")], folder), records, folder)
+    newest = lambda recs: sorted(recs, key=lambda r: (str(r.get("created") or ""), str(r.get("id"))), reverse=True)
+    for ra in newest(found_a):
+        for rb in newest(found_b):
+            if ra.get("seed") == rb.get("seed") and _same(ra.get("variant") or {}, rb.get("variant") or {}):
+                return record_side(ra), record_side(rb)
+    ra = newest(found_a)[0]  # no pair alike: the other side's closest, and the list says what differs
+    return record_side(ra), record_side(_pick(found_b, [ra.get("variant") or {}]))
 
 
 # ----------------------------------------------------------------------------- differences
@@ -341,8 +382,14 @@ def _protocol_differences(a: Side, b: Side) -> tuple[list[Difference], list[Diff
     kinds = setting_names(a.protocol) if a.protocol == b.protocol else None
     paper = a.paper is not None or b.paper is not None
     fingerprinted, execution = kinds if kinds else (set(), set())
+    cell = a if a.paper is not None else (b if b.paper is not None else None)
+    unstated = cell.unstated if cell is not None else {}
     for key in sorted(set(a.params) | set(b.params)):
         va, vb = a.params.get(key, "(absent)"), b.params.get(key, "(absent)")
+        if key in unstated:  # never "changes the number": the cell gives no value to differ from
+            va, vb = ("(not stated)", vb) if cell is a else (va, "(not stated)")
+            diffs.append(Difference("protocol", key, va, vb, UNSTATED, unstated[key]))
+            continue
         if _same(va, vb):
             continue
         if kinds is None:
@@ -356,6 +403,10 @@ def _protocol_differences(a: Side, b: Side) -> tuple[list[Difference], list[Diff
         elif not paper and not (key.endswith("seconds") or key.endswith("_s")):
             reported.append(Difference("reported", key, va, vb, "-", "reported by the run"))
     if a.fingerprint != b.fingerprint:
+        if not any(d.effect == YES for d in diffs) and unstated:
+            diffs.append(Difference("protocol", "fingerprint", a.fingerprint, b.fingerprint, UNSTATED,
+                                    "the hashes differ in settings the paper cell does not state"))
+            return diffs, reported
         if not any(d.effect == YES for d in diffs):
             why = ("the settings behind it differ beyond those recorded: a model-specific setting (model_settings, "
                    "e.g. the mmseg wrapper of an adapted model) or a protocol setting that only the hash holds")
@@ -521,13 +572,14 @@ def _show(v: Any, width: int = 48) -> str:
 
 def format_explanation(a: Side, b: Side, diffs: list[Difference], reported: list[Difference]) -> str:
     out = [f"A = {a.label}", f"B = {b.label}", ""]
-    counts = {e: sum(d.effect == e for d in diffs) for e in (YES, MAY, NO)}
+    counts = {e: sum(d.effect == e for d in diffs) for e in (YES, MAY, NO, UNSTATED)}
     if not diffs:
         out.append("A and B agree on every recorded setting (protocol, data, weights, adapter, seed, variant, "
                    "device, libraries).")
     else:
         out.append(f"{len(diffs)} settings differ: {counts[YES]} can change the number, {counts[MAY]} may "
-                   f"(rounding, kernels), {counts[NO]} cannot")
+                   f"(rounding, kernels), {counts[NO]} cannot"
+                   + (f"; {counts[UNSTATED]} not stated by the paper cell" if counts[UNSTATED] else ""))
         out.append(text_table(["group", "setting", "A", "B", "changes the number", "why"],
                               [[d.group, d.setting, _show(d.a), _show(d.b), d.effect, d.why] for d in diffs]))
     if a.fingerprint == b.fingerprint and a.protocol == b.protocol:
