@@ -157,3 +157,30 @@ def tiny_transformers_folders(folder: Path, seed: int = 0) -> dict[str, Path]:
             out[name] = folder / f"hf-{name}"
             build().save_pretrained(out[name])
     return out
+
+
+TINY_OPEN_CLIP = {"embed_dim": 32, "vision_cfg": {"image_size": 64, "layers": 2, "width": 64, "patch_size": 16},
+                  "text_cfg": {"context_length": 16, "vocab_size": 100, "width": 32, "heads": 2, "layers": 1}}
+
+
+def tiny_open_clip(folder: Path, seed: int = 0):
+    """A random open_clip CLIP built from a local model config (ViT image tower: width 64, 2
+    blocks, patch 16, trained at 64 px), its weights moved off their init values and saved as a
+    whole CLIP state dict: (config path, weights path, the model)."""
+    import json
+
+    import open_clip
+    from safetensors.torch import save_file
+
+    config = folder / "tiny_clip.json"
+    config.write_text(json.dumps(TINY_OPEN_CLIP))
+    open_clip.add_model_config(config)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = open_clip.create_model("tiny_clip", pretrained=None).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.02)
+    weights = folder / "tiny_clip.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights))
+    return config, weights, model
