@@ -156,3 +156,21 @@ def test_a_hub_entry_with_batchnorm_gives_the_modules_own_eval_features(sources)
     assert model.record_info()["adapter"]["norm_source"] == "default imagenet"
     assert (got.patches[:, 0] - fmap.permute(0, 2, 3, 1)).abs().max().item() <= 1e-6
     assert (got.cls[:, 0] - fmap.mean(dim=(2, 3))).abs().max().item() <= 1e-6
+
+
+def test_a_transformers_folder_build_changes_nothing(tmp_path, synth_tiny, isolated_home):
+    """The sources without BatchNorm too: every tensor the folder or file holds is the model's,
+    before and after a k-NN run, and the key is their content."""
+    pytest.importorskip("transformers")
+    from model_zoo_fixtures import tiny_dinov2
+
+    hf_dir, _ = tiny_dinov2(tmp_path)
+    model = build_model(f"hf:{hf_dir}")
+    before = load_file(str(hf_dir / "model.safetensors"))
+    state = model.backbone.model.state_dict()
+    # transformers may rename keys as it loads (4.x and 5.x spellings): the tensors are compared
+    assert sorted(_digests(state).values()) == sorted(_digests(before).values())
+    assert model.meta["_weights_hash"] == state_content_hash(state)
+    knn = build_protocol("knn", "synth", {**KNN, "resize": 56, "crop": 56})
+    records, _ = evaluate(model, knn, synth_tiny / "imagenet")
+    assert records and _digests(model.backbone.model.state_dict()) == _digests(state)
