@@ -120,6 +120,9 @@ def cmd_eval(args) -> int:
     protocol = build_protocol(args.protocol, args.preset, values)
     if not Path(args.data_root).exists():
         raise SslBenchError(f"data root {args.data_root} does not exist")
+    from harness.models.handle import check_input_sizes
+
+    check_input_sizes(protocol, model)  # before the data is stamped or earlier records are looked up
     records, skipped = evaluate(model, protocol, Path(args.data_root), preset=args.preset, force=args.force)
     if skipped:
         print("(already measured: showing the stored records; --force to run again)")

@@ -688,19 +688,33 @@ def hub_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
 
 
 def _hub_entry(repo_dir: Path, entry: str) -> Callable:
-    """The entry function of a local torch.hub repository (its hubconf.py imported as torch.hub
-    does, with the folder on sys.path); an unknown entry names the ones there are."""
-    sys.path.insert(0, str(repo_dir))
-    try:
-        hubconf = _import_file(repo_dir / "hubconf.py", "torch.hub")
-    finally:
-        sys.path.remove(str(repo_dir))
-    fn = getattr(hubconf, entry, None)
-    if not callable(fn) or entry.startswith("_"):
-        entries = sorted(n for n, v in vars(hubconf).items() if callable(v) and not n.startswith("_")
-                         and getattr(v, "__module__", None) == hubconf.__name__)
-        raise ConfigError(f"{repo_dir}/hubconf.py has no entry {entry!r}; its entries: {', '.join(entries) or 'none'}")
-    return fn
+    """The entry of a local torch.hub repository, loaded by torch.hub itself (``source='local'``,
+    nothing fetched); an unknown entry is one line that names the ones there are."""
+    def load(**kwargs):
+        try:
+            return torch.hub.load(str(repo_dir), entry, source="local", trust_repo=True, **kwargs)
+        except RuntimeError as exc:
+            if f"Cannot find callable {entry} in hubconf" not in str(exc):
+                raise
+        raise ConfigError(f"{repo_dir}/hubconf.py has no entry {entry!r}; its entries: "
+                          f"{', '.join(_hub_names(repo_dir / 'hubconf.py')) or 'none'}")
+
+    return load
+
+
+def _hub_names(hubconf: Path) -> list[str]:
+    """The public names a hubconf.py defines or imports, read without running it."""
+    import ast
+
+    names = set()
+    for node in ast.parse(hubconf.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return sorted(n for n in names if not n.startswith("_") and n not in ("dependencies", "torch"))
 
 
 @register_model_source("code")
