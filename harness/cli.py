@@ -110,7 +110,7 @@ def _values(pairs: list[str] | None) -> dict:
 
 def cmd_eval(args) -> int:
     from harness.protocol_info import build_protocol
-    from harness.running.evaluate import evaluate
+    from harness.running.evaluate import check_input_sizes, evaluate
     from harness.results.leaderboard import build_leaderboard, format_console
 
     model = _model(args)
@@ -120,8 +120,6 @@ def cmd_eval(args) -> int:
     protocol = build_protocol(args.protocol, args.preset, values)
     if not Path(args.data_root).exists():
         raise SslBenchError(f"data root {args.data_root} does not exist")
-    from harness.models.handle import check_input_sizes
-
     check_input_sizes(protocol, model)  # before the data is stamped or earlier records are looked up
     records, skipped = evaluate(model, protocol, Path(args.data_root), preset=args.preset, force=args.force)
     if skipped:

@@ -12,7 +12,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
 from safetensors.torch import save_file
 
 from harness.errors import SslBenchError
@@ -171,7 +170,7 @@ def test_an_input_size_that_is_not_a_multiple_of_the_stride_is_refused_before_an
 
 
 def test_each_protocol_states_its_input_sizes():
-    from harness.models.handle import protocol_input_sizes
+    from harness.running.evaluate import protocol_input_sizes
     from harness.protocol_info import build_protocol
 
     assert protocol_input_sizes(build_protocol("knn", "synth", {"dataset": "imagefolder"})) == {"crop": 64}

@@ -328,7 +328,7 @@ def _read_state(path: Path) -> dict[str, torch.Tensor]:
             raise CheckpointError(f"{path}: cannot be read as a tensors-only torch file ({_one_line(exc, 160)}); "
                                   f"save the state dict (torch.save(model.state_dict())) or a .safetensors") from None
     for key in ("state_dict", "model", "module"):
-        if isinstance(state, dict) and isinstance(state.get(key), dict) and not isinstance(state.get(key), torch.Tensor):
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path}: expected a state dict of tensors, found {type(state).__name__}"
@@ -611,7 +611,8 @@ def _load_callable(ref: str, what: str) -> Callable:
     if not callable(fn):
         names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
                        and getattr(v, "__module__", None) == module.__name__)
-        raise ConfigError(f"{what} {ref!r}: {mod_ref} has no callable {attr!r}; it defines {', '.join(names) or 'none'}")
+        raise ConfigError(f"{what} {ref!r}: {mod_ref} has no callable {attr!r}; it defines "
+                          f"{', '.join(names) or 'none'}")
     return fn
 
 
@@ -780,7 +781,8 @@ def _create_open_clip(target: str, spec: ModelSpec):
     except ImportError:
         from harness.errors import MissingDependencyError
 
-        raise MissingDependencyError("the open_clip model source needs open_clip: pip install 'ssl-bench[hf]'") from None
+        raise MissingDependencyError("the open_clip model source needs open_clip: "
+                                     "pip install 'ssl-bench[hf]'") from None
     if target.startswith(("hf-hub:", "local-dir:")):
         raise ConfigError(f"{spec.describe()}: give an architecture name (open_clip.list_models()) or a model "
                           f"config .json and weights=FILE; ssl-bench never downloads")

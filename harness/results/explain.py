@@ -341,7 +341,9 @@ def _model_pair(name_a: str, name_b: str, records: list[dict], protocol: str | N
     first = found_a[0]["protocol"]
     found_b = _found(name_b, model_records(name_b, records, protocol or first["name"],
                                            [dataset or first.get("dataset")], folder), records, folder)
-    newest = lambda recs: sorted(recs, key=lambda r: (str(r.get("created") or ""), str(r.get("id"))), reverse=True)
+    def newest(recs: list[dict]) -> list[dict]:
+        return sorted(recs, key=lambda r: (str(r.get("created") or ""), str(r.get("id"))), reverse=True)
+
     for ra in newest(found_a):
         for rb in newest(found_b):
             if ra.get("seed") == rb.get("seed") and _same(ra.get("variant") or {}, rb.get("variant") or {}):
