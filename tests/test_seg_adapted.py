@@ -50,8 +50,8 @@ def test_vits_mmseg_computes_keep_its_vit_path_and_their_fingerprint():
     assert arch["num_heads"] == 6 and "cls_token" in state and proto.model_settings(timm_vit) == {}
     for model in (build_model("timm:resnet18,weights=random"),
                   build_model("random_init:vit_cpu_tiny,reg_tokens=4"),  # mmseg's ViT has no registers
-                  build_model({"source": "timm", "target": "vit_small_patch16_224", "weights": "random",
-                               "depth": 1})):  # declares mean = std = 0.5: not the harness ViT's input
+                  build_model({"source": "timm", "target": "vit_small_patch16_224.augreg_in21k", "weights": "random",
+                               "depth": 1})):  # its tag declares mean = std = 0.5: not the harness ViT's input
         assert mmseg_vit_weights(model.backbone) is None
         spec = proto.model_settings(model)["head_spec"]
         assert spec["backbone"] == "feature_contract" and spec["head"] == "linear"
@@ -83,7 +83,7 @@ def test_work_dir_is_keyed_by_the_adapter_settings(tmp_path, monkeypatch):
     assert proto.default_work_dir(vit, root) == (tmp_path / "home" / "mmseg" / vit.cache_key[:16]
                                                  / f"seg_linear-{proto.fingerprint()}-{data_stamp(root)[:8]}")
     a = build_model("timm:resnet18,weights=random")
-    b = build_model("timm:resnet18.a1_in1k,weights=random")  # the same weights, another adapter setting
+    b = build_model("timm:resnet18,weights=random,norm=clip")  # the same weights, another adapter setting
     assert a.cache_key != b.cache_key and a.meta["_weights_hash"] == b.meta["_weights_hash"]
     dirs = {proto.default_work_dir(m, root) for m in (vit, a, b)}
     assert len(dirs) == 3

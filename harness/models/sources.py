@@ -14,13 +14,18 @@ the Python API) goes through :func:`build_model`. A spec is a string or a mappin
                                                 a torch.hub entry from a local repository folder
     code:my_models.py:build,features=my_models.py:feats
                                                 user code returning an nn.Module
+    open_clip:ViT-B-32,weights=open_clip_pytorch_model.bin
+                                                an open_clip image tower, from a local file
 
     {source: timm, target: resnet18, weights: random, seed: 0}   the same as a mapping
 
 The string form is ``SOURCE:TARGET[,key=value...]``; values are read as YAML scalars. Sources
 register with ``@register_model_source(name)`` (entry-point group ``ssl_bench.model_sources``
 for plugins) and are called as ``build(spec, ctx)``. No source falls back to random weights:
-a missing weights file is a CheckpointError (an ``error:`` line, exit 2).
+a missing weights file is a CheckpointError (an ``error:`` line, exit 2). Foreign sources take
+``norm=imagenet|clip|inception`` or ``mean=R/G/B,std=R/G/B``; without them a model's normalisation
+is what its own files state (a named timm tag, a folder's preprocessor_config.json, a family,
+open_clip's config), else ImageNet's, and the record says which and why (``norm_source``).
 """
 from __future__ import annotations
 
