@@ -96,7 +96,8 @@ def evaluate_model(model, root: Path, log=print, half: str = "bf16") -> dict:
 
 def format_result(r: dict) -> str:
     verdict = "within" if r["within_tolerance"] else "OUTSIDE"
-    return (f"  {r['model']} on {r.get('device', 'cpu')}: {r.get('half', 'bf16')} - fp32: k-NN top-1 max |delta| {r['delta_knn_top1_max_abs']:.2f} pt "
+    return (f"  {r['model']} on {r.get('device', 'cpu')}: {r.get('half', 'bf16')} - fp32: k-NN top-1 max |delta| "
+            f"{r['delta_knn_top1_max_abs']:.2f} pt "
             f"(k=20: {r['delta_knn_top1'].get(20, float('nan')):+.2f}), dense-NN mIoU {r['delta_dense_miou']:+.2f} pt "
             f"-> {verdict} {TOLERANCE} pt (one k-NN val image = {r['knn_point_per_image']:.2f} pt); "
             f"CLS cosine mean {r['cls_cosine_mean']:.5f} min {r['cls_cosine_min']:.5f}; "

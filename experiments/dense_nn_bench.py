@@ -120,7 +120,8 @@ def main(argv=None):
         shape = VitShape.of(model.backbone)
         flops = sum(token_flops(shape, int(tk)) for tk in tokens)
         t = time.perf_counter()
-        labels = proto._train_labels(train_ds, lambda i: proto._resize_mask(transform, np.asarray(train_ds.load_mask(i))),
+        labels = proto._train_labels(train_ds, lambda i: proto._resize_mask(transform,
+                                                                            np.asarray(train_ds.load_mask(i))),
                                      train_fs.grids, s)
         val_masks = [proto._resize_mask(transform, np.asarray(val_ds.load_mask(i))) for i in range(len(val_ds))]
         t_labels = time.perf_counter() - t
@@ -166,9 +167,11 @@ def main(argv=None):
     print(f"  patch labels    {t_labels:8.2f} s")
     for kind in variants:
         r = out[kind]
-        print(f"  {kind:<10} bank {r['bank_patches']:,} patches ({r['bank_MiB']:.1f} MiB) built in {r['bank_s']:.2f} s; "
+        print(f"  {kind:<10} bank {r['bank_patches']:,} patches ({r['bank_MiB']:.1f} MiB) "
+              f"built in {r['bank_s']:.2f} s; "
               f"search {r['search_s']:.2f} s for {r['queries']:,} queries "
-              f"({r['queries'] / max(r['search_s'], 1e-9):,.0f} q/s); metric {r['metric_s']:.2f} s; mIoU {r['mIoU']:.2f}")
+              f"({r['queries'] / max(r['search_s'], 1e-9):,.0f} q/s); metric {r['metric_s']:.2f} s; mIoU "
+              f"{r['mIoU']:.2f}")
     print(f"  IVF/PQ mIoU deviation from exact: {out['ivfpq_miou_deviation']:+.2f} points "
           f"(float32 faiss vs {cfg.bank_dtype} exact: {out['fp32_miou_deviation']:+.2f})")
     print(f"  peak RSS        {out['peak_rss_mb']:8.0f} MB")

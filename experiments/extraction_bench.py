@@ -13,11 +13,13 @@ Cases, per (arch, size, precision):
                 loader threads + single-threaded kernels in one forward thread per core.
 
 The cases of one (arch, size, precision) run back to back, `--repeats` rounds in alternating
-order; each row is the median over rounds. Every case prints images/s, achieved GFLOP/s (matmul FLOPs from the architecture, see
+order; each row is the median over rounds. Every case prints images/s, achieved GFLOP/s (matmul FLOPs from the
+architecture, see
 flops.py), the fraction of the fp32 (and bf16) matmul peak measured in the same process just
 before and just after the case (their mean; see roofline.py), the same fraction per
 CPU-second the process got (robust to other jobs on a shared machine), peak RSS while the
-case ran (and its growth during the case), and for the harness cases the stage split: share of busy time outside the forward
+case ran (and its growth during the case), and for the harness cases the stage split: share of busy time outside the
+forward
 (decode, transform, cache write) and the seconds the forward waited for decoded images.
 
 Images: ImageNet-like JPEGs (500x375, quality 90) written once to a temporary folder;

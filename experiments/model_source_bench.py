@@ -90,9 +90,11 @@ def main(argv=None) -> None:
           f"{a.repeats} rounds (median)")
     med = {k: statistics.median(v) for k, v in seconds.items()}
     for name, s in med.items():
-        print(f"  {name:12s} {s:7.2f} s  ({a.images / s:6.1f} img/s)   rounds: {', '.join(f'{x:.2f}' for x in seconds[name])}")
+        rounds = ", ".join(f"{x:.2f}" for x in seconds[name])
+        print(f"  {name:12s} {s:7.2f} s  ({a.images / s:6.1f} img/s)   rounds: {rounds}")
     for name, cpu in forward_cpu.items():
-        print(f"  {name:12s} forward CPU {statistics.median(cpu):7.2f} s   rounds: {', '.join(f'{x:.2f}' for x in cpu)}")
+        rounds = ", ".join(f"{x:.2f}" for x in cpu)
+        print(f"  {name:12s} forward CPU {statistics.median(cpu):7.2f} s   rounds: {rounds}")
     cpu_ratio = statistics.median(forward_cpu["timm source"]) / statistics.median(forward_cpu["native ViT"])
     print(f"  forward CPU seconds, timm source / native: {cpu_ratio:.3f}")
     paired = statistics.median(t / n for t, n in zip(seconds["timm source"], seconds["native ViT"]))

@@ -240,7 +240,8 @@ def run(methods: list[str] | None = None, steps: int = 8, warmup: int = 3, prese
 
 
 HEADER = ("| method | crops / image | batch, workers | anchor s/step (img/s) | full step s/step (img/s) | ratio "
-          "| data+loop | fwd: blocks | fwd: heads | fwd: rest (loss, masking) | backward | clip | AdamW | EMA, queues |\n"
+          "| data+loop | fwd: blocks | fwd: heads | fwd: rest (loss, masking) | backward | clip | AdamW "
+          "| EMA, queues |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
@@ -248,7 +249,8 @@ def format_row(r: dict) -> str:
     if "skipped" in r or "error" in r:
         return f"| {r['method']} | {r.get('skipped') or r.get('error')} |" + " |" * 12
     shares = " | ".join(f"{100 * r[p + '_share']:.0f}%" for p in PHASES)
-    return (f"| {r['method']} | {r['crops']} | {r['batch']}, {r['workers']} | {r['anchor_s']:.3f} ({r['anchor_img_s']:.0f}) "
+    return (f"| {r['method']} | {r['crops']} | {r['batch']}, {r['workers']} | {r['anchor_s']:.3f} "
+            f"({r['anchor_img_s']:.0f}) "
             f"| {r['step_s']:.3f} ({r['img_s']:.0f}) | {r['ratio']:.2f}x | {shares} |")
 
 

@@ -138,7 +138,8 @@ def main(argv=None) -> dict:
             f"({100 * shapes['weighted_gflops'] / sq.gflops:.0f}% of square) "
             f"| {shapes['weighted_cpu_gflops']:.1f} "
             f"({100 * shapes['weighted_cpu_gflops'] / sq.cpu_gflops:.0f}% of square) |")
-        report["roofline"] = {"peaks": {k: {"size": v["size"], "omp": v["omp"].as_dict(), "streams": v["streams"].as_dict(),
+        report["roofline"] = {"peaks": {k: {"size": v["size"], "omp": v["omp"].as_dict(),
+                                            "streams": v["streams"].as_dict(),
                                             "peak": v["peak"].as_dict(), "load": v["load"]} for k, v in peaks.items()},
                               "vit_s_224_shapes": shapes}
 

@@ -25,7 +25,8 @@ class Metric:
 
     ``direction``: "higher" or "lower" is better. ``per_image``: the kinds of per-image statistic
     (harness.per_image) the metric can be recomputed from on a resample of the evaluation images
-    (a protocol whose presets keep different kinds names each); empty where it keeps none. ``label``: how a header reads it (default: the name).
+    (a protocol whose presets keep different kinds names each); empty where it keeps none. ``label``: how a header
+    reads it (default: the name).
     ``declared``: False for a metric found in records that no protocol here declares (read as
     higher-is-better, and said so by the views that show a direction)."""
 

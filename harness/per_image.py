@@ -434,7 +434,8 @@ def read_per_image(block: Any) -> PerImageStats:
     """The statistics of a record's ``per_image`` block; any block that does not read as one of
     the known kinds is a PerImageError saying why."""
     if not isinstance(block, dict):
-        raise PerImageError(f"per_image block of kind {type(block).__name__!r}; known kinds: {', '.join(known_kinds())}")
+        raise PerImageError(f"per_image block of kind {type(block).__name__!r}; "
+                            f"known kinds: {', '.join(known_kinds())}")
     cls = _kind_class(block.get("kind"))
     try:
         return cls(block)

@@ -9,7 +9,8 @@ SSL_BENCH_HOME) and runs each recipe of configs/zoo/synthscenes_recipes.yaml as 
 `ssl-bench pretrain` (methods) or `ssl-bench supervised` (the supervised reference) process,
 one after another, into RUNS/<name>/; beside each run it writes provenance.json: the exact
 command (with the placeholders `{synthscenes}` and `{out}` for this machine's folders, which
-`ssl-bench zoo command NAME` resolves on another), the data folder, the code commit and whether the tree was clean, the machine, torch, and the wall time.
+`ssl-bench zoo command NAME` resolves on another), the data folder, the code commit and whether the tree was clean,
+the machine, torch, and the wall time.
 A run cut off resumes from RUNS/<name>/resume.pt when `train` is run again.
 
 `register` copies each run's backbone into configs/zoo/synthscenes/<name>.safetensors (+ .json,

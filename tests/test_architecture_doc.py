@@ -49,4 +49,5 @@ def test_the_counts_and_lists_the_doc_states_are_the_codes():
     from harness.cli import SUBCOMMAND_MODULES
     for module in with_cli:
         assert module in cli_entry, f"docs/ARCHITECTURE.md's cli.py entry does not name {module}"
-        assert f"harness.{module.replace('/', '.')}" in SUBCOMMAND_MODULES, f"harness/cli.py does not add {module}'s commands"
+        assert f"harness.{module.replace('/', '.')}" in SUBCOMMAND_MODULES, (
+            f"harness/cli.py does not add {module}'s commands")

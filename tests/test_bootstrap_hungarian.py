@@ -19,7 +19,8 @@ def _images(n: int, classes: int, seed: int):
     for i in range(n):
         gt = rng.integers(0, classes - 1, (10, 12))  # the last class never occurs
         gt[0, :] = 255
-        pred = np.where(rng.random(gt.shape) < 0.7, perm[np.where(gt == 255, 0, gt)], rng.integers(0, classes + 1, gt.shape))
+        pred = np.where(rng.random(gt.shape) < 0.7, perm[np.where(gt == 255, 0, gt)], rng.integers(0, classes + 1,
+                                                                                                   gt.shape))
         pred[gt == 255] = 0
         out.append((gt, pred))
     out.append((np.full((3, 3), 255), np.zeros((3, 3), dtype=np.int64)))  # an image without labels

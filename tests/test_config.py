@@ -87,7 +87,8 @@ def test_fingerprint_is_stable_and_order_free():
     assert fingerprint({"k": 20, "temperature": 0.07}) == "0dbba8ba2fb59ec5"
 
 
-@pytest.mark.parametrize("suite_file", sorted((Path(__file__).resolve().parent.parent / "configs" / "suites").glob("*.yaml")),
+@pytest.mark.parametrize("suite_file",
+                         sorted((Path(__file__).resolve().parent.parent / "configs" / "suites").glob("*.yaml")),
                          ids=lambda p: p.name)
 def test_every_shipped_suite_resolves(suite_file):
     # each model's pretraining config (with its overrides) and each protocol's preset + settings

@@ -15,7 +15,8 @@ from harness.errors import ConfigError, NotApplicable
 from harness.protocol_info import build_protocol
 from harness.running.evaluate import evaluate
 from harness.models.handle import ModelHandle
-from harness.running.suite import (ModelEntry, ProtocolEntry, SuiteConfig, SuiteData, SynthSpec, evaluate_entry, prepare_model,
+from harness.running.suite import (ModelEntry, ProtocolEntry, SuiteConfig, SuiteData, SynthSpec, evaluate_entry,
+                                   prepare_model,
                            run_suite)
 
 TINY_KNN = {"dataset": "imagefolder", "ks": [3], "feature": "cls", "progress": False}

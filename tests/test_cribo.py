@@ -226,7 +226,8 @@ def test_parity_default_config_is_the_official_code(golden, parity_runs, name):
     assert gold["config"] == SCENARIOS[name]
     tol = golden["tolerance_rel"]
     for t, (g, r) in enumerate(zip(gold["steps"], parity_runs(name, "default"))):
-        assert _rel(input_checksum(r["inp"]), g["input_checksum"]) < INPUT_REL_TOL, "parity inputs drifted from the fixture"
+        assert _rel(input_checksum(r["inp"]), g["input_checksum"]) < INPUT_REL_TOL, (
+            "parity inputs drifted from the fixture")
         cl, found = r["clusters"], r["found"]
         assert cl.init_index.tolist() == g["init_index"], f"step {t}: initial centroids differ"
         assert cl.labels.tolist() == g["labels"], f"step {t}: cluster assignments differ"

@@ -42,7 +42,8 @@ INIT_ATOL = 1e-6
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory):
     # a missing fixture fails, never skips (tests/test_golden_fixtures.py)
-    assert FIXTURE.is_file(), f"{FIXTURE} is missing: restore it from git or regenerate it with tests/reference/gen_hbird_e2e.py"
+    assert FIXTURE.is_file(), (
+        f"{FIXTURE} is missing: restore it from git or regenerate it with tests/reference/gen_hbird_e2e.py")
     ref = json.loads(FIXTURE.read_text())
     root = tmp_path_factory.mktemp("hbird_e2e")
     with pytest.MonkeyPatch.context() as mp:

@@ -70,7 +70,8 @@ def test_the_cpu_kernel_probe_runs_once_per_process_and_reads_a_kernel_failure(m
 
 def test_a_cpu_that_cannot_run_a_precision_is_one_clear_refusal(monkeypatch):
     seen = []
-    monkeypatch.setattr(devices, "cpu_kernel_failure", lambda p, backward=False: seen.append((p, backward)) or PACK_ERROR)
+    monkeypatch.setattr(devices, "cpu_kernel_failure", lambda p, backward=False: seen.append((p,
+                                                                                              backward)) or PACK_ERROR)
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
     with pytest.raises(DeviceError) as err:
         devices.prepare(torch.device("cpu"), "bf16", backward=True)

@@ -23,8 +23,10 @@ def test_there_are_fixtures():
 def test_fixture_has_provenance_and_a_generator(path):
     data = json.loads(path.read_text())
     prov = data.get("provenance")
-    assert isinstance(prov, dict), f"{path.name}: no 'provenance' block; regenerate it with its tests/reference generator"
-    assert SHA1.match(prov.get("commit", "")), f"{path.name}: provenance.commit {prov.get('commit')!r} is not a 40-char commit"
+    assert isinstance(prov, dict), (
+        f"{path.name}: no 'provenance' block; regenerate it with its tests/reference generator")
+    assert SHA1.match(prov.get("commit",
+                               "")), f"{path.name}: provenance.commit {prov.get('commit')!r} is not a 40-char commit"
     assert prov.get("repository", "").startswith("https://github.com/"), f"{path.name}: provenance.repository"
     gen = prov.get("generator", "")
     assert gen.startswith("tests/reference/gen_") and gen.endswith(".py"), f"{path.name}: provenance.generator {gen!r}"
@@ -61,18 +63,23 @@ def test_official_fixture_has_provenance_and_a_generator(case):
     import hashlib
 
     prov_path = case / "provenance.json"
-    assert prov_path.is_file(), f"{case.name}: no provenance.json; regenerate with scripts/official_parity/generate_fixtures.py"
+    assert prov_path.is_file(), (
+        f"{case.name}: no provenance.json; regenerate with scripts/official_parity/generate_fixtures.py")
     prov = json.loads(prov_path.read_text())
     assert prov.get("case") == case.name, f"{case.name}: provenance.case {prov.get('case')!r}"
     assert re.match(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", prov.get("repo", "")), f"{case.name}: provenance.repo"
-    assert prov.get("url") == f"https://github.com/{prov['repo']}", f"{case.name}: provenance.url"
-    assert SHA1.match(prov.get("commit", "")), f"{case.name}: provenance.commit {prov.get('commit')!r} is not a 40-char commit"
+    assert prov.get("url") == f"https://github.com/{prov['repo']}", (
+        f"{case.name}: provenance.url")
+    assert SHA1.match(prov.get("commit",
+                               "")), f"{case.name}: provenance.commit {prov.get('commit')!r} is not a 40-char commit"
     gen = prov.get("generator", "")
     assert gen.startswith("scripts/official_parity/") and (ROOT / gen).is_file(), f"{case.name}: generator {gen!r}"
     for name in ("checkpoint.pth", "reference.pt"):
-        assert (case / name).is_file(), f"{case.name}: {name} missing"
+        assert (case / name).is_file(), (
+            f"{case.name}: {name} missing")
     digest = hashlib.sha256((case / "checkpoint.pth").read_bytes()).hexdigest()
-    assert prov.get("checkpoint_sha256") == digest, f"{case.name}: checkpoint.pth is not the file provenance.json describes"
+    assert prov.get("checkpoint_sha256") == digest, (
+        f"{case.name}: checkpoint.pth is not the file provenance.json describes")
     env = prov.get("environment", {})
     for key in ("python", "torch", "numpy", "platform"):
         assert key in env, f"{case.name}: provenance.environment lacks {key!r}"
@@ -84,6 +91,7 @@ def test_official_real_size_checks_name_their_generator_and_commits():
         pytest.skip("no official parity fixtures")
     data = json.loads(path.read_text())
     script = data.get("generator", "").split()[0] if data.get("generator") else ""
-    assert script.startswith("scripts/official_parity/") and (ROOT / script).is_file(), f"generator {data.get('generator')!r}"
+    assert script.startswith("scripts/official_parity/") and (ROOT / script).is_file(), (
+        f"generator {data.get('generator')!r}")
     assert data.get("commits") and all(SHA1.match(c) for c in data["commits"].values()), "commits"
     assert "torch" in data.get("environment", {}), "environment"

@@ -48,7 +48,9 @@ def official_vit(gen, dim=64, depth=3, patch=8, grid=8, mlp_ratio=4):
 
 def dino_head(gen, dim, extra_last=(), hidden=32, bottleneck=16, out=24):
     """DINOHead: 3-layer MLP + weight-normed last layer(s) (iBOT: last_layer2, CrIBo: last_layer_c)."""
-    r = lambda *s: torch.randn(*s, generator=gen)
+    def r(*s):
+        return torch.randn(*s, generator=gen)
+
     sd = {"mlp.0.weight": r(hidden, dim), "mlp.0.bias": r(hidden), "mlp.2.weight": r(hidden, hidden),
           "mlp.2.bias": r(hidden), "mlp.4.weight": r(bottleneck, hidden), "mlp.4.bias": r(bottleneck)}
     for name in ("last_layer",) + tuple(extra_last):
@@ -125,7 +127,9 @@ def reference_forward(sd, x, num_heads, eps=1e-6):
     depth = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
     hd = d // num_heads
     for i in range(depth):
-        p = lambda name: sd[f"blocks.{i}.{name}"]
+        def p(name, i=i):
+            return sd[f"blocks.{i}.{name}"]
+
         y = F.layer_norm(t, (d,), p("norm1.weight"), p("norm1.bias"), eps)
         qkv = (y @ p("attn.qkv.weight").T + p("attn.qkv.bias")).reshape(b, -1, 3, num_heads, hd)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)

@@ -3,7 +3,6 @@ takes the default run's flags."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import venv
 import zipfile
 from pathlib import Path

@@ -280,7 +280,8 @@ def test_recipe_values():
     assert IBOT_BASE_LRS == sorted(IBOT_BASE_LRS)
     assert ibot.lrs()[0] == pytest.approx(1e-4 * 4)  # x B/256, B = 1024
     dino = LinearProbe.from_preset("dino", {"dataset": "imagenet"}).cfg
-    assert (dino.base_lrs, dino.epochs, dino.batch_size, dino.momentum, dino.weight_decay) == ([0.001], 100, 1024, 0.9, 0.0)
+    assert (dino.base_lrs, dino.epochs, dino.batch_size, dino.momentum, dino.weight_decay) == ([0.001], 100, 1024, 0.9,
+                                                                                               0.0)
     assert (dino.lr_schedule, dino.feature_layout, dino.val_interpolation) == ("cosine_epoch", "interleave", "bicubic")
     s = LinearProbe.from_preset("synclr", {"dataset": "imagenet"}).cfg
     assert (s.batchnorm, s.epochs, s.lr_schedule, s.n_last_blocks, s.avgpool_patchtokens, s.drop_last,

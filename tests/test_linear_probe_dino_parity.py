@@ -57,7 +57,8 @@ FEATURE_ATOL = 5e-5
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     # a missing fixture fails, never skips (tests/test_golden_fixtures.py)
-    assert FIXTURE.is_file(), f"{FIXTURE} is missing: restore it from git or regenerate it with tests/reference/gen_linear_dino.py"
+    assert FIXTURE.is_file(), (
+        f"{FIXTURE} is missing: restore it from git or regenerate it with tests/reference/gen_linear_dino.py")
     ref = json.loads(FIXTURE.read_text())
     assert FEATURES.is_file(), f"{FEATURES} is missing: restore it from git (it is written with {FIXTURE.name})"
     assert sha256_file(FEATURES) == ref["features_file"]["sha256"], (

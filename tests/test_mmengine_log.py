@@ -54,4 +54,5 @@ def test_lines_before_the_runner_are_not_lost(capfd):
 def test_one_line_per_run(capsys):
     run_line("linear", "synth_ade", 0.01, {"mIoU": 3.05}, 20, "/w/lr0.01/t/t.log")
     err = capsys.readouterr().err.splitlines()
-    assert err == ["[mmseg linear head] synth_ade lr 0.01: mIoU 3.05 after 20 iterations; mmengine log /w/lr0.01/t/t.log"]
+    assert err == ["[mmseg linear head] synth_ade lr 0.01: mIoU 3.05 after 20 iterations; mmengine log "
+                   "/w/lr0.01/t/t.log"]

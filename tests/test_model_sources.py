@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from harness.cli import main
 from harness.errors import CheckpointError, ConfigError, RegistryError
 from harness.models.importers import import_checkpoint
-from harness.models.sources import ModelSpec, build_model, parse_spec
+from harness.models.sources import build_model, parse_spec
 from harness.protocol_info import build_protocol
 from harness.running.evaluate import evaluate
 from harness.features.extract import extract_features

@@ -72,7 +72,8 @@ def _rows(page: str, table_id: str) -> dict[str, list[tuple[str, str]]]:
 def test_self_contained(page):
     assert "<script src" not in page and "<link" not in page
     refs = re.findall(r'(?:src|href)="([^"]*)"', page)
-    assert refs and all(r.startswith(("data:", "#")) for r in refs), [r[:40] for r in refs if not r.startswith(("data:", "#"))]
+    assert refs and all(r.startswith(("data:",
+                                      "#")) for r in refs), [r[:40] for r in refs if not r.startswith(("data:", "#"))]
     assert "http://" not in page and "https://" not in page
     assert "default-src 'none'" in page  # the CSP forbids requests even if something slipped in
 

@@ -142,7 +142,8 @@ def test_the_check_fails_when_sorting_breaks(browser, tmp_path, monkeypatch):
 
 
 def test_the_check_fails_when_the_table_does_not_render(browser, tmp_path, page_html):
-    broken = page_html.replace('<table class="sortable headline"', '<table style="display:none" class="sortable headline"')
+    broken = page_html.replace('<table class="sortable headline"', '<table style="display:none" class="sortable '
+                                                                   'headline"')
     page, errors, requests = _open(browser, tmp_path, broken)
     try:
         with pytest.raises(AssertionError, match="not rendered"):

@@ -48,4 +48,5 @@ def test_first_steps_of_every_recipe_log_the_shipped_losses(tmp_path):
         for row in checked:
             want = shipped[row["step"]]
             assert row["lr"] == pytest.approx(want["lr"], rel=1e-9), (name, row["step"])
-            assert row["loss"] == pytest.approx(want["loss"], rel=REL_TOL), (name, row["step"], row["loss"], want["loss"])
+            assert row["loss"] == pytest.approx(want["loss"], rel=REL_TOL), (name, row["step"], row["loss"],
+                                                                             want["loss"])

@@ -82,7 +82,8 @@ def cosine_factor(t: int, total: int) -> float:
 
 
 @torch.no_grad()
-def head_hit_flags(heads: LinearHeads, x: torch.Tensor, y: torch.Tensor, chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+def head_hit_flags(heads: LinearHeads, x: torch.Tensor, y: torch.Tensor,
+                   chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
     """Per head and image, whether the target is the top-1 / among the top-5 classes: (H, N)
     bool each (ties: lower class index first)."""
     was_training = heads.training
@@ -101,7 +102,8 @@ def head_hit_flags(heads: LinearHeads, x: torch.Tensor, y: torch.Tensor, chunk: 
     return top1, top5
 
 
-def evaluate_heads(heads: LinearHeads, x: torch.Tensor, y: torch.Tensor, chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+def evaluate_heads(heads: LinearHeads, x: torch.Tensor, y: torch.Tensor,
+                   chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-1 and top-5 hit counts per head, (H,) each (ties: lower class index first)."""
     top1, top5 = head_hit_flags(heads, x, y, chunk)
     return top1.sum(1), top5.sum(1)

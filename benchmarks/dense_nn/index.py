@@ -162,7 +162,8 @@ class TorchExact:
     def add(self, rows: np.ndarray) -> None:
         import torch
 
-        self._chunks.append(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32)).to(self.dtype).to(self.device))
+        rows = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
+        self._chunks.append(rows.to(self.dtype).to(self.device))
         self._bank = None
 
     def bank(self):

@@ -122,7 +122,8 @@ def run_line(head: str, dataset: str, lr: float, metrics: dict, iters: int, log_
              stream: TextIO | None = None) -> None:
     """The one line a run prints (to stderr, as dense NN's progress lines)."""
     where = f"; mmengine log {log_file}" if log_file else " (its last validation was logged before)"
-    print(f"[mmseg {head} head] {dataset} lr {lr:g}: mIoU {metrics.get('mIoU', float('nan')):.2f} after {iters} iterations"
+    print(f"[mmseg {head} head] {dataset} lr {lr:g}: mIoU {metrics.get('mIoU', float('nan')):.2f} after {iters} "
+          f"iterations"
           f"{where}", file=stream or sys.stderr)
 
 

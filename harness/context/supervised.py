@@ -149,7 +149,8 @@ def write_supervised(spec: SupervisedSpec, root: Path, out_dir: Path, *, device:
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(out_dir / "log.jsonl", lambda p: p.write_text("".join(json.dumps(r) + "\n" for r in rows)))
     return save_checkpoint(out_dir / "backbone", backbone.backbone_state_dict(), {
-        "method": "supervised", "context": "supervised", "init_seed": spec.seed, "arch": spec.arch, "arch_kwargs": backbone.arch_kwargs,
+        "method": "supervised", "context": "supervised", "init_seed": spec.seed, "arch": spec.arch,
+        "arch_kwargs": backbone.arch_kwargs,
         "pretrain_data": f"{spec.dataset}:{root}:{spec.split}", "epochs": None, "steps": spec.steps,
         "config": asdict(spec), "train_seconds": round(seconds, 1)})
 

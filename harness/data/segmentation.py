@@ -126,7 +126,7 @@ class SegmentationDataset:
         stems = list(stems)
         missing = [s for s in stems if s not in index]
         if missing:
-            raise DataError(_missing_msg(f"stem(s) of the subset are", missing,
+            raise DataError(_missing_msg("stem(s) of the subset are", missing,
                                          Path(f"{self.root} split {self.split!r}"))
                             + "; the subset file does not belong to this dataset/split")
         out = copy.copy(self)

@@ -1,1 +1,2 @@
-"""Where a model's weights come from: the backbone architectures, checkpoint loading, importers of official checkpoints, the zoo, and the handle a protocol receives."""
+"""Where a model's weights come from: the backbone architectures, checkpoint loading, importers of
+official checkpoints, the zoo, and the handle a protocol receives."""

@@ -452,7 +452,8 @@ def _timm_cached_file(model, name: str) -> Path:
         if candidate.is_file():
             return candidate
         looked.append(str(candidate))
-    raise CheckpointError(f"timm:{name}: no weights in timm's local cache (looked for {', '.join(looked) or 'nothing: the tag names no release'}); "
+    where = ", ".join(looked) or "nothing: the tag names no release"
+    raise CheckpointError(f"timm:{name}: no weights in timm's local cache (looked for {where}); "
                           f"ssl-bench never downloads: give weights=FILE, or weights=random for a random "
                           f"initialisation")
 

@@ -416,5 +416,6 @@ def cmd_zoo_command(args) -> int:
 
 
 __all__ = ["add_cli", "cmd_zoo_list", "cmd_zoo_command", "recorded_command", "format_recorded_command",
-           "COMMAND_PLACEHOLDERS", "cmd_zoo_import", "cmd_zoo_convert", "ZooEntry", "ZooLookup", "load_zoo", "zoo_files", "verify_shipped", "zoo_entry", "zoo_list", "format_zoo", "verify_file",
+           "COMMAND_PLACEHOLDERS", "cmd_zoo_import", "cmd_zoo_convert", "ZooEntry", "ZooLookup", "load_zoo",
+           "zoo_files", "verify_shipped", "zoo_entry", "zoo_list", "format_zoo", "verify_file",
            "zoo_import", "find_checkpoint", "zoo_model"]

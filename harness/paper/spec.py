@@ -176,7 +176,8 @@ def load_table(table: str | Path) -> Table:
             if len(hits) != 1:
                 raise ConfigError(
                     f"{path}: protocols.{name}: the CSV variant {v!r} matches {len(hits)} of variants "
-                    f"{sorted(ps.variants)} ({hits}); every cell of a protocol with `variants` is the run of exactly one")
+                    f"{sorted(ps.variants)} ({hits}); every cell of a protocol with `variants` is "
+                    f"the run of exactly one")
     unknown_p = sorted(set(rows["protocol"]) - set(spec.protocols))
     unknown_d = sorted(set(rows["dataset"]) - set(spec.datasets))
     if unknown_p or unknown_d:

@@ -14,7 +14,7 @@ import platform
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import harness
 from harness.config import fingerprint
@@ -22,6 +22,9 @@ from harness.io_utils import atomic_write_json
 from harness.results.index import index_of, is_record
 from harness.paths import results_dir, source_checkout
 from harness.variants import fraction_value, variant_label
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def runs_dir() -> Path:

@@ -428,7 +428,8 @@ def launch_pretrain(cfg, out_dir: Path, source: str, options: LaunchOptions, *, 
     settings = JobSettings(device, options.threads)
     # a time-out or preemption requeues the job, which resumes from resume.pt
     spec = JobSpec(f"pretrain {method} ({nodes} node(s) x {tasks} task(s)) -> {out_dir}",
-                   Requeueable(distributed_pretrain_job), (cfg, str(Path(out_dir).resolve()), source, progress, settings),
+                   Requeueable(distributed_pretrain_job), (cfg, str(Path(out_dir).resolve()), source, progress,
+                                                           settings),
                    model=method)
     [outcome] = run_jobs(executor, [spec], None, log)
     return outcome

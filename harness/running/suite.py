@@ -5,7 +5,6 @@ write the leaderboard."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import time
 import traceback
@@ -13,9 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.config import apply_overrides, fingerprint, from_dict, load_config, to_dict
-from harness.data.io import data_stamp
-from harness.runtime.device import device_type, prepare, resolve_device
+from harness.config import apply_overrides, from_dict, load_config
+from harness.runtime.device import prepare, resolve_device
 from harness.errors import ConfigError, NotApplicable, SslBenchError
 from harness.protocol_info import build_protocol
 from harness.running.evaluate import evaluate
@@ -23,7 +21,7 @@ from harness.results.margins import MarginSpec, check_margins, format_margins, m
 from harness.results.retrain_check import RetrainCheckSpec, check_retrains, format_retrain_check, load_spread
 from harness.models.handle import ModelHandle
 from harness.models.sources import BuildContext, ModelSpec, build_model, parse_spec, source_inputs
-from harness.paths import checkpoint_cache_dir, results_dir
+from harness.paths import results_dir
 from harness.context.supervised_source import suite_supervised_checkpoint, validated_supervised_spec
 from harness.training.cached_pretrain import cached_checkpoint, pretrain_config, pretrained_checkpoint  # noqa: F401
 from harness.running.model_memo import DeferredModel, ModelMemo, memo_key
@@ -102,6 +100,7 @@ def _importable(module: str) -> bool:
     """Whether ``module`` can be imported, found without importing it or its parents (mmcv's
     package import alone takes longer than a cached run's bookkeeping)."""
     import importlib.machinery
+    import importlib.util
     import sys
 
     if module in sys.modules:

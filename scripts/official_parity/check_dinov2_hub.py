@@ -27,7 +27,8 @@ def main(argv=None) -> None:
     p.add_argument("--official", required=True, help="a checkout of github.com/facebookresearch/dinov2")
     a = p.parse_args(argv)
     repo = Path(a.official).resolve()
-    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
     print(f"facebookresearch/dinov2 at {commit or '(not a git work tree)'}")
     with tempfile.TemporaryDirectory() as tmp:
         hub = build_model(f"hub:{repo}:dinov2_vits14,pretrained=false,weights=random")

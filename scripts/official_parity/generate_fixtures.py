@@ -283,7 +283,8 @@ def family_croc(root: Path) -> None:
     torch.manual_seed(120)
     student = MultiCropWrapperCrOC(VisionTransformer(drop_path_rate=0.1, **kwargs),
                                    CrOCHead(WIDTH, 16, 8, hidden_dim=32, bottleneck_dim=16, norm_last_layer=False), "k")
-    teacher = MultiCropWrapperCrOC(VisionTransformer(**kwargs), CrOCHead(WIDTH, 16, 8, hidden_dim=32, bottleneck_dim=16),
+    teacher = MultiCropWrapperCrOC(VisionTransformer(**kwargs), CrOCHead(WIDTH, 16, 8, hidden_dim=32,
+                                                                         bottleneck_dim=16),
                                    "k")
     teacher.load_state_dict(student.state_dict())
     perturb(student, 220)
@@ -378,7 +379,8 @@ def family_timet(root: Path) -> None:
                 outputs[f"{branch}_{k}"] = tokens_out(tok[:, 0], tok[:, 1:])
     outputs = {k.replace("teacher_", ""): v for k, v in outputs.items()}
     write_case("timet", "SMSD75/Timetuning", root, state, inputs, outputs, {
-        "class": "time_tuning.TimeT(models.FeatureExtractor('dino-s16')) with dino_vision_transformer.VisionTransformer",
+        "class": ("time_tuning.TimeT(models.FeatureExtractor('dino-s16')) with "
+                  "dino_vision_transformer.VisionTransformer"),
         "constructor": dict(img_size=[native[0]], patch_size=8, embed_dim=WIDTH, depth=DEPTH, num_heads=HEADS,
                             mlp_ratio=4, qkv_bias=True, norm_layer="partial(nn.LayerNorm, eps=1e-6)",
                             head_layer_list=[32, 8], prototype_number=10, teacher="init_momentum_teacher()"),

@@ -1,7 +1,6 @@
 """experiments/texture_labels.py: the scene split relabelled by texture (shapes merged)."""
 import numpy as np
 import pytest
-from PIL import Image
 
 from experiments.texture_labels import texture_label_map, write_texture_voc
 from harness.data.segmentation import VOCSegmentation

@@ -52,7 +52,8 @@ def main() -> None:
     how = (f"bytedance/ibot@{args.commit} main_ibot.iBOTLoss("
            + ", ".join(f"{k}={v}" for k, v in LOSS.items())
            + ", lambda1=L1, lambda2=L2, mim_start_epoch=S) run unmodified (gloo, world size 1). Per case: "
-             "torch.manual_seed(seed); for call c in 0..3 (epoch=c): s_cls=randn(2*4,32)*3, s_patch=randn(2*4,12,32)*3, "
+             "torch.manual_seed(seed); for call c in 0..3 (epoch=c): s_cls=randn(2*4,32)*3, "
+             "s_patch=randn(2*4,12,32)*3, "
              "t_cls=randn(2*4,32)*3, t_patch=randn(2*4,12,32)*3, s_local=randn(3*4,32)*3, masks=[rand(4,3,4)<0.4 for "
              "2 globals] with masks[0][0] all False; loss((s_cls, s_patch), (t_cls, t_patch), s_local, masks, c) -> "
              "cls, patch, loss; centres after each call (center (1,32), center2 (1,1,32) flattened).")

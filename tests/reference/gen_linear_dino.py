@@ -9,7 +9,8 @@ The first argument (or --official) is a checkout of https://github.com/facebookr
 outside this repository (7c446df5b9f45747937fb0d72314eb9f7b66930a expected; another commit needs
 --allow-other-commit; the options of tests/reference/common.py apply: --out, --commit, --threads,
 default 1; --features PATH runs it on stored features, e.g. the committed
-tests/fixtures/linear_dino_parity_features.npz, instead of extracting them anew). `eval_linear` is imported from it and its functions and classes are
+tests/fixtures/linear_dino_parity_features.npz, instead of extracting them anew). `eval_linear` is imported from it
+and its functions and classes are
 driven as `eval_linear()` drives them after building its data:
 
     torch.manual_seed(init_seed); LinearClassifier(dim, num_labels) wrapped in DistributedDataParallel
@@ -133,7 +134,8 @@ def environment_extra() -> dict:
         cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                     if ln.startswith("model name")), "")
     harness_commit, harness_dirty = common.git_head(common.ROOT)
-    return {"cpu": cpu, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "device": "cpu", "distributed": "gloo, world size 1", "harness_commit": harness_commit,
+    return {"cpu": cpu, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "device": "cpu",
+            "distributed": "gloo, world size 1", "harness_commit": harness_commit,
             "harness_worktree_dirty": harness_dirty}
 
 

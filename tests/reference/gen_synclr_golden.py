@@ -42,11 +42,13 @@ CONTRASTIVE_HOW = ("SupConMomentumLoss(temperature, avoid_local_global_same); to
                    "ids.repeat(n_img*n_local)).")
 SINKHORN_HOW = ("torch.manual_seed(seed); logits = randn(n, K); iBOTPatchLoss(K).sinkhorn_knopp_teacher(logits, temp, "
                 "tensor([n]), 3) and DINOLoss(K).sinkhorn_knopp_teacher(logits, temp, 3)")
-IBOT_HOW = ("torch.manual_seed(5); masks (6, 16) bool zeros, rows 0..2 get randperm(16)[:8|5|11] True; teacher_tokens = "
+IBOT_HOW = ("torch.manual_seed(5); masks (6, 16) bool zeros, rows 0..2 get randperm(16)[:8|5|11] True; teacher_tokens "
+            "= "
             "randn(6,16,24); student_tokens = randn(6,16,24); tokens at masks.flatten().nonzero() -> "
             "iBOTPatchLoss(24).sinkhorn_knopp_teacher(teacher, 0.06, n_masked, 3); forward_masked(student, targets, "
             "masks, n_masked, None, n_masked_samples=3) / global_crops_number (1)")
-HEADS_HOW = ("models.head.MLPHead(num_layers, input_dim, mlp_dim=10, output_dim=6, mlp_norm) train mode; params/buffers "
+HEADS_HOW = ("models.head.MLPHead(num_layers, input_dim, mlp_dim=10, output_dim=6, mlp_norm) train mode; "
+             "params/buffers "
              "(sorted names) torch.manual_seed(6): randn*0.5, running stats 0/1; x: torch.manual_seed(7) randn(5, "
              "input_dim). For bn, SyncBatchNorm layers swapped for BatchNorm1d with the same state (CPU).")
 
