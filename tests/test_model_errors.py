@@ -91,6 +91,9 @@ CASES = [
     ("code:{code}:bn_cnn,features={code}:features,weights={r18}", "does not fit Sequential"),
     ("checkpoint:/nowhere/x.safetensors", "checkpoint /nowhere/x.safetensors not found"),
     ("random_init:no_such_arch", "unknown architecture 'no_such_arch'"),
+    ("zoo:no_such_model", "'no_such_model' is neither in the zoo nor imported under"),
+    ("checkpoint:/nowhere/x.safetensors,pos_inter=timm", "unknown option(s) ['pos_inter'] (did you mean 'pos_interp'"),
+    ("pixels:,patch_size=abc", "patch_size must be a whole number of pixels, found 'abc'"),
 ]
 # through the command line in a subprocess: what a user sees, exit code and all
 CLI_CASES = ["timm:resnet18,wieghts={r18}", "timm:resnet18,weights={truncated}",

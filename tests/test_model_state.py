@@ -80,7 +80,6 @@ def sources(tmp_path_factory):
 
     loader = importlib.util.spec_from_file_location("bn_models_for_files", code)
     mod = importlib.util.module_from_spec(loader)
-    loader.spec = loader
     loader.loader.exec_module(mod)
     cnn = _weights_file(mod.bn_cnn(), folder / "cnn.safetensors")
     r18 = _weights_file(mod.bn_resnet(), folder / "r18.safetensors", seed=1)

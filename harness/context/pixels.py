@@ -64,7 +64,11 @@ def pixels_source(spec, ctx):
     unknown = set(spec.options) - {"patch_size"}
     if unknown:
         raise ConfigError(f"model {spec.name!r}: pixels takes only patch_size, found {sorted(spec.options)}")
-    return pixel_model(int(spec.options.get("patch_size", spec.target or 8)), name=spec.name or "pixels")
+    patch = spec.options.get("patch_size", spec.target or 8)
+    if isinstance(patch, bool) or not isinstance(patch, int) and not str(patch).isdigit():
+        raise ConfigError(f"model {spec.name or 'pixels'!r}: patch_size must be a whole number of pixels, "
+                          f"found {patch!r}")
+    return pixel_model(int(patch), name=spec.name or "pixels")
 
 
 def pixel_model(patch_size: int = 8, name: str = "pixels"):

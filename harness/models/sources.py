@@ -254,7 +254,7 @@ def checkpoint_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
     opts = Options(spec)
     path = _require_target(spec, "path")
     pos_interp = opts.take("pos_interp")
-    opts.done("pos_interp")
+    opts.done(("pos_interp",))
     kw = {"pos_interp": pos_interp} if pos_interp else {}
     return ModelHandle.from_checkpoint(path, name=spec.name, **kw)
 
@@ -287,7 +287,7 @@ def zoo_source(spec: ModelSpec, ctx: BuildContext) -> ModelHandle:
 
     opts = Options(spec)
     trust = bool(opts.take("trust", ctx.trust))
-    opts.done("trust")
+    opts.done(("trust",))
     return zoo_model(_require_target(spec, "name"), ctx.zoo_dir or default_zoo_dir(), trust=trust,
                      zoo_path=ctx.zoo_path, display_name=spec.name)
 

@@ -317,7 +317,8 @@ def find_checkpoint(name: str, zoo_dir: str | Path | None, zoo_path: str | Path 
             return ZooLookup(name, "harness", cand, f"harness checkpoint {cand}", entry)
     if entry is None:
         return ZooLookup(name, "unknown", None,
-                         f"{name!r} is neither in the zoo nor imported under {zoo_dir}", None)
+                         f"{name!r} is neither in the zoo nor imported under {zoo_dir}; `ssl-bench zoo list` "
+                         f"names the zoo's checkpoints", None)
     candidates = [zoo_dir / name / entry.file, zoo_dir / entry.url_dir / entry.file, zoo_dir / entry.file]
     for cand in candidates:
         if cand.is_file():
