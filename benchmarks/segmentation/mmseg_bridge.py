@@ -5,7 +5,7 @@ and its run, and the learning-rate sweep.
 The segmentation protocols are CrIBo's (Tables 2 and 3), which run mmsegmentation 1.x's
 Segmenter configs through mmengine's Runner; so do these, with the configs generated here
 from the protocols' dataclass settings (benchmarks/segmentation/config.py) instead of Python
-config files. Sources of every default: benchmarks/segmentation/config.py and docs/PROTOCOLS.md.
+config files. Sources of every default: benchmarks/segmentation/config.py and docs/protocols/segmentation.md.
 
 Weights: the key map is CrIBo's ``segmentation/tools/model_converters/dinovit2mmseg.py`` (a DINO /
 timm-named ViT into mmseg 1.x names), written here as an explicit table so that every key
