@@ -413,7 +413,8 @@ def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patc
     streams = n_threads if (threaded and device.type == "cpu") else 1
     stages = _Stages(engine=engine, threads=streams if threaded else torch.get_num_threads())
     t_start = time.perf_counter()
-    sink = _FeatureSink(n, n_last_blocks, d, stages, open(out / "patches.bin", "wb") if patches else None)
+    sink = _FeatureSink(n, n_last_blocks, d, stages)
+    sink.patch_file = open(out / "patches.bin", "wb") if patches else None
     # "threads": every kernel single-threaded; the parallelism is ours
     ctx = intra_op_threads(1) if threaded else nullcontext()
     fwd_pool = ThreadPoolExecutor(streams, thread_name_prefix="ssl-bench-fwd") if threaded else _Inline()
@@ -480,14 +481,14 @@ def _pipeline(batches: Iterator, submit, finish, stages: _Stages) -> None:
 class _FeatureSink:
     """The arrays one extraction fills and the patch file it streams to, batch by batch."""
 
-    def __init__(self, n: int, n_last_blocks: int, d: int, stages: _Stages, patch_file):
+    def __init__(self, n: int, n_last_blocks: int, d: int, stages: _Stages):
         self.cls = np.zeros((n, n_last_blocks, d), np.float32)
         self.pmean = np.zeros((n, n_last_blocks, d), np.float32)
         self.grids = np.zeros((n, 2), np.int64)
         self.offsets = np.zeros(n + 1, np.int64)
         self.stages = stages
-        self.patch_file = patch_file
-        self.bar = None
+        self.patch_file = None  # the patch tokens' stream, when they are kept
+        self.bar = None  # the progress bar, once it is open
 
     def finish(self, start: int, count: int, work) -> None:
         """Collect one batch's forward chunks into rows [start, start + count)."""
