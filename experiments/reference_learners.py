@@ -1,6 +1,6 @@
 """Two reference learners for the CPU budget: how much of SynthScenes a tiny ViT can learn
 in a few hundred steps when the signal is easy. Not methods of the registry: yardsticks for
-the registered methods' CPU presets (docs/FINDINGS.md, "What the object classes ask").
+the registered methods' CPU presets (docs/findings/synthscenes.md, "What the object classes ask").
 
 - ``supervised``: the suites' supervised context row (harness/context/supervised.py): the
   object-centric train split with its labels, colours randomised, cross-entropy over [CLS].

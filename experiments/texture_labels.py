@@ -5,7 +5,7 @@
 A SynthScenes object class is texture x shape (``striped_disc``...). OUT gets a VOC layout
 of the same scenes (JPEGs linked, not copied) whose masks merge the shapes: the 4 stuff
 classes, then one class per texture. Dense NN on OUT then asks only for what a few hundred
-pretraining steps can learn (the shape factor stays at chance: docs/FINDINGS.md):
+pretraining steps can learn (the shape factor stays at chance: docs/findings/synthscenes.md):
 
     ssl-bench eval --protocol dense_nn --preset cribo --dataset voc --data-root OUT ...
 """

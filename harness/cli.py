@@ -217,7 +217,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help=f"with no command: retrain the shipped SynthScenes checkpoints from their recipes and "
                         f"evaluate them beside the shipped ones ({RETRAIN_SUITE}) instead of the default run")
     sub = p.add_subparsers(dest="command")
+    _add_run_parser(sub)
+    _add_pretrain_parser(sub)
+    _add_eval_parser(sub)
+    _add_features_parser(sub)
+    _add_leaderboard_parser(sub)
+    _add_data_parser(sub)
+    _add_module_subcommands(sub, command)
+    return p
 
+
+def _add_run_parser(sub) -> None:
     r = sub.add_parser("run", help="run a suite (models x protocols) and print the leaderboard")
     r.add_argument("suite", nargs="?", default=DEFAULT_SUITE)
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -230,6 +240,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="jobs running at once (default: 1 with local, no limit with slurm; 0: no limit)")
     r.set_defaults(func=cmd_run)
 
+
+def _add_pretrain_parser(sub) -> None:
     t = sub.add_parser("pretrain", help="pretrain a method; resumes from OUT/resume.pt")
     t.add_argument("config", help="method config, e.g. methods/dino_cpu.yaml")
     t.add_argument("--data-root", required=True)
@@ -245,23 +257,26 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="processes per node (default: one per GPU of --gpus-per-node, else 1)")
     t.set_defaults(func=cmd_pretrain)
 
-    def model_args(q):
-        device_arg(q)
-        q.add_argument("--model", metavar="SPEC",
-                       help="any model: zoo:NAME, checkpoint:PATH, random_init:ARCH, timm:NAME[,weights=FILE], "
-                            "hf:FOLDER, hub:REPO_DIR:ENTRY,weights=FILE, code:FILE.py:FUNCTION "
-                            "(docs/MODELS.md)")
-        q.add_argument("--checkpoint", help="harness checkpoint (.safetensors)")
-        q.add_argument("--random-init", metavar="ARCH", help="evaluate a randomly initialised ARCH")
-        q.add_argument("--init-seed", type=int, default=0)
-        q.add_argument("--name", default=None, help="model name in records")
 
+def _model_args(q) -> None:
+    device_arg(q)
+    q.add_argument("--model", metavar="SPEC",
+                   help="any model: zoo:NAME, checkpoint:PATH, random_init:ARCH, timm:NAME[,weights=FILE], "
+                        "hf:FOLDER, hub:REPO_DIR:ENTRY,weights=FILE, code:FILE.py:FUNCTION "
+                        "(docs/MODELS.md)")
+    q.add_argument("--checkpoint", help="harness checkpoint (.safetensors)")
+    q.add_argument("--random-init", metavar="ARCH", help="evaluate a randomly initialised ARCH")
+    q.add_argument("--init-seed", type=int, default=0)
+    q.add_argument("--name", default=None, help="model name in records")
+
+
+def _add_eval_parser(sub) -> None:
     e = sub.add_parser("eval", help="run one protocol on one model")
     e.add_argument("--protocol", required=True)
     e.add_argument("--preset", default=None)
     e.add_argument("--dataset", required=True, help="voc, ade20k, imagenet/imagefolder, ...")
     e.add_argument("--data-root", required=True)
-    model_args(e)
+    _model_args(e)
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="protocol setting, e.g. k=20")
     e.add_argument("--lr", type=float, action="append", default=None,
@@ -269,11 +284,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     e.add_argument("--force", action="store_true")
     e.set_defaults(func=cmd_eval)
 
+
+def _add_features_parser(sub) -> None:
     f = sub.add_parser("features", help="extract (and cache) features")
     f.add_argument("--dataset", required=True)
     f.add_argument("--data-root", required=True)
     f.add_argument("--split", required=True)
-    model_args(f)
+    _model_args(f)
     f.add_argument("--transform", choices=["center_crop", "patch_multiple"], default="center_crop")
     f.add_argument("--resize", type=int, default=256)
     f.add_argument("--crop", type=int, default=224)
@@ -284,11 +301,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     f.add_argument("--workers", type=int, default=0)
     f.set_defaults(func=cmd_features)
 
+
+def _add_leaderboard_parser(sub) -> None:
     lb = sub.add_parser("leaderboard", help="build leaderboard files from result records")
     lb.add_argument("--runs", default=None, help="records folder (default results/runs)")
     lb.add_argument("--out", default=None, help="output folder (default results/)")
     lb.set_defaults(func=cmd_leaderboard)
 
+
+def _add_data_parser(sub) -> None:
     d = sub.add_parser("data", help="datasets")
     dsub = d.add_subparsers(dest="data_command", required=True)
     s = dsub.add_parser("synth", help="generate SynthScenes")
@@ -298,6 +319,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_data_synth)
 
+
+def _add_module_subcommands(sub, command: str | None) -> None:
     # Modules with their own subcommands add them; for one known command only its module is
     # imported (`leaderboard`, `report`, `records` then import neither torch nor timm).
     # An unknown command gets every module's, so that argparse lists them all.
@@ -305,7 +328,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for module, commands in SUBCOMMAND_MODULES.items():
         if command is None or command in commands or not known:
             importlib.import_module(module).add_cli(sub)
-    return p
 
 
 def _announce_retraining(suite_path: str) -> None:

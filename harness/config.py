@@ -196,19 +196,7 @@ def _coerce(tp, value, source: str, path: str):
     if tp is Any:
         return value
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(arg, value, source, path)
-            except ConfigError as exc:
-                errors.append(exc)
-        if len(errors) == 1:  # X | None: X's own message (it names the key and who gave it)
-            raise errors[0]
-        raise ConfigError(f"{blame(source, path)}: {path!r}: value {value!r} does not fit {tp}")
+        return _coerce_union(tp, args, value, source, path)
     if origin is typing.Literal:
         if value not in args:
             raise ConfigError(f"{blame(source, path)}: {path!r} must be one of {list(args)}, found {value!r}")
@@ -220,19 +208,46 @@ def _coerce(tp, value, source: str, path: str):
             raise ConfigError(f"{blame(source, path)}: {path!r} must be a mapping, found {value!r}")
         return from_dict(tp, value, source, path)
     if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{blame(source, path)}: {path!r} must be a list, found {value!r}")
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            if len(args) != len(value):
-                raise ConfigError(f"{blame(source, path)}: {path!r} must have {len(args)} items, found {value!r}")
-            return tuple(_coerce(a, v, source, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
-        item_tp = args[0] if args else Any
-        items = [_coerce(item_tp, v, source, f"{path}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
+        return _coerce_sequence(origin, args, value, source, path)
     if origin is dict or tp is dict:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{blame(source, path)}: {path!r} must be a mapping, found {value!r}")
         return dict(value)
+    return _coerce_scalar(tp, value, source, path)
+
+
+def _coerce_union(tp, args: tuple, value, source: str, path: str):
+    """``value`` as the first member of the union it fits (None as itself where allowed)."""
+    if value is None and type(None) in args:
+        return None
+    errors = []
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return _coerce(arg, value, source, path)
+        except ConfigError as exc:
+            errors.append(exc)
+    if len(errors) == 1:  # X | None: X's own message (it names the key and who gave it)
+        raise errors[0]
+    raise ConfigError(f"{blame(source, path)}: {path!r}: value {value!r} does not fit {tp}")
+
+
+def _coerce_sequence(origin, args: tuple, value, source: str, path: str):
+    """A list, a variable-length ``tuple[X, ...]`` or a fixed-length tuple, item by item."""
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{blame(source, path)}: {path!r} must be a list, found {value!r}")
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        if len(args) != len(value):
+            raise ConfigError(f"{blame(source, path)}: {path!r} must have {len(args)} items, found {value!r}")
+        return tuple(_coerce(a, v, source, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    item_tp = args[0] if args else Any
+    items = [_coerce(item_tp, v, source, f"{path}[{i}]") for i, v in enumerate(value)]
+    return tuple(items) if origin is tuple else items
+
+
+def _coerce_scalar(tp, value, source: str, path: str):
+    """float, int, bool and str, strictly (a bool is no number); any other type as given."""
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             if isinstance(value, str):

@@ -1,5 +1,5 @@
 """CPU checks of the segmentation protocols on SynthScenes, for the tests (tests/test_seg.py)
-and by hand from the repository root (docs/PROTOCOLS.md):
+and by hand from the repository root (docs/protocols/segmentation.md):
 
     PYTHONPATH=tests python -c "from seg_smoke import smoke; smoke(None, 'voc')"
 """

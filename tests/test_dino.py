@@ -74,7 +74,7 @@ def test_dino_registered_and_configs_validate():
     cpu = from_dict(DINOConfig, {k: v for k, v in load_config("methods/dino_cpu.yaml")["method"].items()
                                  if k != "name"})
     assert cpu.crops.hue == 0.5 and cpu.crops.grayscale_p == 0.5 and cpu.crops.blur_p_global1 == 0.0
-    # the learning CPU preset (docs/FINDINGS.md, "Why the CPU presets are what they are"):
+    # the learning CPU preset (docs/findings/cpu_presets.md, "Why the CPU presets are what they are"):
     # 0.02 collapsed to uniform outputs
     assert cpu.teacher_temp == cpu.warmup_teacher_temp == 0.01 and cpu.out_dim == 1024
     with pytest.raises(Exception, match="unknown key"):

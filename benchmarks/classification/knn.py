@@ -6,7 +6,7 @@ L2-normalised; each val image takes its k most cosine-similar train images, each
 for its class with weight exp(sim / T), T = 0.07; top-1 / top-5 over class scores. One
 search for the largest k serves the whole sweep {10, 20, 100, 200}.
 
-Defined where DINO's code is not (see docs/PROTOCOLS.md (classification section)):
+Defined where DINO's code is not (see docs/protocols/classification.md):
 - neighbours are ordered by similarity, exactly equal similarities by the lower train
   index; class scores likewise (equal scores: lower class index first);
 - a class with no vote is never a top-5 hit (DINO's probs.sort leaves the zero-score

@@ -8,7 +8,7 @@ weights are bit-identical after a probe epoch. Validation features are determini
 (Resize -> CenterCrop), so they come from the harness.features.extract cache and are computed once
 instead of once per epoch as in the official scripts; the numbers are the same.
 
-Recipes (see docs/PROTOCOLS.md (classification section) for the sources and every difference):
+Recipes (see docs/protocols/classification.md for the sources and every difference):
 - dino:   one lr 0.001 x B/256, SGD momentum 0.9, wd 0, cosine per epoch over 100 epochs,
           B = 1024, RandomResizedCrop(224) + flip, val Resize(256, bicubic) + CenterCrop(224),
           init N(0, 0.01), bias 0; best val top-1 over epochs. Features by arch: ViT-S/Ti:
@@ -191,49 +191,72 @@ class LinearProbe(Protocol):
             f_val = extract_features(model, splits.val, self.val_transform(), desc="linear val", **fkw)
             val_x = probe_input(f_val.cls, f_val.patch_mean).to(device)
             val_y = torch.from_numpy(splits.val_labels).to(device)
-            n_train = len(splits.train)
-            steps = steps_per_epoch(n_train, c.batch_size, c.drop_last)
-            if steps == 0:
-                raise ConfigError(f"batch_size {c.batch_size} with drop_last leaves no step for {n_train} "
-                                  f"training images; lower batch_size or set drop_last: false")
-            if c.batchnorm and not c.drop_last and n_train % c.batch_size == 1:
-                raise ConfigError(f"{n_train} training images with batch_size {c.batch_size} leave a last batch "
-                                  f"of one image, which BatchNorm cannot normalise; set drop_last: true or "
-                                  f"change batch_size")
-            train_y = torch.from_numpy(splits.train_labels)
-
+            steps = self._steps_per_epoch(len(splits.train))
             if c.cached_features:
-                f_train = extract_features(model, splits.train, self.val_transform(), desc="linear train", **fkw)
-
-                def batches(epoch: int):
-                    for idx in epoch_batches(n_train, c.batch_size, c.seed, epoch, c.drop_last):
-                        rows = np.sort(idx.numpy())  # memmap reads in file order; batch order is irrelevant
-                        yield (probe_input(f_train.cls[rows], f_train.patch_mean[rows]).to(device),
-                               train_y[rows].to(device))
+                batches = self._cached_batches(model, splits, fkw, probe_input, device)
             else:
-                data = AugmentedImages(splits.train, splits.train_labels, self.train_transform(), c.seed)
-
-                def batches(epoch: int):
-                    loader = augmented_loader(data, c.batch_size, epoch, c.drop_last, c.num_workers,
-                                              pin_memory=pin_memory(device))
-                    for images, labels in tqdm(loader, desc=f"linear epoch {epoch + 1}/{c.epochs}",
-                                               disable=not c.progress, leave=False):
-                        with torch.no_grad():
-                            cls, pm = batch_features(backbone, images.to(device, non_blocking=True),
-                                                     n_last_blocks=n_blocks, precision=c.precision)
-                        yield probe_input(cls, pm), labels.to(device)
-
+                batches = self._augmented_batches(backbone, splits, n_blocks, probe_input, device)
             lrs = self.lrs()
-            heads = LinearHeads(len(lrs), val_x.shape[1], splits.num_classes, batchnorm=c.batchnorm,
-                                init_std=c.init_std, generator=seeded_generator(c.seed, STREAM_INIT)).to(device)
-            opt = GridSGD(heads, torch.tensor(lrs, dtype=torch.float64, device=device), momentum=c.momentum,
-                          weight_decay=c.weight_decay)
-            hist = train_grid(heads, opt, batches, val_x, val_y, epochs=c.epochs, steps_per_epoch=steps,
-                              schedule=c.lr_schedule, eval_every=c.eval_every,
-                              on_epoch=self._log_epoch)
+            hist = self._train_heads(lrs, batches, val_x, val_y, splits.num_classes, steps, device)
         finally:
             backbone.train(was_training)
         return [self._result(hist, lrs, splits, n_blocks, avgpool, val_x.shape[1], time.perf_counter() - t_start)]
+
+    def _steps_per_epoch(self, n_train: int) -> int:
+        """Optimiser steps per epoch; a setting that leaves none, or a last batch BatchNorm
+        cannot normalise, fails here, before any training."""
+        c = self.cfg
+        steps = steps_per_epoch(n_train, c.batch_size, c.drop_last)
+        if steps == 0:
+            raise ConfigError(f"batch_size {c.batch_size} with drop_last leaves no step for {n_train} "
+                              f"training images; lower batch_size or set drop_last: false")
+        if c.batchnorm and not c.drop_last and n_train % c.batch_size == 1:
+            raise ConfigError(f"{n_train} training images with batch_size {c.batch_size} leave a last batch "
+                              f"of one image, which BatchNorm cannot normalise; set drop_last: true or "
+                              f"change batch_size")
+        return steps
+
+    def _cached_batches(self, model: ModelHandle, splits, fkw: dict, probe_input, device):
+        """``batches(epoch)`` over the cached features of the unaugmented training images."""
+        c = self.cfg
+        n_train = len(splits.train)
+        train_y = torch.from_numpy(splits.train_labels)
+        f_train = extract_features(model, splits.train, self.val_transform(), desc="linear train", **fkw)
+
+        def batches(epoch: int):
+            for idx in epoch_batches(n_train, c.batch_size, c.seed, epoch, c.drop_last):
+                rows = np.sort(idx.numpy())  # memmap reads in file order; batch order is irrelevant
+                yield (probe_input(f_train.cls[rows], f_train.patch_mean[rows]).to(device),
+                       train_y[rows].to(device))
+        return batches
+
+    def _augmented_batches(self, backbone, splits, n_blocks: int, probe_input, device):
+        """``batches(epoch)`` forwarding freshly augmented training images every step."""
+        c = self.cfg
+        data = AugmentedImages(splits.train, splits.train_labels, self.train_transform(), c.seed)
+
+        def batches(epoch: int):
+            loader = augmented_loader(data, c.batch_size, epoch, c.drop_last, c.num_workers,
+                                      pin_memory=pin_memory(device))
+            for images, labels in tqdm(loader, desc=f"linear epoch {epoch + 1}/{c.epochs}",
+                                       disable=not c.progress, leave=False):
+                with torch.no_grad():
+                    cls, pm = batch_features(backbone, images.to(device, non_blocking=True),
+                                             n_last_blocks=n_blocks, precision=c.precision)
+                yield probe_input(cls, pm), labels.to(device)
+        return batches
+
+    def _train_heads(self, lrs: list[float], batches, val_x: torch.Tensor, val_y: torch.Tensor, num_classes: int,
+                     steps: int, device) -> GridHistory:
+        """One linear head per learning rate, trained together on the same batches."""
+        c = self.cfg
+        heads = LinearHeads(len(lrs), val_x.shape[1], num_classes, batchnorm=c.batchnorm,
+                            init_std=c.init_std, generator=seeded_generator(c.seed, STREAM_INIT)).to(device)
+        opt = GridSGD(heads, torch.tensor(lrs, dtype=torch.float64, device=device), momentum=c.momentum,
+                      weight_decay=c.weight_decay)
+        return train_grid(heads, opt, batches, val_x, val_y, epochs=c.epochs, steps_per_epoch=steps,
+                          schedule=c.lr_schedule, eval_every=c.eval_every,
+                          on_epoch=self._log_epoch)
 
     def _log_epoch(self, epoch: int, hist: GridHistory) -> None:
         if hist.epochs and hist.epochs[-1] == epoch + 1:

@@ -233,6 +233,23 @@ def build_bank(features: Callable[[int], np.ndarray], labels: list[ImageLabels],
     ``n_keep`` (memory cap) keeps that many patches per image chosen by `rarity_select`
     with draws from ``rand_for(i)``; otherwise every patch with a label is kept.
     """
+    rows_per_image = _bank_rows(labels, s, rand_for, n_keep)
+    total = int(sum(len(r) for r in rows_per_image))
+    if total == 0:
+        raise DataError("the memory bank is empty: no training patch has a labelled pixel")
+    dim = int(np.asarray(features(0)).shape[-1])
+    if max_bytes is not None:
+        _check_bank_budget(total, dim, s, max_bytes)
+    index = BankIndex(dim, s.index, threads=threads)
+    if index.needs_training:
+        _train_index(index, features, rows_per_image, total, s)
+    return _fill_bank(index, features, labels, rows_per_image, s)
+
+
+def _bank_rows(labels: list[ImageLabels], s: CoreSettings,
+               rand_for: Callable[[int], Callable[[int], torch.Tensor]] | None,
+               n_keep: int | None) -> list[np.ndarray]:
+    """The patch rows of each image that become memory entries."""
     rows_per_image: list[np.ndarray] = []
     for i, lab in enumerate(labels):
         keep_mask = lab.nonempty
@@ -246,33 +263,38 @@ def build_bank(features: Callable[[int], np.ndarray], labels: list[ImageLabels],
         else:
             rows = np.nonzero(keep_mask)[0]
         rows_per_image.append(rows)
+    return rows_per_image
 
-    total = int(sum(len(r) for r in rows_per_image))
-    if total == 0:
-        raise DataError("the memory bank is empty: no training patch has a labelled pixel")
-    dim = int(np.asarray(features(0)).shape[-1])
-    if max_bytes is not None:
-        per_row = (s.index.pq_m * s.index.pq_nbits // 8 + 8 if s.index.kind == "ivfpq"
-                   else dim * (2 if s.index.dtype == "float16" else 4))
-        if total * per_row > max_bytes:
-            raise ConfigError(
-                f"the memory bank would hold {total:,} patches x {per_row} bytes = "
-                f"{total * per_row / 2**30:.1f} GiB, more than the budget of {max_bytes / 2**30:.1f} GiB; "
-                f"use bank_dtype float16, a max_side cap, a memory_size cap or index 'ivfpq'")
-    index = BankIndex(dim, s.index, threads=threads)
-    if index.needs_training:
-        rng = np.random.default_rng(s.index.seed)
-        n_train = min(total, s.index.train_size)
-        pick = np.sort(rng.choice(total, n_train, replace=False))
-        bounds = np.cumsum([0] + [len(r) for r in rows_per_image])
-        sample = []
-        for i in range(len(labels)):
-            lo, hi = np.searchsorted(pick, [bounds[i], bounds[i + 1]])
-            if hi > lo:
-                local = rows_per_image[i][pick[lo:hi] - bounds[i]]
-                sample.append(np.asarray(features(i), dtype=np.float32)[local])
-        index.train(l2_normalise(torch.from_numpy(np.concatenate(sample))).numpy())
 
+def _check_bank_budget(total: int, dim: int, s: CoreSettings, max_bytes: float) -> None:
+    per_row = (s.index.pq_m * s.index.pq_nbits // 8 + 8 if s.index.kind == "ivfpq"
+               else dim * (2 if s.index.dtype == "float16" else 4))
+    if total * per_row > max_bytes:
+        raise ConfigError(
+            f"the memory bank would hold {total:,} patches x {per_row} bytes = "
+            f"{total * per_row / 2**30:.1f} GiB, more than the budget of {max_bytes / 2**30:.1f} GiB; "
+            f"use bank_dtype float16, a max_side cap, a memory_size cap or index 'ivfpq'")
+
+
+def _train_index(index: BankIndex, features: Callable[[int], np.ndarray], rows_per_image: list[np.ndarray],
+                 total: int, s: CoreSettings) -> None:
+    """Train the index on ``s.index.train_size`` memory entries drawn uniformly (seeded)."""
+    rng = np.random.default_rng(s.index.seed)
+    n_train = min(total, s.index.train_size)
+    pick = np.sort(rng.choice(total, n_train, replace=False))
+    bounds = np.cumsum([0] + [len(r) for r in rows_per_image])
+    sample = []
+    for i in range(len(rows_per_image)):
+        lo, hi = np.searchsorted(pick, [bounds[i], bounds[i + 1]])
+        if hi > lo:
+            local = rows_per_image[i][pick[lo:hi] - bounds[i]]
+            sample.append(np.asarray(features(i), dtype=np.float32)[local])
+    index.train(l2_normalise(torch.from_numpy(np.concatenate(sample))).numpy())
+
+
+def _fill_bank(index: BankIndex, features: Callable[[int], np.ndarray], labels: list[ImageLabels],
+               rows_per_image: list[np.ndarray], s: CoreSettings) -> Bank:
+    """Add the memory entries to the index in chunks of ``s.add_chunk`` rows, with their labels."""
     buf: list[np.ndarray] = []
     n_buf = 0
     hard, cls, frac = [], [], []

@@ -5,7 +5,7 @@ and its run, and the learning-rate sweep.
 The segmentation protocols are CrIBo's (Tables 2 and 3), which run mmsegmentation 1.x's
 Segmenter configs through mmengine's Runner; so do these, with the configs generated here
 from the protocols' dataclass settings (benchmarks/segmentation/config.py) instead of Python
-config files. Sources of every default: benchmarks/segmentation/config.py and docs/PROTOCOLS.md.
+config files. Sources of every default: benchmarks/segmentation/config.py and docs/protocols/segmentation.md.
 
 Weights: the key map is CrIBo's ``segmentation/tools/model_converters/dinovit2mmseg.py`` (a DINO /
 timm-named ViT into mmseg 1.x names), written here as an explicit table so that every key
@@ -251,22 +251,7 @@ def register_mmseg_modules() -> None:
         def init_weights(self):
             if self.weights is None:  # mmseg's own random init
                 return super().init_weights()
-            from safetensors.torch import load_file
-
-            state = load_file(self.weights)
-            native = state.pop("pos_embed_native", None)
-            pos = state.get("pos_embed")
-            if pos is not None and pos.shape != self.pos_embed.shape:
-                # resize once, from the trained grid, not from a table already resized at import
-                pos = pos if native is None else native
-                side = math.isqrt(pos.shape[1] - 1)
-                grid = (self.img_size[0] // self.patch_size, self.img_size[1] // self.patch_size)
-                # mmseg's resize (bicubic, align_corners=False, to the exact grid), the one
-                # its init_weights applies to CrIBo's converted checkpoints.
-                state["pos_embed"] = self.resize_pos_embed(pos, grid, (side, side), self.interpolate_mode)
-            with torch.no_grad():
-                load_strict(self, state, self.weights)
-            self._is_init = True
+            _load_weights(self)
 
         def train(self, mode: bool = True):
             super().train(mode and not (self.frozen and self.frozen_mode == "eval"))
@@ -282,6 +267,27 @@ def register_mmseg_modules() -> None:
     MODELS.register_module(name="SslBenchViT", module=SslBenchViT, force=True)
     globals()["SslBenchViT"] = SslBenchViT
     _REGISTERED = True
+
+
+def _load_weights(vit) -> None:
+    """``SslBenchViT.init_weights`` with weights: its safetensors file, loaded strictly, the
+    position table resized to the configured grid."""
+    from safetensors.torch import load_file
+
+    state = load_file(vit.weights)
+    native = state.pop("pos_embed_native", None)
+    pos = state.get("pos_embed")
+    if pos is not None and pos.shape != vit.pos_embed.shape:
+        # resize once, from the trained grid, not from a table already resized at import
+        pos = pos if native is None else native
+        side = math.isqrt(pos.shape[1] - 1)
+        grid = (vit.img_size[0] // vit.patch_size, vit.img_size[1] // vit.patch_size)
+        # mmseg's resize (bicubic, align_corners=False, to the exact grid), the one
+        # its init_weights applies to CrIBo's converted checkpoints.
+        state["pos_embed"] = vit.resize_pos_embed(pos, grid, (side, side), vit.interpolate_mode)
+    with torch.no_grad():
+        load_strict(vit, state, vit.weights)
+    vit._is_init = True
 
 
 # ============================================================================ dependency
@@ -344,37 +350,29 @@ def _first_dir(root: Path, candidates: list[Path], marker: str, what: str) -> Pa
 def resolve_data(name: str, data_root: str | Path) -> ResolvedData:
     """Find the dataset folders under ``data_root`` (the real layouts or SynthScenes')."""
     from harness.data.io import find_synth_meta
-    from harness.data.segmentation import ADE20KSegmentation, VOCSegmentation
 
     spec = mmseg_layout(name)
     root = Path(data_root).expanduser().resolve()
     common = dict(reduce_zero_label=spec.reduce_zero_label, img_suffix=".jpg",
                   seg_map_suffix=spec.seg_map_suffix)
+    base, train, val, lists = _layout_splits(spec, root)
+    _check_splits(spec, base, train + [val], common)
+    meta = find_synth_meta(base, levels=2)
+    classes = _synth_classes(name, spec, base, meta, train + [val])
+    return ResolvedData(spec, base, classes, train, val, lists)
+
+
+def _layout_splits(spec: MmsegLayout, root: Path) -> tuple[Path, list[dict], dict, list[str]]:
+    """(dataset folder, train dataset dicts, val dataset dict, train lists used) of the layout."""
+    from harness.data.segmentation import ADE20KSegmentation
+
     if spec.layout == "ade":
         base = ADE20KSegmentation._resolve_root(root)  # the harness readers' layout rules
         train = [dict(data_prefix=dict(img_path="images/training", seg_map_path="annotations/training"))]
         val = dict(data_prefix=dict(img_path="images/validation", seg_map_path="annotations/validation"))
         lists = ["images/training"]
     elif spec.layout == "voc":
-        base = VOCSegmentation._resolve_root(root)
-        sets = base / "ImageSets" / "Segmentation"
-        if (sets / "aug.txt").is_file():
-            # mmseg's pascal_voc12_aug.py (and CrIBo's): train.txt + aug.txt, concatenated.
-            train = [dict(data_prefix=dict(img_path="JPEGImages", seg_map_path="SegmentationClass"),
-                          ann_file="ImageSets/Segmentation/train.txt"),
-                     dict(data_prefix=dict(img_path="JPEGImages", seg_map_path="SegmentationClassAug"),
-                          ann_file="ImageSets/Segmentation/aug.txt")]
-            lists = ["train.txt", "aug.txt"]
-        elif (sets / "trainaug.txt").is_file():
-            # The common single-list layout (and SynthScenes'): trainaug.txt over SegmentationClassAug.
-            train = [dict(data_prefix=dict(img_path="JPEGImages", seg_map_path="SegmentationClassAug"),
-                          ann_file="ImageSets/Segmentation/trainaug.txt")]
-            lists = ["trainaug.txt"]
-        else:
-            raise DataError(f"Pascal VOC aug lists not found in {sets}: expected aug.txt (mmseg's "
-                            f"tools/dataset_converters/voc_aug.py) or trainaug.txt")
-        val = dict(data_prefix=dict(img_path="JPEGImages", seg_map_path="SegmentationClass"),
-                   ann_file="ImageSets/Segmentation/val.txt")
+        return _voc_splits(root)
     elif spec.layout == "context":
         base = _first_dir(root, [root, root / "VOC2010", root / "VOCdevkit" / "VOC2010"],
                           "SegmentationClassContext", "Pascal Context (VOC2010)")
@@ -387,8 +385,37 @@ def resolve_data(name: str, data_root: str | Path) -> ResolvedData:
         train = [dict(data_prefix=dict(img_path="images/train2017", seg_map_path="annotations/train2017"))]
         val = dict(data_prefix=dict(img_path="images/val2017", seg_map_path="annotations/val2017"))
         lists = ["images/train2017"]
+    return base, train, val, lists
 
-    for d in train + [val]:
+
+def _voc_splits(root: Path) -> tuple[Path, list[dict], dict, list[str]]:
+    from harness.data.segmentation import VOCSegmentation
+
+    base = VOCSegmentation._resolve_root(root)
+    sets = base / "ImageSets" / "Segmentation"
+    if (sets / "aug.txt").is_file():
+        # mmseg's pascal_voc12_aug.py (and CrIBo's): train.txt + aug.txt, concatenated.
+        train = [dict(data_prefix=dict(img_path="JPEGImages", seg_map_path="SegmentationClass"),
+                      ann_file="ImageSets/Segmentation/train.txt"),
+                 dict(data_prefix=dict(img_path="JPEGImages", seg_map_path="SegmentationClassAug"),
+                      ann_file="ImageSets/Segmentation/aug.txt")]
+        lists = ["train.txt", "aug.txt"]
+    elif (sets / "trainaug.txt").is_file():
+        # The common single-list layout (and SynthScenes'): trainaug.txt over SegmentationClassAug.
+        train = [dict(data_prefix=dict(img_path="JPEGImages", seg_map_path="SegmentationClassAug"),
+                      ann_file="ImageSets/Segmentation/trainaug.txt")]
+        lists = ["trainaug.txt"]
+    else:
+        raise DataError(f"Pascal VOC aug lists not found in {sets}: expected aug.txt (mmseg's "
+                        f"tools/dataset_converters/voc_aug.py) or trainaug.txt")
+    val = dict(data_prefix=dict(img_path="JPEGImages", seg_map_path="SegmentationClass"),
+               ann_file="ImageSets/Segmentation/val.txt")
+    return base, train, val, lists
+
+
+def _check_splits(spec: MmsegLayout, base: Path, sets: list[dict], common: dict) -> None:
+    """Complete each dataset dict (``common`` settings, data_root) and check its folders and list."""
+    for d in sets:
         d.update(common, data_root=str(base))
         for key in ("img_path", "seg_map_path"):
             if not (base / d["data_prefix"][key]).is_dir():
@@ -397,7 +424,9 @@ def resolve_data(name: str, data_root: str | Path) -> ResolvedData:
         if "ann_file" in d and not (base / d["ann_file"]).is_file():
             raise DataError(f"{spec.name}: split list {base / d['ann_file']} not found")
 
-    meta = find_synth_meta(base, levels=2)
+
+def _synth_classes(name: str, spec: MmsegLayout, base: Path, meta, sets: list[dict]) -> tuple[str, ...] | None:
+    """SynthScenes' class names for the layout (None for a real dataset); set on every dataset dict."""
     classes = None
     if name.startswith("synth_") and not meta:
         raise DataError(f"dataset {name!r} is SynthScenes' {spec.name} layout, but {base} has no "
@@ -408,11 +437,11 @@ def resolve_data(name: str, data_root: str | Path) -> ResolvedData:
         if not names or spec.layout not in ("ade", "voc"):
             raise DataError(f"{base} is a SynthScenes root but has no {spec.name} class list")
         classes = tuple(names)
-        for d in train + [val]:
+        for d in sets:
             # mmseg's VOC/ADE dataset classes would remap SynthScenes' labels through their own
             # class lists; the generic dataset with SynthScenes' names reads them as written.
             d["metainfo"] = dict(classes=classes)
-    return ResolvedData(spec, base, classes, train, val, lists)
+    return classes
 
 
 
@@ -471,14 +500,7 @@ def build_mmseg_config(cfg: SegConfig, data: ResolvedData, *, backbone: dict, de
     world = _world_size(launcher)
     if cfg.batch_size % world:
         raise ConfigError(f"batch_size {cfg.batch_size} is not divisible by the {world} processes")
-    train_pipe, test_pipe = pipelines(cfg, data)
-    dataset_type = "BaseSegDataset" if data.is_synthetic else data.spec.mmseg_type
-    train_sets = [dict(type=dataset_type, pipeline=train_pipe, **d) for d in data.train]
-    train_set = train_sets[0] if len(train_sets) == 1 else dict(type="ConcatDataset", datasets=train_sets)
-    val_set = dict(type=dataset_type, pipeline=test_pipe, **data.val)
-    nw = cfg.num_workers
-    crop = (cfg.crop_size, cfg.crop_size)
-    ckpt_every = cfg.checkpoint_interval or max(1, cfg.iters // 10)
+    train_set, val_set = _datasets(cfg, data)
     cuda = torch.cuda.is_available()
 
     d: dict[str, Any] = dict(
@@ -496,35 +518,10 @@ def build_mmseg_config(cfg: SegConfig, data: ResolvedData, *, backbone: dict, de
         vis_backends=[dict(type="LocalVisBackend")],
         visualizer=dict(type="SegLocalVisualizer", vis_backends=[dict(type="LocalVisBackend")],
                         name=f"vis_{experiment}"),
-        model=dict(
-            type="EncoderDecoder",
-            data_preprocessor=dict(type="SegDataPreProcessor", mean=list(cfg.mean), std=list(cfg.std),
-                                   bgr_to_rgb=True, pad_val=0, seg_pad_val=255, size=crop),
-            backbone=backbone,
-            decode_head=decode_head,
-            test_cfg=dict(mode="slide", crop_size=crop, stride=(cfg.stride(), cfg.stride())),
-        ),
-        optim_wrapper=dict(type="AmpOptimWrapper" if cfg.amp else "OptimWrapper",
-                           optimizer=dict(type="Adam", lr=lr, weight_decay=cfg.weight_decay),
-                           clip_grad=None),
-        param_scheduler=[dict(type="PolyLR", eta_min=lr * cfg.eta_min_ratio, power=cfg.poly_power,
-                              begin=0, end=cfg.iters, by_epoch=False)],
-        train_cfg=dict(type="IterBasedTrainLoop", max_iters=cfg.iters,
-                       val_interval=cfg.validation_interval()),
-        val_cfg=dict(type="ValLoop"),
-        default_hooks=dict(
-            timer=dict(type="IterTimerHook"),
-            logger=dict(type="LoggerHook", interval=cfg.log_interval, log_metric_by_epoch=False),
-            param_scheduler=dict(type="ParamSchedulerHook"),
-            checkpoint=dict(type="CheckpointHook", by_epoch=False, interval=ckpt_every,
-                            max_keep_ckpts=1, save_last=True),
-            sampler_seed=dict(type="DistSamplerSeedHook"),
-        ),
-        train_dataloader=dict(batch_size=cfg.batch_size // world, num_workers=nw,
-                              persistent_workers=nw > 0,
-                              sampler=dict(type="InfiniteSampler", shuffle=True), dataset=train_set),
-        val_dataloader=dict(batch_size=1, num_workers=nw, persistent_workers=nw > 0,
-                            sampler=dict(type="DefaultSampler", shuffle=False), dataset=val_set),
+        model=_model(cfg, backbone, decode_head),
+        **_schedule(cfg, lr),
+        default_hooks=_default_hooks(cfg),
+        **_dataloaders(cfg, world, train_set, val_set),
         # every validation rewrites the per-class table: the file left is the last one's
         val_evaluator=dict(type="SslBenchIoUMetric", iou_metrics=["mIoU"], csv_path=str(csv_path),
                            per_image_path=str(per_image_path(csv_path))),
@@ -538,6 +535,66 @@ def build_mmseg_config(cfg: SegConfig, data: ResolvedData, *, backbone: dict, de
     # yapf formatting of the dumped config costs seconds per checkpoint (mmengine stores the
     # config text in every checkpoint); the unformatted text is the same config.
     return Config(d, format_python_code=False)
+
+
+def _datasets(cfg: SegConfig, data: ResolvedData) -> tuple[dict, dict]:
+    """The train dataset (one, or a concatenation) and the val dataset, with their pipelines."""
+    train_pipe, test_pipe = pipelines(cfg, data)
+    dataset_type = "BaseSegDataset" if data.is_synthetic else data.spec.mmseg_type
+    train_sets = [dict(type=dataset_type, pipeline=train_pipe, **d) for d in data.train]
+    train_set = train_sets[0] if len(train_sets) == 1 else dict(type="ConcatDataset", datasets=train_sets)
+    val_set = dict(type=dataset_type, pipeline=test_pipe, **data.val)
+    return train_set, val_set
+
+
+def _model(cfg: SegConfig, backbone: dict, decode_head: dict) -> dict:
+    crop = (cfg.crop_size, cfg.crop_size)
+    return dict(
+        type="EncoderDecoder",
+        data_preprocessor=dict(type="SegDataPreProcessor", mean=list(cfg.mean), std=list(cfg.std),
+                               bgr_to_rgb=True, pad_val=0, seg_pad_val=255, size=crop),
+        backbone=backbone,
+        decode_head=decode_head,
+        test_cfg=dict(mode="slide", crop_size=crop, stride=(cfg.stride(), cfg.stride())),
+    )
+
+
+def _schedule(cfg: SegConfig, lr: float) -> dict:
+    """optim_wrapper, param_scheduler, train_cfg and val_cfg: Adam, poly decay, iteration-based."""
+    return dict(
+        optim_wrapper=dict(type="AmpOptimWrapper" if cfg.amp else "OptimWrapper",
+                           optimizer=dict(type="Adam", lr=lr, weight_decay=cfg.weight_decay),
+                           clip_grad=None),
+        param_scheduler=[dict(type="PolyLR", eta_min=lr * cfg.eta_min_ratio, power=cfg.poly_power,
+                              begin=0, end=cfg.iters, by_epoch=False)],
+        train_cfg=dict(type="IterBasedTrainLoop", max_iters=cfg.iters,
+                       val_interval=cfg.validation_interval()),
+        val_cfg=dict(type="ValLoop"),
+    )
+
+
+def _default_hooks(cfg: SegConfig) -> dict:
+    ckpt_every = cfg.checkpoint_interval or max(1, cfg.iters // 10)
+    return dict(
+        timer=dict(type="IterTimerHook"),
+        logger=dict(type="LoggerHook", interval=cfg.log_interval, log_metric_by_epoch=False),
+        param_scheduler=dict(type="ParamSchedulerHook"),
+        checkpoint=dict(type="CheckpointHook", by_epoch=False, interval=ckpt_every,
+                        max_keep_ckpts=1, save_last=True),
+        sampler_seed=dict(type="DistSamplerSeedHook"),
+    )
+
+
+def _dataloaders(cfg: SegConfig, world: int, train_set: dict, val_set: dict) -> dict:
+    """train_dataloader (the global batch split over ``world`` processes) and val_dataloader."""
+    nw = cfg.num_workers
+    return dict(
+        train_dataloader=dict(batch_size=cfg.batch_size // world, num_workers=nw,
+                              persistent_workers=nw > 0,
+                              sampler=dict(type="InfiniteSampler", shuffle=True), dataset=train_set),
+        val_dataloader=dict(batch_size=1, num_workers=nw, persistent_workers=nw > 0,
+                            sampler=dict(type="DefaultSampler", shuffle=False), dataset=val_set),
+    )
 
 
 # ============================================================================ mmseg-side pieces

@@ -10,7 +10,7 @@ in eval mode once, and mmengine's ``model.train()`` turns the backbone's DropPat
 in its model config) back on, so the head learns from stochastic-depth features; "eval"
 gives deterministic features. Everything else -- data, schedule, sweep, records -- is shared
 with segmenter.py in this folder: config.py (settings), seg_protocol.py (records, protocol base),
-mmseg_bridge.py (mmseg config and run); docs/PROTOCOLS.md (segmentation section) lists the
+mmseg_bridge.py (mmseg config and run); docs/protocols/segmentation.md lists the
 sources and differences.
 
     ssl-bench eval --protocol seg_linear --dataset ade20k --data-root DIR --checkpoint CKPT

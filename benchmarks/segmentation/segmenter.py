@@ -9,7 +9,7 @@ configs) and lr sweep {8e-5, 3e-5, 1e-5, 8e-6} from the paper's text (``lr_sweep
 launcher_default``: CrIBo's launcher default 0.01), best mIoU reported and every lr kept as
 its own record. Shared machinery in this folder: config.py (settings), seg_protocol.py (records,
 protocol base), mmseg_bridge.py (mmseg config and run); sources and differences in
-docs/PROTOCOLS.md (segmentation section).
+docs/protocols/segmentation.md.
 
     ssl-bench eval --protocol segmenter --dataset ade20k --data-root DIR --checkpoint CKPT
 """

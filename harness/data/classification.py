@@ -106,7 +106,7 @@ class SceneBackgroundDataset(LabelledImages):
     class per stuff class; scenes whose background is split between two stuff classes are left
     out. The object classes of the ``imagefolder`` split are texture x shape, and the shape
     factor stays at chance for every CPU-budget model here, the supervised one included
-    (docs/FINDINGS.md); the background is the part of the image a few thousand pretraining steps
+    (docs/findings/synthscenes.md); the background is the part of the image a few thousand pretraining steps
     learn to describe (dense NN measures the same stuff classes per patch)."""
 
     name = "synth_background"

@@ -551,8 +551,16 @@ def _run_jobs(root, seed, cfg, jobs: list[tuple], workers: int, bar) -> list[str
 
 
 def _write_all(root: Path, cfg: SynthPreset, seed: int, progress: bool, workers: int = 1) -> None:
-    from tqdm import tqdm
+    _make_folders(root)
+    specs = caption_specs(seed, cfg.caption_groups, cfg.max_caption_objects)
+    scene_lines, object_paths, caption_paths = _render_all(root, cfg, seed, specs, progress, workers)
+    pretrain = _write_indexes(root, cfg, specs, scene_lines, object_paths, caption_paths)
+    meta = _meta(cfg, seed, n_caption_images=len(caption_paths), n_pretrain=len(pretrain))
+    # meta.json last: its presence is what marks the dataset complete.
+    (root / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
 
+
+def _make_folders(root: Path) -> None:
     voc, ade = root / "VOC2012", root / "ADEChallengeData2016"
     folders = [voc / "JPEGImages", voc / "SegmentationClass", voc / "SegmentationClassAug",
                voc / "ImageSets" / "Segmentation", root / "captions" / "images"]
@@ -562,7 +570,13 @@ def _write_all(root: Path, cfg: SynthPreset, seed: int, progress: bool, workers:
     for d in folders:
         d.mkdir(parents=True, exist_ok=True)
 
-    specs = caption_specs(seed, cfg.caption_groups, cfg.max_caption_objects)
+
+def _render_all(root: Path, cfg: SynthPreset, seed: int, specs: list, progress: bool,
+                workers: int) -> tuple[list, list, list]:
+    """Every scene, object and caption image rendered: (scene ground-truth lines, object image
+    paths, caption image paths)."""
+    from tqdm import tqdm
+
     scene_jobs = [("scene", split, i) for split, n in (("train", cfg.scene_train), ("val", cfg.scene_val))
                   for i in range(n)]
     object_jobs = [("object", split, i) for split, n in (("train", cfg.object_train), ("val", cfg.object_val))
@@ -576,9 +590,13 @@ def _write_all(root: Path, cfg: SynthPreset, seed: int, progress: bool, workers:
     scene_lines = results[: len(scene_jobs)]
     object_paths = results[len(scene_jobs): len(scene_jobs) + len(object_jobs)]
     caption_paths = results[len(scene_jobs) + len(object_jobs):]
+    return scene_lines, object_paths, caption_paths
 
-    # Index files: split lists, per-scene ground truth, caption groups, pretraining list.
-    sets = voc / "ImageSets" / "Segmentation"
+
+def _write_indexes(root: Path, cfg: SynthPreset, specs: list, scene_lines: list, object_paths: list,
+                   caption_paths: list) -> list[str]:
+    """Index files: split lists, per-scene ground truth, caption groups, pretraining list (returned)."""
+    sets = root / "VOC2012" / "ImageSets" / "Segmentation"
     train_stems = [f"train_{i:06d}" for i in range(cfg.scene_train)]
     (sets / "train.txt").write_text("".join(s + "\n" for s in train_stems))
     (sets / "val.txt").write_text("".join(f"val_{i:06d}\n" for i in range(cfg.scene_val)))
@@ -593,8 +611,12 @@ def _write_all(root: Path, cfg: SynthPreset, seed: int, progress: bool, workers:
     (root / "captions" / "captions.jsonl").write_text("".join(line + "\n" for line in groups))
     pretrain = [f"VOC2012/JPEGImages/{s}.jpg" for s in train_stems] + object_paths[: cfg.object_train]
     (root / "pretrain.txt").write_text("".join(p + "\n" for p in pretrain))
+    return pretrain
 
-    meta = {
+
+def _meta(cfg: SynthPreset, seed: int, n_caption_images: int, n_pretrain: int) -> dict:
+    """The meta.json of a generated root."""
+    return {
         "generator": "synthscenes",
         "version": GENERATOR_VERSION,
         "preset": cfg.name,
@@ -614,8 +636,8 @@ def _write_all(root: Path, cfg: SynthPreset, seed: int, progress: bool, workers:
         "counts": {
             "scenes": {"train": cfg.scene_train, "val": cfg.scene_val},
             "objects": {"train": cfg.object_train, "val": cfg.object_val},
-            "captions": {"groups": cfg.caption_groups, "images": len(caption_paths)},
-            "pretrain": len(pretrain),
+            "captions": {"groups": cfg.caption_groups, "images": n_caption_images},
+            "pretrain": n_pretrain,
         },
         "layouts": {
             "voc": "VOC2012", "ade20k": "ADEChallengeData2016", "imagenet": "imagenet",
@@ -624,8 +646,6 @@ def _write_all(root: Path, cfg: SynthPreset, seed: int, progress: bool, workers:
         "pretrain": {"list": "pretrain.txt",
                      "sources": ["VOC2012/JPEGImages (train split scenes)", "imagenet/train"]},
     }
-    # meta.json last: its presence is what marks the dataset complete.
-    (root / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
 
 
 # ============================================================================ reading helpers

@@ -407,23 +407,21 @@ def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patc
     device = devices.module_device(backbone)  # the raw-pixel baseline has no parameters
     n = len(source)
     d = backbone.embed_dim
-    cls = np.zeros((n, n_last_blocks, d), np.float32)
-    pmean = np.zeros((n, n_last_blocks, d), np.float32)
-    grids = np.zeros((n, 2), np.int64)
-    offsets = np.zeros(n + 1, np.int64)
     threaded = engine == "threads"
     n_threads = max(1, int(threads or torch.get_num_threads()))
     # one forward stream per thread on CPU; an accelerator takes one stream, fed by the loaders
     streams = n_threads if (threaded and device.type == "cpu") else 1
     stages = _Stages(engine=engine, threads=streams if threaded else torch.get_num_threads())
     t_start = time.perf_counter()
-    patch_file = open(out / "patches.bin", "wb") if patches else None
+    sink = _FeatureSink(n, n_last_blocks, d, stages)
+    sink.patch_file = open(out / "patches.bin", "wb") if patches else None
     # "threads": every kernel single-threaded; the parallelism is ours
     ctx = intra_op_threads(1) if threaded else nullcontext()
     fwd_pool = ThreadPoolExecutor(streams, thread_name_prefix="ssl-bench-fwd") if threaded else _Inline()
     load_pool = None
     try:
         with ctx, tqdm(total=n, desc=desc, unit="img", disable=not progress, leave=False) as bar:
+            sink.bar = bar
             dataset = _Transformed(source, transform, list(range(n)))
             if threaded and num_workers == 0:
                 stages.loader_threads = n_threads if getattr(source, "thread_safe", True) else 1
@@ -438,70 +436,92 @@ def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patc
                                               n_last_blocks, norm, precision, patches, patch_dtype, threaded))
                         for idx in _work_items(images, streams)]
 
-            def finish(start: int, count: int, work) -> None:
-                per_image: dict[int, tuple] = {}
-                for idx, fut in work:
-                    c, pm, (h, w), flat, busy, _ = fut.result()
-                    t = time.perf_counter()
-                    stages.forward_s += busy
-                    rows = [start + j for j in idx]
-                    cls[rows] = c
-                    pmean[rows] = pm
-                    grids[rows] = (h, w)
-                    if flat is not None:
-                        for k, j in enumerate(idx):
-                            per_image[j] = flat[k]
-                    stages.write_s += time.perf_counter() - t
-                t = time.perf_counter()
-                if patch_file is not None:
-                    # written in dataset order: shape groups may reorder a batch
-                    for j in range(count):
-                        block = per_image[j]
-                        patch_file.write(memoryview(np.ascontiguousarray(block)).cast("B"))
-                        offsets[start + j + 1] = offsets[start + j] + block.shape[0]
-                stages.write_s += time.perf_counter() - t
-                bar.update(count)
-
-            # Batch k+1 is queued on the forward threads before batch k is collected and
-            # written. wait_s: time between the forward threads running out of work and the
-            # next batch of decoded images arriving.
-            pending = None
-            i = 0
-            while True:
-                t_ask = time.perf_counter()
-                images = next(batches, None)
-                t_got = time.perf_counter()
-                fwd_done = [f for _, f in pending[2]] if pending is not None else []
-                if all(f.done() for f in fwd_done):
-                    t_idle = max([t_ask] + [f.result()[-1] for f in fwd_done])
-                    stages.wait_s += max(0.0, t_got - t_idle)
-                if images is None:
-                    break
-                work = submit(images)
-                if pending is not None:
-                    finish(*pending)
-                pending = (i, len(images), work)
-                i += len(images)
-            if pending is not None:
-                finish(*pending)
+            _pipeline(batches, submit, sink.finish, stages)
     finally:
         for pool in (fwd_pool, load_pool):
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
-        if patch_file is not None:
-            patch_file.close()
+        if sink.patch_file is not None:
+            sink.patch_file.close()
     if not threaded and num_workers == 0:
         stages.load_s, stages.transform_s = dataset.load_s, dataset.transform_s
-    np.save(out / "cls.npy", cls)
-    np.save(out / "patch_mean.npy", pmean)
-    np.save(out / "grids.npy", grids)
-    if patches:
-        np.save(out / "offsets.npy", offsets)
+    sink.save(out, patches)
     stages.wall_s = time.perf_counter() - t_start
     meta: dict[str, Any] = {"n": n, "n_last_blocks": n_last_blocks, "dim": d, "patches": patches,
-                            "patch_dtype": patch_dtype, "total_patches": int(offsets[-1]),
+                            "patch_dtype": patch_dtype, "total_patches": int(sink.offsets[-1]),
                             "stages": stages.as_dict()}
     (out / "meta.json").write_text(json.dumps(meta))
+
+
+def _pipeline(batches: Iterator, submit, finish, stages: _Stages) -> None:
+    """Batch k+1 is queued on the forward threads before batch k is collected and written.
+    wait_s: time between the forward threads running out of work and the next batch of
+    decoded images arriving."""
+    pending = None
+    i = 0
+    while True:
+        t_ask = time.perf_counter()
+        images = next(batches, None)
+        t_got = time.perf_counter()
+        fwd_done = [f for _, f in pending[2]] if pending is not None else []
+        if all(f.done() for f in fwd_done):
+            t_idle = max([t_ask] + [f.result()[-1] for f in fwd_done])
+            stages.wait_s += max(0.0, t_got - t_idle)
+        if images is None:
+            break
+        work = submit(images)
+        if pending is not None:
+            finish(*pending)
+        pending = (i, len(images), work)
+        i += len(images)
+    if pending is not None:
+        finish(*pending)
+
+
+class _FeatureSink:
+    """The arrays one extraction fills and the patch file it streams to, batch by batch."""
+
+    def __init__(self, n: int, n_last_blocks: int, d: int, stages: _Stages):
+        self.cls = np.zeros((n, n_last_blocks, d), np.float32)
+        self.pmean = np.zeros((n, n_last_blocks, d), np.float32)
+        self.grids = np.zeros((n, 2), np.int64)
+        self.offsets = np.zeros(n + 1, np.int64)
+        self.stages = stages
+        self.patch_file = None  # the patch tokens' stream, when they are kept
+        self.bar = None  # the progress bar, once it is open
+
+    def finish(self, start: int, count: int, work) -> None:
+        """Collect one batch's forward chunks into rows [start, start + count)."""
+        stages = self.stages
+        per_image: dict[int, tuple] = {}
+        for idx, fut in work:
+            c, pm, (h, w), flat, busy, _ = fut.result()
+            t = time.perf_counter()
+            stages.forward_s += busy
+            rows = [start + j for j in idx]
+            self.cls[rows] = c
+            self.pmean[rows] = pm
+            self.grids[rows] = (h, w)
+            if flat is not None:
+                for k, j in enumerate(idx):
+                    per_image[j] = flat[k]
+            stages.write_s += time.perf_counter() - t
+        t = time.perf_counter()
+        if self.patch_file is not None:
+            # written in dataset order: shape groups may reorder a batch
+            for j in range(count):
+                block = per_image[j]
+                self.patch_file.write(memoryview(np.ascontiguousarray(block)).cast("B"))
+                self.offsets[start + j + 1] = self.offsets[start + j] + block.shape[0]
+        stages.write_s += time.perf_counter() - t
+        self.bar.update(count)
+
+    def save(self, out: Path, patches: bool) -> None:
+        np.save(out / "cls.npy", self.cls)
+        np.save(out / "patch_mean.npy", self.pmean)
+        np.save(out / "grids.npy", self.grids)
+        if patches:
+            np.save(out / "offsets.npy", self.offsets)
 
 
 def _to_device(images: list[torch.Tensor], idx: list[int], device: torch.device) -> torch.Tensor:

@@ -262,68 +262,94 @@ def format_plan(tab: Table, jobs: list[Job], data_root=None, zoo_dir=None, gpu: 
            f"{int((rows['zoo_name'] != '').sum())} cells have a zoo checkpoint",
            f"data root: {data_root if data_root is not None else '(not given: datasets not checked)'}   "
            f"zoo dir: {zoo_dir if zoo_dir is not None else default_zoo_dir()}", ""]
+    out.append(_jobs_table(spec, jobs, gpu))
+    out.append("")
+    out += _total_lines(spec, jobs, gpu)
+    notes = [f"  {p}: {s.note}" for p, s in spec.protocols.items() if s.note]
+    if notes:
+        out += ["cost model:"] + notes
+    out += ["verdicts (a measured std never widens the tolerance; std > tolerance is inconclusive):"]
+    out += tolerance_lines(tab)
+    out += _not_ready_lines(jobs)
+    out += _no_checkpoint_lines(rows)
+    return "\n".join(out)
+
+
+def _jobs_table(spec, jobs: list[Job], gpu: GpuChoice | None) -> str:
     header = ["#", "checkpoint", "arch", "found", "protocol", "dataset", "data", "cells", "input",
               "GFLOP/img", "images", "est. FLOPs"]
     if gpu is not None:
         header += ["GPU-hours", f"wall h on {gpu.n_gpus}"]
     header.append("status")
-    body = []
+    body = [_job_row(i, j, spec, gpu) for i, j in enumerate(jobs, 1)]
+    right = {0, 7, 9, 10, 11} | ({12, 13} if gpu is not None else set())
+    return text_table(header, body, right=right) if body else "(nothing to run)"
+
+
+def _job_row(i: int, j: Job, spec, gpu: GpuChoice | None) -> list[str]:
+    ps = spec.protocols[j.protocol]
+    proto = f"{j.protocol}[{ps.preset}]" if ps.preset else j.protocol
+    if j.variant:
+        proto += f" {j.variant}"
+    hw = j.cost.train_hw
+    inp = f"{hw[0]}x{hw[1]}" if hw else "?"
+    if j.cost.val_hw and j.cost.val_hw != hw:
+        inp += f" / {j.cost.val_hw[0]}x{j.cost.val_hw[1]}"
+    data = "found" if j.data_status == "found" else ("?" if j.data_status.startswith("not") else "MISSING")
+    found = {"harness": "imported", "official": "official file", "missing": "MISSING",
+             "unknown": "MISSING"}[j.lookup.status]
+    row = [str(i), j.zoo_name, j.arch or "?", found, proto, j.dataset, data, str(len(j.cells)), inp,
+           f"{j.cost.gflops_per_image:.3g}" if j.cost.gflops_per_image else "n/a",
+           f"{j.cost.images:,.0f}" if j.cost.images else "n/a", _fmt_flops(j.cost.flops)]
+    if gpu is not None:
+        row += [_fmt_hours(j.gpu_hours), _fmt_hours(gpu.wall_hours(j.gpu_hours))]
+    return row + [j.status]
+
+
+def _total_lines(spec, jobs: list[Job], gpu: GpuChoice | None) -> list[str]:
+    """Total FLOPs and, with ``gpu``, total GPU-hours and the GPU's description."""
     total = 0.0
     total_hours, unknown_hours = 0.0, 0
-    for i, j in enumerate(jobs, 1):
-        ps = spec.protocols[j.protocol]
-        proto = f"{j.protocol}[{ps.preset}]" if ps.preset else j.protocol
-        if j.variant:
-            proto += f" {j.variant}"
-        hw = j.cost.train_hw
-        inp = f"{hw[0]}x{hw[1]}" if hw else "?"
-        if j.cost.val_hw and j.cost.val_hw != hw:
-            inp += f" / {j.cost.val_hw[0]}x{j.cost.val_hw[1]}"
-        data = "found" if j.data_status == "found" else ("?" if j.data_status.startswith("not") else "MISSING")
-        found = {"harness": "imported", "official": "official file", "missing": "MISSING",
-                 "unknown": "MISSING"}[j.lookup.status]
-        row = [str(i), j.zoo_name, j.arch or "?", found, proto, j.dataset, data, str(len(j.cells)), inp,
-               f"{j.cost.gflops_per_image:.3g}" if j.cost.gflops_per_image else "n/a",
-               f"{j.cost.images:,.0f}" if j.cost.images else "n/a", _fmt_flops(j.cost.flops)]
-        if gpu is not None:
-            row += [_fmt_hours(j.gpu_hours), _fmt_hours(gpu.wall_hours(j.gpu_hours))]
-            total_hours += j.gpu_hours or 0.0
-            unknown_hours += j.gpu_hours is None
-        body.append(row + [j.status])
+    for j in jobs:
+        total_hours += j.gpu_hours or 0.0
+        unknown_hours += j.gpu_hours is None
         total += j.cost.flops or 0.0
-    right = {0, 7, 9, 10, 11} | ({12, 13} if gpu is not None else set())
-    out.append(text_table(header, body, right=right) if body else "(nothing to run)")
-    out.append("")
-    out.append(f"total estimated backbone FLOPs: {_fmt_flops(total)} over {len(jobs)} runs "
-               f"(forward = 2 x multiply-adds; {', '.join(sorted({p for p in spec.protocols}))})")
+    out = [f"total estimated backbone FLOPs: {_fmt_flops(total)} over {len(jobs)} runs "
+           f"(forward = 2 x multiply-adds; {', '.join(sorted({p for p in spec.protocols}))})"]
     if gpu is not None:
         missing = f" ({unknown_hours} run(s) without an estimate not included)" if unknown_hours else ""
         out.append(f"total estimated GPU-hours: {_fmt_hours(total_hours)} ({gpu.gpu.key}, {gpu.precision}); "
                    f"wall-clock {_fmt_hours(gpu.wall_hours(total_hours))} h on {gpu.n_gpus} GPU(s) "
                    f"assuming perfect scaling{missing}")
         out += gpu.describe()
-    notes = [f"  {p}: {s.note}" for p, s in spec.protocols.items() if s.note]
-    if notes:
-        out += ["cost model:"] + notes
-    out += ["verdicts (a measured std never widens the tolerance; std > tolerance is inconclusive):"]
-    out += tolerance_lines(tab)
+    return out
+
+
+def _not_ready_lines(jobs: list[Job]) -> list[str]:
+    """Each distinct (status, message) of the jobs that are not ready, once."""
     issues = [j for j in jobs if j.status != "ready"]
-    if issues:
-        out += ["", "not ready:"]
-        seen = set()
-        for j in issues:
-            key = (j.status, j.message)
-            if key in seen:
-                continue
-            seen.add(key)
-            out.append(f"  - {j.zoo_name} {j.protocol}/{j.dataset}: {j.status}: {j.message}")
+    if not issues:
+        return []
+    out = ["", "not ready:"]
+    seen = set()
+    for j in issues:
+        key = (j.status, j.message)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(f"  - {j.zoo_name} {j.protocol}/{j.dataset}: {j.status}: {j.message}")
+    return out
+
+
+def _no_checkpoint_lines(rows) -> list[str]:
+    """The paper's rows with cells no zoo checkpoint can reproduce."""
     no_ckpt = rows[rows["zoo_name"] == ""]
-    if len(no_ckpt):
-        labels = sorted({(int(r['row']) if str(r['row']).isdigit() else 0, _row_label(r))
-                         for _, r in no_ckpt.iterrows()})
-        out += ["", f"not reproducible here (no public checkpoint in the zoo): {len(no_ckpt)} cells of rows",
-                "  " + "; ".join(f"{n}: {lab}" for n, lab in labels)]
-    return "\n".join(out)
+    if not len(no_ckpt):
+        return []
+    labels = sorted({(int(r['row']) if str(r['row']).isdigit() else 0, _row_label(r))
+                     for _, r in no_ckpt.iterrows()})
+    return ["", f"not reproducible here (no public checkpoint in the zoo): {len(no_ckpt)} cells of rows",
+            "  " + "; ".join(f"{n}: {lab}" for n, lab in labels)]
 
 
 __all__ = ["Cost", "estimate_cost", "Job", "job_values", "plan", "format_plan"]
