@@ -208,6 +208,26 @@ SUBCOMMAND_MODULES = {
 }
 
 
+def cmd_show(args) -> int:
+    from harness.paths import results_dir
+    from harness.protocol_info import build_protocol
+    from harness.running.evaluate import check_input_sizes
+    from harness.running.show import show_examples
+
+    if args.count < 1:
+        raise SslBenchError(f"--count must be at least 1, found {args.count}")
+    model = _model(args)
+    protocol = build_protocol(args.protocol, args.preset, {"dataset": args.dataset, **_values(args.set)})
+    if not Path(args.data_root).exists():
+        raise SslBenchError(f"data root {args.data_root} does not exist")
+    check_input_sizes(protocol, model)
+    out = Path(args.out) if args.out else results_dir()
+    png = show_examples(protocol, model, Path(args.data_root), out, preset=args.preset or protocol.DEFAULT_PRESET,
+                        count=args.count, seed=args.seed)
+    print(f"show: {png} (listed in {out / 'show' / 'index.json'}; `ssl-bench report` links it)")
+    return 0
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The `ssl-bench` parser; ``command``: the command about to run (the parser then holds the
     subcommands of the module that adds it, not every module's); None: every command."""
@@ -220,6 +240,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _add_run_parser(sub)
     _add_pretrain_parser(sub)
     _add_eval_parser(sub)
+    _add_show_parser(sub)
     _add_features_parser(sub)
     _add_leaderboard_parser(sub)
     _add_data_parser(sub)
@@ -283,6 +304,21 @@ def _add_eval_parser(sub) -> None:
                    help="seg_linear/segmenter: learning rate(s) to run instead of the preset's sweep")
     e.add_argument("--force", action="store_true")
     e.set_defaults(func=cmd_eval)
+
+
+def _add_show_parser(sub) -> None:
+    s = sub.add_parser("show", help="draw a few of a protocol's examples on a model (input, target, prediction) "
+                                    "into the report's folder")
+    s.add_argument("protocol")
+    s.add_argument("--preset", default=None)
+    s.add_argument("--dataset", required=True)
+    s.add_argument("--data-root", required=True)
+    _model_args(s)
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="protocol setting")
+    s.add_argument("--count", type=int, default=4, help="examples to draw (default 4)")
+    s.add_argument("--seed", type=int, default=0, help="which examples: drawn with this seed")
+    s.add_argument("--out", default=None, help="the report's folder (default results/)")
+    s.set_defaults(func=cmd_show)
 
 
 def _add_features_parser(sub) -> None:

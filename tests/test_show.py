@@ -68,3 +68,16 @@ def test_panels_are_checked_and_images_undo_only_the_normalisation():
     got = seen_by_model(x, mean, std)
     assert got.shape == (2, 2, 3) and tuple(got[0, 0]) == (179, 166, 204)
     assert chosen_items(10, 3, 0) == chosen_items(10, 3, 0) and len(set(chosen_items(10, 20, 0))) == 10
+
+
+def test_the_show_command_draws_or_says_in_one_line_why_not(synth_tiny, tmp_path, isolated_home, capsys):
+    from harness.cli import main
+
+    base = ["show", "knn", "--preset", "synth", "--dataset", "imagefolder", "--data-root", str(synth_tiny / "imagenet"),
+            "--random-init", "vit_cpu_tiny", "--out", str(tmp_path / "report"), "--count", "2"]
+    assert main(base) == 0
+    assert "show:" in capsys.readouterr().out and len(read_index(tmp_path / "report")) == 1
+    assert main([*base[:1], "linear", *base[2:]]) == 2
+    assert "draws no examples" in capsys.readouterr().err
+    assert main([*base, "--set", "crop=60"]) == 2
+    assert "not a multiple of the stride" in capsys.readouterr().err
