@@ -100,5 +100,5 @@ def segmentation(seg: torch.Tensor, patch: int, size: tuple[int, int]) -> np.nda
     up = F.interpolate(seg, scale_factor=patch, mode="bilinear", align_corners=False,
                        recompute_scale_factor=False)[0]
     _, labels = torch.max(norm_mask(up), dim=0)
-    small = np.array(labels.squeeze().cpu(), dtype=np.uint8)
+    small = labels.squeeze().cpu().numpy().astype(np.uint8)
     return np.array(Image.fromarray(small).resize((size[1], size[0]), Image.NEAREST))
