@@ -54,7 +54,7 @@ def propagate_step(feat_tar: torch.Tensor, h: int, w: int, context_feats: list[t
     aff = torch.exp(torch.bmm(target, sources) / s.temperature)    # ncontext x query x key
     if s.size_mask_neighborhood > 0:
         if mask is None:
-            mask = neighborhood_mask(h, w, s.size_mask_neighborhood).unsqueeze(0)
+            mask = neighborhood_mask(h, w, s.size_mask_neighborhood).unsqueeze(0).to(aff.device)
         aff *= mask
     aff = aff.transpose(2, 1).reshape(-1, h * w)                     # ncontext*key x query
     tk_val, _ = torch.topk(aff, dim=0, k=s.topk)
