@@ -23,7 +23,7 @@ from harness.registry import DATASETS, register_protocol
 from harness.results.records import iter_records
 from harness.models.zoo import load_zoo
 
-KNOWN_PROTOCOLS = {"dense_nn", "knn", "linear", "seg_linear", "segmenter"}
+KNOWN_PROTOCOLS = {"dense_nn", "knn", "linear", "seg_linear", "segmenter", "davis"}
 
 
 # ----------------------------------------------------------------------------- published numbers
@@ -32,7 +32,7 @@ def test_paper_csv_schema():
     files = sorted(PAPER_DIR.glob("*.csv"))
     assert {f.stem for f in files} == {"cribo_table1", "cribo_table2", "cribo_table3", "ibot_imagenet",
                                        "dino_imagenet", "synclr_imagenet", "dinov2_imagenet", "hbird_readme",
-                                       "neco_readme", "synthscenes"}
+                                       "neco_readme", "synthscenes", "ibot_table16_davis"}
     for f in files:
         df = read_paper_csv(f)
         assert list(df.columns) == CSV_COLUMNS

@@ -111,6 +111,9 @@ class VideoSegmentation(Protocol):
         """The sizes of one sequence, checked: one frame size throughout, a network input that
         is a multiple of the patch size, a label grid with as many cells as the feature grid."""
         c = self.cfg
+        if len(seq.frames) < 3:
+            raise DataError(f"sequence {seq.name!r} has {len(seq.frames)} frame(s); the DAVIS evaluation leaves out "
+                            "the first and the last frame, so a sequence needs at least 3")
         sizes = {image_size(p) for p in seq.frames}
         if len(sizes) != 1:
             raise DataError(f"sequence {seq.name!r} mixes frame sizes {sorted(sizes)} (width x height); "
