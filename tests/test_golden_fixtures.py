@@ -17,6 +17,7 @@ FIXTURES = TESTS / "fixtures"
 # fixture -> the test modules that read it
 READERS = {
     "cribo_parity.json": ["test_cribo.py"],
+    "davis_parity.json": ["test_video_segmentation.py"],
     "dino_head.json": ["test_methods_shared.py"],
     "dino_loss.json": ["test_dino.py", "test_methods_shared.py"],
     "dino_schedules.json": ["test_methods_shared.py"],
