@@ -27,14 +27,14 @@ from pathlib import Path
 import pandas as pd
 
 from harness.errors import ConfigError
-from harness.protocol_info import headline_metric
+from harness.protocol_info import headline_metric, metric_of
 from harness.results.records import iter_records, runs_dir
 from harness.results.table import IncomparableResultsError, conflict_message, fingerprint_conflicts, flatten_records
 
 TESTS = {"t": "paired t-test (scipy.stats.ttest_rel, two-sided)",
          "wilcoxon": "Wilcoxon signed-rank test (scipy.stats.wilcoxon, two-sided)"}
 COLUMNS = ["protocol", "dataset", "split", "variant", "metric", "fingerprint", "n_a", "n_b", "mean_a", "mean_b",
-           "delta", "pairs", "seeds", "test", "statistic", "p_value", "note"]
+           "delta", "b_is", "pairs", "seeds", "test", "statistic", "p_value", "note"]
 
 
 @dataclass
@@ -154,6 +154,9 @@ def compare_runs(a: list[dict], b: list[dict], *, metric: str | None = None, all
                          note=f"{n_cols[(protocol, m)]} columns, averaged per seed; "
                               + (note or "the test is over the seeds")))
     out = pd.DataFrame(rows, columns=COLUMNS)
+    # B better, worse or equal than A by the metric's direction (a lower RMSE is better)
+    out["b_is"] = [metric_of(p, m).compare_word(b, a) if a == a and b == b else ""
+                   for p, m, a, b in zip(out["protocol"], out["metric"], out["mean_a"], out["mean_b"])]
     order = {p: i for i, p in enumerate(dict.fromkeys(c[0] for c in common))}
     if len(out):
         out["_o"] = out["protocol"].map(order)
@@ -165,20 +168,22 @@ def compare_runs(a: list[dict], b: list[dict], *, metric: str | None = None, all
 def format_compare(table: pd.DataFrame, label_a: str, label_b: str, test: str = "t") -> str:
     if table.empty:
         return f"{label_a} and {label_b} have no column in common (same protocol, dataset, split, variant)"
-    header = ["protocol", "data", "variant", "metric", "A", "B", "delta (B-A)", "pairs", "p", "note"]
+    header = ["protocol", "data", "variant", "metric", "A", "B", "delta (B-A)", "B is", "pairs", "p", "note"]
     body = []
     for _, r in table.iterrows():
         data = f"{r['dataset']}/{r['split']}" if r["dataset"] else ""
         fmt = lambda m, n: f"{m:.2f}" + (f" (n={n})" if n > 1 else "")  # noqa: E731
         p = "" if r["p_value"] is None or r["p_value"] != r["p_value"] else f"{r['p_value']:.3g}"
-        body.append([r["protocol"], data, r["variant"] or "-", r["metric"], fmt(r["mean_a"], r["n_a"]),
-                     fmt(r["mean_b"], r["n_b"]), f"{r['delta']:+.2f}", str(r["pairs"]), p, r["note"]])
+        metric = metric_of(r["protocol"], r["metric"])
+        name = r["metric"] if metric.higher_is_better else f"{r['metric']} ↓"  # the arrow where lower is better
+        body.append([r["protocol"], data, r["variant"] or "-", name, fmt(r["mean_a"], r["n_a"]),
+                     fmt(r["mean_b"], r["n_b"]), f"{r['delta']:+.2f}", r["b_is"], str(r["pairs"]), p, r["note"]])
     widths = [max(len(x) for x in [h] + [row[j] for row in body]) for j, h in enumerate(header)]
-    right = {4, 5, 6, 7, 8}
+    right = {4, 5, 6, 8, 9}
     line = lambda r: "  ".join(v.rjust(w) if j in right else v.ljust(w)  # noqa: E731
                                for j, (v, w) in enumerate(zip(r, widths))).rstrip()
-    out = [f"A = {label_a}", f"B = {label_b}", f"delta = mean(B) - mean(A); p: {TESTS[test]} over the seeds "
-           "both runs measured", "", line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in body]
+    out = [f"A = {label_a}", f"B = {label_b}", f"delta = mean(B) - mean(A); B is: better or worse than A by the "
+           f"metric's direction (↓: lower is better); p: {TESTS[test]} over the seeds both runs measured", "", line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in body]
     return "\n".join(out)
 
 

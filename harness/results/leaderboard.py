@@ -208,7 +208,8 @@ def protocol_tables(df: pd.DataFrame | RunTable, headline_only: bool = False) ->
             keys = [c for c in keys if (c[4], c[5]) not in best or t.variants[c].get("lr") in (None, "best")]
         headers = {}
         for c in keys:
-            text = " ".join(x for x in (c[4], variant_text(protocol, t.variants[c])) if x)
+            metric = c[4] if t.metric(c).higher_is_better else f"{c[4]} ↓"  # the arrow only where lower is better
+            text = " ".join(x for x in (metric, variant_text(protocol, t.variants[c])) if x)
             headers[c] = f"{text} @{c[5][:SHORT_FP]}" if c[:5] in t.conflicted else text
         tables.append(ProtocolTable(protocol, dataset, split, headline, keys, headers))
     return tables
@@ -251,13 +252,25 @@ def baseline_delta(t: RunTable, model: str, key: tuple, baselines: dict[str, lis
 
 
 def best_rows(t: RunTable, col: tuple, rows: list[str]) -> set[str]:
-    """Rows holding the column's highest mean (every metric here is higher-is-better); none
-    when fewer than two rows have a number or all of them are equal."""
+    """Rows holding the column's best mean by its metric's direction (harness.metrics: the
+    highest, or the lowest for a lower-is-better metric); none when fewer than two rows have a
+    number or all of them are equal."""
     j = t.col[col]
     means = {m: t.mean[t.row[m], j] for m in rows if t.n[t.row[m], j] > 0}
-    top = max(means.values(), default=math.nan)
+    top = t.metric(col).best(means.values())
     best = {m for m, v in means.items() if math.isclose(v, top, rel_tol=0, abs_tol=1e-9)}
     return best if len(means) >= 2 and len(best) < len(means) else set()
+
+
+def delta_text(t: RunTable, col: tuple, delta: float, digits: int = 2) -> str:
+    """A delta to random init as a cell shows it; a lower-is-better metric's says whether it is
+    better (lower) or worse, since its sign reads the other way round."""
+    metric = t.metric(col)
+    text = f"Δ {delta:+.{digits}f}"
+    if metric.higher_is_better:
+        return text
+    d = round(delta, digits)
+    return f"{text} ({metric.compare_word(d, 0.0)})" if d else text
 
 
 def _table_cells(t: RunTable, table: ProtocolTable, best_mark, digits: int = 2) -> tuple[list[str], list[list[str]]]:
@@ -283,7 +296,7 @@ def _table_cells(t: RunTable, table: ProtocolTable, best_mark, digits: int = 2) 
                 f" ± {std:.{digits}f} (n={int(n)})" if n > 1 else " (n=1)")
             delta = baseline_delta(t, m, c, baselines) if headline else None
             if delta is not None:
-                text += f" Δ {delta:+.{digits}f}"
+                text += " " + delta_text(t, c, delta, digits)
             line.append(text)
         cells.append(line)
     return rows, cells
@@ -292,6 +305,8 @@ def _table_cells(t: RunTable, table: ProtocolTable, best_mark, digits: int = 2) 
 def _legend(t: RunTable, best: str) -> str:
     refs = sorted({r for rows in random_init_baselines(t).values() for r in rows})
     text = f"{best}: the best mean of the column (higher is better)"
+    if any(not t.metric(c).higher_is_better for c in t.keys):
+        text = f"{best}: the best mean of the column (higher is better; ↓: lower is better, the lowest is best)"
     if len(refs) == 1:
         text += f"; Δ: difference to the random-init row ({refs[0]}) on the headline metric"
     elif refs:

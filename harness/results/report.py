@@ -41,8 +41,9 @@ from harness.paper.verdict import all_paper_cells
 from harness.results import html_assets
 from harness.results.leaderboard import (baseline_delta, build_leaderboard, format_cell,
                                          random_init_baselines)
-from harness.results.plots import PLOT_MODELS, plot_selection
-from harness.protocol_info import declared_headline, headline_metric
+from harness.results.plots import PLOT_MODELS, axis_label, plot_selection
+from harness.metrics import Metric
+from harness.protocol_info import declared_headline, headline_metric, metric_of
 from harness.results.records import load_results, runs_dir, to_records
 from harness.results.run_table import RunTable, run_table
 from harness.results.sweeps import sweeps_section
@@ -120,7 +121,7 @@ def curve_specs(df: pd.DataFrame | RunTable, group: Group) -> list[dict]:
 
 def plot_curve(df: pd.DataFrame | RunTable, group: Group, spec: dict, multi_fp: bool) -> tuple[str, str]:
     """(title, SVG data URI) of one curve: headline metric vs one variant key, a line per model
-    (past ``PLOT_MODELS`` models, those with the highest mean over the curve's columns), the
+    (past ``PLOT_MODELS`` models, the best by mean over the curve's columns), the
     legend beside the axes."""
     import matplotlib
 
@@ -151,7 +152,7 @@ def plot_curve(df: pd.DataFrame | RunTable, group: Group, spec: dict, multi_fp: 
         ax.set_xticklabels([label if "/" in str(label) else f"{x:g}" for x, label, _ in spec["points"]])
         ax.minorticks_off()
         ax.set_xlabel(spec["key"])
-        ax.set_ylabel(group.metric)
+        ax.set_ylabel(axis_label(t.metric(spec["points"][0][2])))
         ax.set_title(f"{group.protocol} {group.dataset}/{group.split}: {title}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
@@ -289,6 +290,16 @@ def _interval_html(t: RunTable, i: int, j: int) -> str:
     return '<span class="ci" title="one seed: no interval is stated">n=1: no interval</span>'
 
 
+def _delta_html(metric: Metric, delta: float) -> str:
+    """A row's difference to random init: green where it is better by the metric's direction
+    (lower, for a lower-is-better metric, and then said in words), red where worse."""
+    d = round(delta, 2)  # the sign of what is printed
+    word = metric.compare_word(d, 0.0)
+    sign = {"better": "pos", "worse": "neg"}.get(word, "")
+    said = f" ({word}: lower is better)" if not metric.higher_is_better and d else ""
+    return f'<span class="delta {sign}">{d:+.2f} vs random init{said}</span>'
+
+
 def _group_table(t: RunTable, g: Group, records_by_row: dict[tuple, list[dict]], table_id: str,
                  baselines: dict[str, list[str]]) -> str:
     labels, info = t.labels, t.model_info
@@ -301,7 +312,7 @@ def _group_table(t: RunTable, g: Group, records_by_row: dict[tuple, list[dict]],
     for c in g.keys:
         j = t.col[c]
         vals = [t.mean[t.row[m], j] for m in g.models if t.n[t.row[m], j] > 0]
-        best[c] = max(vals) if len(vals) > 1 else None
+        best[c] = t.metric(c).best(vals) if len(vals) > 1 else None  # the lowest where lower is better
         tied[c] = t.tied_with_best(c, g.models)
     bodies = []
     for m in g.models:
@@ -319,7 +330,7 @@ def _group_table(t: RunTable, g: Group, records_by_row: dict[tuple, list[dict]],
                 cells.append('<td data-v=""></td>')
                 continue
             mean, std = float(t.mean[i, j]), float(t.std[i, j])
-            if best[c] is not None and mean >= best[c] - 1e-12:
+            if best[c] is not None and not t.metric(c).gain(mean, best[c]) < -1e-12:
                 cls = ' class="best"'
             elif m in tied[c]:
                 cls = ' class="tied" title="cannot be told apart from the best: their 95% intervals overlap"'
@@ -328,9 +339,7 @@ def _group_table(t: RunTable, g: Group, records_by_row: dict[tuple, list[dict]],
             text = esc(format_cell(mean, std, n)) + _interval_html(t, i, j)
             delta = baseline_delta(t, m, c, baselines)
             if delta is not None:  # only a method's or an imported checkpoint's row (no context row)
-                d = round(delta, 2)  # the sign of what is printed
-                sign = "pos" if d > 0 else ("neg" if d < 0 else "")
-                text += f'<span class="delta {sign}">{d:+.2f} vs random init</span>'
+                text += _delta_html(t.metric(c), delta)
             elif t.context.get(m) == "random_init" and baselines:
                 text += '<span class="delta">baseline</span>'
             cells.append(f'<td{cls} data-v="{mean!r}">{text}</td>')
@@ -365,14 +374,15 @@ def _all_metrics_table(t: RunTable, protocol: str) -> str:
 def _protocol_section(t: RunTable, protocol: str, groups: list[Group],
                       records_by_row: dict[tuple, list[dict]], idx: int, baselines: dict[str, list[str]]) -> str:
     headline = declared_headline(protocol)
-    metric_note = (f"headline metric <b>{esc(groups[0].metric)}</b> (declared by the protocol; higher is better)"
+    direction = metric_of(protocol, groups[0].metric).direction
+    metric_note = (f"headline metric <b>{esc(groups[0].metric)}</b> (declared by the protocol; {direction} is better)"
                    if headline else f"headline metric <b>{esc(groups[0].metric)}</b> (the protocol declares none: "
                                     "first metric by name)")
     out = [f'<section class="protocol" id="protocol-{esc(protocol)}" data-protocol="{esc(protocol)}">',
            f"<h2>{esc(protocol)}</h2><p class=\"note\">{metric_note}. Cells: mean ± std over seeds "
            "(n when &gt; 1) and the 95% interval (Student's t over seeds; one seed: a seeded bootstrap over the "
            "evaluation images where the record keeps per-image statistics, else none); "
-           "★ best of the column; ≈ a row the best cannot be told apart from (their intervals overlap); "
+           "★ best of the column (by the metric's direction); ≈ a row the best cannot be told apart from (their intervals overlap); "
            "the line below a value of a method's row is its difference to the random-init baseline "
            "(context rows get none). <b>+</b> opens a row's provenance.</p>"]
     for j, g in enumerate(groups):

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.protocol_info import headline_metric
+from harness.metrics import Metric
+from harness.protocol_info import headline_metric, metric_of
 from harness.results import bootstrap
 from harness.results.table import column_label
 from harness.variants import parse_variant
@@ -166,14 +167,15 @@ class RunTable:
         return CI_COMPUTED if self.context.get(model) == "chance" else CI_NONE
 
     def tied_with_best(self, key: tuple, rows: list[str]) -> set[str]:
-        """Rows (among ``rows``) that the column's best mean cannot be told apart from: both
-        have a 95% interval (over seeds, or bootstrapped over images for one seed) and the two
-        intervals overlap. The best row itself is not included."""
+        """Rows (among ``rows``) that the column's best mean (the lowest where lower is better)
+        cannot be told apart from: both have a 95% interval (over seeds, or bootstrapped over
+        images for one seed) and the two intervals overlap. The best row itself is not included."""
         j = self.col[key]
         measured = [m for m in rows if self.n[self.row[m], j] > 0]
         if len(measured) < 2:
             return set()
-        best = max(measured, key=lambda m: self.mean[self.row[m], j])
+        # the best by the metric's direction: the lowest mean of a lower-is-better metric
+        best = measured[self.metric(key).best_index([self.mean[self.row[m], j] for m in measured])]
         b = self.row[best]
         if not self.has_ci[b, j]:
             return set()
@@ -188,6 +190,10 @@ class RunTable:
         return out
 
     # ------------------------------------------------------------------ columns
+    def metric(self, key: tuple) -> Metric:
+        """What a column's metric is (its direction above all), as its protocol declares it."""
+        return metric_of(key[0], key[4])
+
     @cached_property
     def variants(self) -> dict[tuple, dict[str, str]]:
         """Each column's variant, parsed once."""
@@ -203,8 +209,10 @@ class RunTable:
 
     @cached_property
     def labels(self) -> dict[tuple, str]:
-        """Column key -> label; the short fingerprint where needed to tell columns apart."""
-        return {c: column_label(c, with_fp=c[:5] in self.conflicted) for c in self.keys}
+        """Column key -> label; the short fingerprint where needed to tell columns apart, and
+        the arrow after a lower-is-better metric ("rmse ↓"; a higher-is-better one has none)."""
+        return {c: column_label(c if self.metric(c).higher_is_better else c[:4] + (f"{c[4]} ↓",) + c[5:],
+                                with_fp=c[:5] in self.conflicted) for c in self.keys}
 
     @cached_property
     def context(self) -> dict[str, str | None]:
