@@ -44,7 +44,7 @@ from harness.results.leaderboard import (baseline_delta, build_leaderboard, form
 from harness.results.plots import PLOT_MODELS, axis_label, plot_selection
 from harness.metrics import Metric
 from harness.protocol_info import declared_headline, headline_metric, metric_of
-from harness.results.records import load_results, runs_dir, to_records
+from harness.results.records import runs_dir, to_records
 from harness.results.run_table import RunTable, run_table
 from harness.results.sweeps import sweeps_section
 from harness.variants import fraction_value, variant_label
@@ -66,7 +66,7 @@ class Group:
     models: list[str]
 
 
-def headline_groups(df: pd.DataFrame | RunTable) -> list[Group]:
+def headline_groups(df: RunTable) -> list[Group]:
     """The headline columns of the leaderboard, grouped by (protocol, dataset, split)."""
     t = run_table(df)
     metrics: dict[tuple, list[str]] = defaultdict(list)
@@ -94,7 +94,7 @@ def _svg_uri(fig) -> str:
 MIN_CURVE_POINTS = 3  # two values of a key are a segment, not a curve: the table shows them
 
 
-def curve_specs(df: pd.DataFrame | RunTable, group: Group) -> list[dict]:
+def curve_specs(df: RunTable, group: Group) -> list[dict]:
     """The curves of a group: for each variant key whose values are all numbers and take at
     least ``MIN_CURVE_POINTS`` values, one figure per (other variant values, fingerprint)."""
     t = run_table(df)
@@ -119,7 +119,7 @@ def curve_specs(df: pd.DataFrame | RunTable, group: Group) -> list[dict]:
     return specs
 
 
-def plot_curve(df: pd.DataFrame | RunTable, group: Group, spec: dict, multi_fp: bool) -> tuple[str, str]:
+def plot_curve(df: RunTable, group: Group, spec: dict, multi_fp: bool) -> tuple[str, str]:
     """(title, SVG data URI) of one curve: headline metric vs one variant key, a line per model
     (past ``PLOT_MODELS`` models, the best by mean over the curve's columns), the
     legend beside the axes."""
@@ -450,22 +450,20 @@ def _paper_section(cells: pd.DataFrame, tables_checked: list[str]) -> str:
 
 def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = None, *,
                  title: str = "ssl-bench report", paper_tables: list[str] | None = None,
-                 generated: str | None = None, table: pd.DataFrame | RunTable | None = None,
+                 generated: str | None = None, table: RunTable | None = None,
                  paper: pd.DataFrame | None = None) -> str:
     """The HTML page of the records in ``source`` (a records folder, default results/runs;
     record dicts; or a load_results() frame). ``paper_tables``: the published tables to
     compare with (default all; [] for none). A caller that already has them passes the run's
-    leaderboard (``table``: build_leaderboard's frame or its RunTable) and its paper cells
+    leaderboard (``table``: build_leaderboard's RunTable) and its paper cells
     (``paper``: harness.paper.verdict.all_paper_cells of ``paper_tables``), so that neither is
     computed twice."""
     if isinstance(source, pd.DataFrame):
-        frame = source
-        records = to_records(frame) if len(frame) else []
+        records = to_records(source) if len(source) else []
     else:
         records = _record_dicts(source)
-        frame = load_results(records)
-    t = run_table(table if table is not None else build_leaderboard(frame))
-    flat = disambiguate_models(flatten_records(frame))
+    t = run_table(table if table is not None else build_leaderboard(records))
+    flat = disambiguate_models(flatten_records(records))
     row_of = {rid: (m, p, d, s) for rid, m, p, d, s in
               zip(flat["id"], flat["model"], flat["protocol"], flat["dataset"], flat["split"])}
     records_by_row: dict[tuple, list[dict]] = defaultdict(list)
