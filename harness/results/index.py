@@ -224,6 +224,9 @@ class RecordIndex:
         if not self.folder.is_dir():
             raise FileNotFoundError(self.folder)
         self.path.parent.mkdir(exist_ok=True)
+        for old in self.path.parent.glob("records-v*.sqlite*"):  # an older schema's index: rebuilt as ours
+            if not old.name.startswith(self.path.name):
+                old.unlink(missing_ok=True)
         try:
             return self._open(str(self.path))
         except sqlite3.DatabaseError:  # damaged or not ours: the records rebuild it

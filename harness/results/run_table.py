@@ -292,9 +292,9 @@ def table_of_numbers(flat: pd.DataFrame, source: bootstrap.PerImageSource | None
         return RunTable([], [], empty, empty, empty.astype(int), {}, [], [], {}, source)
     flat = flat.sort_values("created", na_position="first", kind="stable").drop_duplicates(
         ["model", *COL_KEYS, "seed"], keep="last")
-    cells = flat.groupby(["model", *COL_KEYS], sort=False).agg(  # the one group-by
-        mean=("value", "mean"), std=("value", "std"), n=("value", "count"), id=("id", "first"),
-        file=("file", "first"), per_image=("per_image", "max"))
+    groups = flat.groupby(["model", *COL_KEYS], sort=False)  # the one group-by
+    cells = groups.agg(mean=("value", "mean"), n=("value", "count"), id=("id", "first"),
+                       file=("file", "first"), per_image=("per_image", "max"))
     models = sorted(set(cells.index.get_level_values(0)))
     cell_keys = list(zip(*(cells.index.get_level_values(k) for k in COL_KEYS)))
     keys = sorted(set(cell_keys), key=column_sort_key)
@@ -305,7 +305,7 @@ def table_of_numbers(flat: pd.DataFrame, source: bootstrap.PerImageSource | None
     mean, std, n = np.full(shape, np.nan), np.full(shape, np.nan), np.zeros(shape, dtype=int)
     counts = cells["n"].to_numpy(dtype=int)
     mean[ii, jj] = cells["mean"].to_numpy(dtype=float)
-    std[ii, jj] = np.where(counts > 1, cells["std"].to_numpy(dtype=float), 0.0)
+    std[ii, jj] = _sample_std(groups.ngroup().to_numpy(), flat["value"].to_numpy(dtype=float), counts)
     n[ii, jj] = counts
     single = (counts == 1) & cells["per_image"].to_numpy(dtype=bool)
     per_image = {(int(i), int(j)): (rid, file) for i, j, rid, file in
@@ -315,6 +315,16 @@ def table_of_numbers(flat: pd.DataFrame, source: bootstrap.PerImageSource | None
             for m, *vals in zip(first["model"], *(first[k] for k in MODEL_INFO))}
     return RunTable(models, keys, mean, std, n, info, [conflict_message(c) for c in conflicts], conflicts,
                     per_image, source)
+
+
+def _sample_std(codes: np.ndarray, values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Each group's sample std (ddof 1; 0 for one value), two-pass as pandas' Series.std sums
+    it, so a cell's std is the one a per-group ``std(ddof=1)`` gives."""
+    k = len(counts)
+    avg = np.bincount(codes, values, minlength=k) / counts
+    squares = np.bincount(codes, (values - avg[codes]) ** 2, minlength=k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 1, np.sqrt(squares / np.maximum(counts - 1, 1)), 0.0)
 
 
 MODEL_INFO = ("method", "context", "arch", "pretrain_data", "epochs", "sha")  # RunTable.model_info's fields
