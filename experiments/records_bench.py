@@ -12,6 +12,7 @@ record, and the time per record over the smallest size's (1.00: flat).
     python -m experiments.records_bench                            # 10,000 and 100,000 records
     python -m experiments.records_bench --sizes 1000 --keep DIR    # keep the folders
     python -m experiments.records_bench --report-max 10000         # the report only up to 10,000
+"""
 from __future__ import annotations
 
 import argparse

@@ -289,21 +289,24 @@ def long_table(df: RunTable | Iterable[dict]) -> pd.DataFrame:
     over the evaluation images where the record keeps per-image statistics (``bootstrap over N
     images, R resamples, seed S``), else empty bounds and ``none: one seed``."""
     t = run_table(df)
-    rows = []
-    low, high = t.ci_low, t.ci_high
-    for model in t.models:
-        i = t.row[model]
-        info = t.model_info.get(model, {})
-        for c in t.keys:
-            j = t.col[c]
-            n = t.n[i, j]
-            if n == 0:
-                continue
-            rows.append(dict(model=model, method=info.get("method"), arch=info.get("arch"),
-                             protocol=c[0], dataset=c[1], split=c[2], variant=c[3], metric=c[4],
-                             fingerprint=c[5], column=t.labels[c], mean=t.mean[i, j], std=t.std[i, j], n=int(n),
-                             ci95_low=low[i, j], ci95_high=high[i, j], ci_method=t.ci_method(model, c)))
-    return pd.DataFrame(rows)
+    ii, jj = np.nonzero(t.n > 0)  # row-major: model by model, each in column order
+    if not len(ii):
+        return pd.DataFrame()
+
+    def per_row(values: list) -> np.ndarray:
+        return np.array(values + [None], dtype=object)[:-1][ii]  # [None]: strings stay objects
+
+    def per_col(values: list) -> np.ndarray:
+        return np.array(values + [None], dtype=object)[:-1][jj]
+
+    info = [t.model_info.get(m) or {} for m in t.models]
+    key_parts = dict(zip(("protocol", "dataset", "split", "variant", "metric", "fingerprint"),
+                         (per_col([c[k] for c in t.keys]) for k in range(6))))
+    return pd.DataFrame(dict(
+        model=per_row(list(t.models)), method=per_row([d.get("method") for d in info]),
+        arch=per_row([d.get("arch") for d in info]), **key_parts, column=per_col([t.labels[c] for c in t.keys]),
+        mean=t.mean[ii, jj], std=t.std[ii, jj], n=t.n[ii, jj].astype(int), ci95_low=t.ci_low[ii, jj],
+        ci95_high=t.ci_high[ii, jj], ci_method=t.ci_methods[ii, jj]))
 
 
 def _md_escape(s: str) -> str:

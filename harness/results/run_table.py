@@ -152,6 +152,16 @@ class RunTable:
         """Where a cell has a 95% interval (over seeds, or bootstrapped over images)."""
         return ~np.isnan(self.ci_low)
 
+    @cached_property
+    def ci_methods(self) -> np.ndarray:
+        """(rows x columns) of :meth:`ci_method`, for every cell at once."""
+        chance = np.array([self.context.get(m) == "chance" for m in self.models], dtype=bool)[:, None]
+        out = np.where(self.n > 1, CI_SEEDS, np.where(chance, CI_COMPUTED, CI_NONE)).astype(object)
+        for (i, j), found in self.bootstrapped.items():
+            if self.n[i, j] == 1:
+                out[i, j] = found.method
+        return out
+
     def ci_method(self, model: str, key: tuple) -> str:
         i, j = self.row[model], self.col[key]
         if self.n[i, j] > 1:
@@ -295,11 +305,11 @@ def table_of_numbers(flat: pd.DataFrame, source: bootstrap.PerImageSource | None
     groups = flat.groupby(["model", *COL_KEYS], sort=False)  # the one group-by
     cells = groups.agg(mean=("value", "mean"), n=("value", "count"), id=("id", "first"),
                        file=("file", "first"), per_image=("per_image", "max"))
-    models = sorted(set(cells.index.get_level_values(0)))
-    cell_keys = list(zip(*(cells.index.get_level_values(k) for k in COL_KEYS)))
-    keys = sorted(set(cell_keys), key=column_sort_key)
+    cell_models = cells.index.get_level_values(0).tolist()  # lists: pandas strings iterate slowly
+    cell_keys = list(zip(*(cells.index.get_level_values(k).tolist() for k in COL_KEYS)))
+    models, keys = sorted(set(cell_models)), sorted(set(cell_keys), key=column_sort_key)
     row, col = {m: i for i, m in enumerate(models)}, {c: j for j, c in enumerate(keys)}
-    ii = np.array([row[m] for m in cells.index.get_level_values(0)], dtype=int)
+    ii = np.array([row[m] for m in cell_models], dtype=int)
     jj = np.array([col[c] for c in cell_keys], dtype=int)
     shape = (len(models), len(keys))
     mean, std, n = np.full(shape, np.nan), np.full(shape, np.nan), np.zeros(shape, dtype=int)
@@ -312,7 +322,7 @@ def table_of_numbers(flat: pd.DataFrame, source: bootstrap.PerImageSource | None
                  zip(ii[single], jj[single], cells["id"].to_numpy()[single], cells["file"].to_numpy()[single])}
     first = flat.drop_duplicates("model")  # each model's oldest number: its method, arch, ...
     info = {m: {k: (None if pd.isna(v) else v) for k, v in zip(MODEL_INFO, vals)}
-            for m, *vals in zip(first["model"], *(first[k] for k in MODEL_INFO))}
+            for m, *vals in zip(first["model"].tolist(), *(first[k].tolist() for k in MODEL_INFO))}
     return RunTable(models, keys, mean, std, n, info, [conflict_message(c) for c in conflicts], conflicts,
                     per_image, source)
 
