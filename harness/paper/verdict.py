@@ -107,9 +107,9 @@ def verdict(delta: float, std: float, n: int, tolerance: float, metric: Metric |
 def compare_cells(tab: Table, jobs: Iterable[Any]) -> pd.DataFrame:
     """Per cell: measured / std / n / delta / tolerance, a verdict and an outcome (pass, fail,
     not run; see the constants above), and whether the measurement ``reads`` better or worse
-    than the paper's by the metric's direction (harness.protocol_info.metric_of). ``jobs``: the runs (harness.paper.plan.Job, or anything
-    with its ``protocol``, ``variant``, ``cells``, ``status``, ``message``, ``records`` and
-    ``skipped``)."""
+    than the paper's by the metric's direction (harness.protocol_info.metric_of). ``jobs``: the
+    runs (harness.paper.plan.Job, or anything with its ``protocol``, ``variant``, ``cells``,
+    ``status``, ``message``, ``records`` and ``skipped``)."""
     rows = tab.rows.copy()
     for col in ("measured", "std", "delta", "tolerance"):
         rows[col] = float("nan")

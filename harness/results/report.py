@@ -463,14 +463,7 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
     else:
         records = _record_dicts(source)
     t = run_table(table if table is not None else build_leaderboard(records))
-    flat = disambiguate_models(flatten_records(records))
-    row_of = {rid: (m, p, d, s) for rid, m, p, d, s in
-              zip(flat["id"], flat["model"], flat["protocol"], flat["dataset"], flat["split"])}
-    records_by_row: dict[tuple, list[dict]] = defaultdict(list)
-    for rec in records:
-        key = row_of.get(rec.get("id"))
-        if key is not None:
-            records_by_row[key].append(rec)
+    records_by_row = _records_by_row(records)
     groups = headline_groups(t) if len(t) else []
     by_protocol: dict[str, list[Group]] = defaultdict(list)
     for g in groups:
@@ -516,6 +509,19 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
 <script>{html_assets.sortable_table_script()}</script>
 </body></html>
 """
+
+
+def _records_by_row(records: list[dict]) -> dict[tuple, list[dict]]:
+    """(row, protocol, dataset, split) -> the records behind it: what a row's provenance shows."""
+    flat = disambiguate_models(flatten_records(records))
+    row_of = {rid: (m, p, d, s) for rid, m, p, d, s in
+              zip(flat["id"], flat["model"], flat["protocol"], flat["dataset"], flat["split"])}
+    out: dict[tuple, list[dict]] = defaultdict(list)
+    for rec in records:
+        key = row_of.get(rec.get("id"))
+        if key is not None:
+            out[key].append(rec)
+    return out
 
 
 def _record_dicts(source: str | Path | Iterable[dict] | None) -> list[dict]:
