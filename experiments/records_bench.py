@@ -1,15 +1,17 @@
-"""Results at scale: `ssl-bench leaderboard` and `ssl-bench report` over 1,000 and 10,000
-records, and skip-if-done over 10,000 records that all exist (docs/BENCHMARKS.md, "Records at
-scale").
+"""Results at scale: `ssl-bench leaderboard` (the first call, which computes and keeps the
+one-seed intervals, then again with the index and the intervals warm), `ssl-bench report` and
+skip-if-done over 10,000 and 100,000 records (docs/BENCHMARKS.md, "Records at scale").
 
 The records are copies of a realistic set (a run's records, by default results/runs: run
 `ssl-bench` first) under other model names: copy k of model ``synth_dino`` is ``synth_dino_c0007``
 with its own weights key and record id, every other field as measured. The commands run as
 subprocesses, so their times include what a user waits for (Python start, imports, reading the
-records through the index, writing every file).
+records through the index, writing every file). Printed per size: seconds, milliseconds per
+record, and the time per record over the smallest size's (1.00: flat).
 
-    python -m experiments.records_bench                          # 1,000 and 10,000 records
-    python -m experiments.records_bench --sizes 1000 --keep DIR  # keep the folders
+    python -m experiments.records_bench                            # 10,000 and 100,000 records
+    python -m experiments.records_bench --sizes 1000 --keep DIR    # keep the folders
+    python -m experiments.records_bench --report-max 10000         # the report only up to 10,000
 """
 from __future__ import annotations
 
@@ -103,11 +105,45 @@ def skip_if_done(folder: Path) -> tuple[float, int, int]:
     return time.perf_counter() - t0, len(pairs), found
 
 
+def measure(templates: list[dict], n: int, root: Path, report: bool) -> dict[str, float]:
+    """The seconds of each step over ``n`` records (a folder written first)."""
+    folder, out = root / f"runs_{n}", root / f"out_{n}"
+    times = {"write": write_records(synthetic_records(templates, n), folder)}
+    times["leaderboard, first"] = timed_cli(["leaderboard", "--runs", str(folder), "--out", str(out)])
+    times["leaderboard, warm"] = timed_cli(["leaderboard", "--runs", str(folder), "--out", str(out)])
+    if report:
+        times["report"] = timed_cli(["report", "--runs", str(folder), "--out", str(out / "report.html")])
+    skip_s, pairs, found = skip_if_done(folder)
+    assert found == n, f"skip-if-done found {found} of {n} records"
+    times["skip-if-done"] = skip_s
+    return times
+
+
+def print_table(rows: list[tuple[int, dict[str, float]]]) -> None:
+    """Seconds, ms per record, and the time per record over the smallest size's."""
+    steps = list(dict.fromkeys(k for _, t in rows for k in t))
+    base_n, base = rows[0]
+    print("\n| records | " + " | ".join(f"{s} (s) | ms/record | ratio" for s in steps) + " |")
+    print("|---:|" + "---:|---:|---:|" * len(steps))
+    for n, t in rows:
+        cells = []
+        for s in steps:
+            if s not in t:
+                cells += ["", "", ""]
+                continue
+            per = 1000 * t[s] / n
+            ratio = per / (1000 * base[s] / base_n) if s in base and base[s] else float("nan")
+            cells += [f"{t[s]:.1f}", f"{per:.3f}", f"{ratio:.2f}"]
+        print(f"| {n:,} | " + " | ".join(cells) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="1000,10000", help="record counts, comma-separated")
+    ap.add_argument("--sizes", default="10000,100000", help="record counts, comma-separated")
     ap.add_argument("--template", default=None, help="records to copy (default results/runs)")
     ap.add_argument("--keep", default=None, help="folder to keep the record folders in (default: a temp dir)")
+    ap.add_argument("--report-max", type=int, default=10_000,
+                    help="time `ssl-bench report` only up to this many records (it reads every record)")
     args = ap.parse_args(argv)
     from harness.results.records import runs_dir
 
@@ -118,21 +154,11 @@ def main(argv: list[str] | None = None) -> int:
           f"folders under {root}")
     rows = []
     for n in sizes:
-        folder = root / f"runs_{n}"
-        write_s = write_records(synthetic_records(templates, n), folder)
-        lb_s = timed_cli(["leaderboard", "--runs", str(folder), "--out", str(root / f"out_{n}")])
-        rep_s = timed_cli(["report", "--runs", str(folder), "--out", str(root / f"out_{n}" / "report.html")])
-        skip_s, pairs, found = skip_if_done(folder)
-        assert found == n, f"skip-if-done found {found} of {n} records"
-        rows.append((n, write_s, lb_s, rep_s, skip_s, pairs))
-        print(f"{n:>6} records: write {write_s:6.1f} s | leaderboard {lb_s:6.1f} s | report {rep_s:6.1f} s | "
-              f"skip-if-done {skip_s:5.1f} s ({pairs} pairs)", flush=True)
-    print("\n| records | write (s) | leaderboard (s) | ms/record | report (s) | ms/record | "
-          "skip-if-done (s) | ms/record |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for n, write_s, lb_s, rep_s, skip_s, pairs in rows:
-        print(f"| {n:,} | {write_s:.1f} | {lb_s:.1f} | {1000 * lb_s / n:.2f} | {rep_s:.1f} | {1000 * rep_s / n:.2f} | "
-              f"{skip_s:.1f} | {1000 * skip_s / n:.2f} |")
+        times = measure(templates, n, root, report=n <= args.report_max)
+        rows.append((n, times))
+        print(f"{n:>7} records: " + " | ".join(f"{k} {v:.1f} s" for k, v in times.items())
+              + f" | load {os.getloadavg()[0]:.1f}", flush=True)
+    print_table(rows)
     return 0
 
 

@@ -149,11 +149,11 @@ def cmd_features(args) -> int:
 def cmd_leaderboard(args) -> int:
     from harness.results import records as results
     from harness.results.leaderboard import build_leaderboard, format_console, write_leaderboard
-    from harness.results.run_table import run_table
     from harness.paths import results_dir
 
     runs = Path(args.runs) if args.runs else None
-    table = run_table(build_leaderboard(list(results.iter_records(runs))))  # built once, read by every view
+    # built once from the index's number rows (no record parsed), read by every view
+    table = build_leaderboard(runs_dir=runs or results.runs_dir())
     if table.empty:
         print(f"no records under {runs or results.runs_dir()}")
         return 1

@@ -232,3 +232,42 @@ def test_large_sets_draw_in_chunks_with_the_same_guarantees(monkeypatch):
     monkeypatch.setattr(bootstrap, "CHUNK", 41 * 7)  # 7 resamples per chunk instead of all at once
     a = bootstrap.intervals(stats, ["mIoU"], resamples=100)["mIoU"]
     assert a.low < point < a.high and a == bootstrap.intervals(stats, ["mIoU"], resamples=100)["mIoU"]
+
+
+def test_intervals_of_a_folder_are_computed_once_and_kept_beside_its_index(tmp_path, monkeypatch):
+    """A records folder's one-seed intervals are kept on disk, keyed by record id, file stamp and
+    resample settings: read again, nothing is computed; a rewritten record or other settings
+    compute again; the table of the folder has the intervals of the same records as dicts."""
+    import json
+    import os
+
+    from harness.results.records import write_record
+
+    r = _knn_block()
+    recs = [_record("a", r["top1"], r["per_image"]), _record("b", 61.25, _knn_block(seed=1)["per_image"])]
+    runs = tmp_path / "runs"
+    for rec in recs:
+        write_record(rec, runs)
+    computed = []
+    real = bootstrap.record_intervals
+    monkeypatch.setattr(bootstrap, "record_intervals", lambda rid, *a, **k: computed.append(rid) or real(rid, *a, **k))
+
+    def intervals():
+        t = build_leaderboard(runs_dir=runs)
+        return {t.models[i]: (ci.low, ci.high) for (i, _), ci in t.bootstrapped.items()}
+
+    first = intervals()
+    assert sorted(computed) == sorted(rec["id"] for rec in recs)
+    assert (runs / ".index" / bootstrap.CACHE_FILE).is_file()
+    from_dicts = build_leaderboard(recs)
+    assert first == {from_dicts.models[i]: (ci.low, ci.high) for (i, _), ci in from_dicts.bootstrapped.items()}
+    computed.clear()
+    assert intervals() == first and computed == []  # kept: nothing computed again
+    path = runs / f"{recs[0]['id']}.json"
+    path.write_text(json.dumps({**recs[0], "per_image": _knn_block(seed=2)["per_image"]}))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))  # a new stamp
+    assert intervals()["a"] != first["a"] and computed == [recs[0]["id"]]  # the changed record alone
+    computed.clear()
+    t = build_leaderboard(runs_dir=runs)  # other settings: computed under their own key
+    found = bootstrap.kept_intervals(t.source, {rid: (file, ["top1"]) for rid, file in t.per_image.values()}, 200)
+    assert len(computed) == 2 and all(ci.resamples == 200 for ci in found.values())

@@ -40,13 +40,15 @@ def _records():
 
 
 def test_pivot_mean_std_n():
-    df = build_leaderboard(_records())
+    t = build_leaderboard(_records())
+    df = t.frame
     col = ("dense_nn", "synth_voc", "val", "fraction=1/8", "mIoU", FP_DNN)
     assert df.loc["dino-a", col + ("mean",)] == pytest.approx(26.0)
     assert df.loc["dino-a", col + ("std",)] == pytest.approx(1.0)
     assert df.loc["dino-a", col + ("n",)] == 3
-    assert not df.attrs["messages"]
-    text = format_console(df)
+    assert t.cell("dino-a", col) == pytest.approx((26.0, 1.0, 3))
+    assert not t.messages
+    text = format_console(t)
     assert "== knn ==" in text and "26.00 ± 1.00 (n=3)" in text
     assert "top5" not in text and "pixel_acc" not in text  # console: headline metrics only
 
@@ -54,7 +56,9 @@ def test_pivot_mean_std_n():
 def test_records_read_from_runs_dir(tmp_path):
     for r in _records():
         write_record(r, tmp_path)
-    assert build_leaderboard(runs_dir=tmp_path).shape == build_leaderboard(_records()).shape
+    from_folder, from_dicts = build_leaderboard(runs_dir=tmp_path), build_leaderboard(_records())
+    assert from_folder.frame.equals(from_dicts.frame)  # the index's number rows: the same table
+    assert from_folder.model_info == from_dicts.model_info and from_folder.messages == from_dicts.messages
 
 
 def test_mixed_fingerprints_never_share_a_cell():
@@ -63,11 +67,11 @@ def test_mixed_fingerprints_never_share_a_cell():
         compare(recs, strict=True)
     assert isinstance(exc.value, SslBenchError)
     assert "cannot be compared" in str(exc.value) and FP_OTHER[:8] in str(exc.value)
-    df = compare(recs, strict=False)
-    cols = {c[:6] for c in df.columns if c[0] == "knn" and c[4] == "top1"}
+    t = compare(recs, strict=False)
+    cols = {c for c in t.keys if c[0] == "knn" and c[4] == "top1"}
     assert {c[5] for c in cols} == {FP_KNN, FP_OTHER}  # two columns, not one merged cell
-    assert df.attrs["messages"] and "cannot be compared" in df.attrs["messages"][0]
-    text = format_console(df)
+    assert t.messages and "cannot be compared" in t.messages[0]
+    text = format_console(t)
     assert "NOT COMPARABLE" in text and f"@{FP_OTHER[:8]}" in text
     compare(_records(), strict=True)  # no conflict: fine
 
@@ -79,11 +83,11 @@ def test_one_model_on_two_data_sets_never_shares_or_hides_a_cell():
         r = _rec("random_init", "dense_nn", "voc", {"mIoU": value}, seed=42, variant={"fraction": "1/1"}, fp=FP_DNN)
         r["protocol"].update(data_root=f"/data/{stamp}", data_stamp=stamp)
         recs.append(r)
-    df = build_leaderboard(recs)
-    cells = {c[1]: df.loc["random_init", c] for c in df.columns if c[4] == "mIoU" and c[6] == "mean"}
+    t = build_leaderboard(recs)
+    cells = {c[1]: t.cell("random_init", c)[0] for c in t.keys if c[4] == "mIoU"}
     assert cells == {"voc@1111aaaa": 5.26, "voc@2222bbbb": 3.44}
     one = build_leaderboard(recs[:1])  # a single data set keeps its plain name
-    assert {c[1] for c in one.columns} == {"voc"}
+    assert {c[1] for c in one.keys} == {"voc"}
 
 
 def test_outputs_exist_and_parse(tmp_path):

@@ -104,7 +104,7 @@ def test_filters_and_pivot(runs):
     # the pivot is the leaderboard's table, from the frame or the records
     records = suite_records()
     table = pivot(load_results(records))
-    assert table.equals(build_leaderboard(records))
+    assert table.equals(build_leaderboard(records).frame)
     col = ("dense_nn", "voc", "val", "fraction=1/8", "mIoU", FP_DNN)
     assert table.loc["dino", col + ("mean",)] == pytest.approx(20.5)
     assert table.loc["dino", col + ("n",)] == 3

@@ -14,7 +14,9 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from harness.metrics import Metric
 from harness.paper.spec import ProtocolSpec, Table, same_variant_value
+from harness.protocol_info import metric_of
 from harness.variants import parse_variant
 from harness.text_table import text_table
 
@@ -85,11 +87,17 @@ def measure_cell(cell: pd.Series, records: list[dict], protocol: ProtocolSpec, s
             "n": len(s), "note": ""}
 
 
-def verdict(delta: float, std: float, n: int, tolerance: float) -> str:
+def verdict(delta: float, std: float, n: int, tolerance: float, metric: Metric | None = None) -> str:
     """Pass iff |delta| <= tolerance. The seed spread only makes it stricter: with several
     seeds whose std exceeds the tolerance the cell is inconclusive, even with a small delta
-    (a noisier run never passes more easily)."""
+    (a noisier run never passes more easily). The tolerance is two-sided whatever the metric's
+    direction (a reproduction that is far better is not a reproduction either); ``metric``:
+    the cell's metric, whose direction a DIFFERS of a lower-is-better metric states in words,
+    since its sign reads the other way round."""
     if abs(delta) > tolerance:
+        if metric is not None and not metric.higher_is_better:
+            word = metric.compare_word(delta, 0.0)
+            return f"{DIFFERS} (|delta| > {tolerance:g}; measured is {word}: lower is better)"
         return f"{DIFFERS} (|delta| > {tolerance:g})"
     if n > 1 and std > tolerance:
         return f"{INCONCLUSIVE} (std {std:.2f} > {tolerance:g})"
@@ -98,9 +106,10 @@ def verdict(delta: float, std: float, n: int, tolerance: float) -> str:
 
 def compare_cells(tab: Table, jobs: Iterable[Any]) -> pd.DataFrame:
     """Per cell: measured / std / n / delta / tolerance, a verdict and an outcome (pass, fail,
-    not run; see the constants above). ``jobs``: the runs (harness.paper.plan.Job, or anything
-    with its ``protocol``, ``variant``, ``cells``, ``status``, ``message``, ``records`` and
-    ``skipped``)."""
+    not run; see the constants above), and whether the measurement ``reads`` better or worse
+    than the paper's by the metric's direction (harness.protocol_info.metric_of). ``jobs``: the
+    runs (harness.paper.plan.Job, or anything with its ``protocol``, ``variant``, ``cells``,
+    ``status``, ``message``, ``records`` and ``skipped``)."""
     rows = tab.rows.copy()
     for col in ("measured", "std", "delta", "tolerance"):
         rows[col] = float("nan")
@@ -108,6 +117,7 @@ def compare_cells(tab: Table, jobs: Iterable[Any]) -> pd.DataFrame:
     rows["verdict"] = "no public checkpoint"
     rows["outcome"] = "not run"
     rows["note"] = ""
+    rows["reads"] = ""  # measured vs published by the metric's direction: better, worse, equal
     for job in jobs:
         ps = tab.spec.protocols[job.protocol]
         for idx in job.cells:
@@ -126,7 +136,9 @@ def compare_cells(tab: Table, jobs: Iterable[Any]) -> pd.DataFrame:
             delta = m["measured"] - rows.at[idx, "value"]
             rows.at[idx, "measured"], rows.at[idx, "std"], rows.at[idx, "n"] = m["measured"], m["std"], m["n"]
             rows.at[idx, "delta"] = delta
-            v = verdict(delta, m["std"], m["n"], ps.tolerance)
+            metric = metric_of(job.protocol, rows.at[idx, "metric"])
+            rows.at[idx, "reads"] = metric.compare_word(m["measured"], rows.at[idx, "value"])
+            v = verdict(delta, m["std"], m["n"], ps.tolerance, metric)
             rows.at[idx, "verdict"] = v
             rows.at[idx, "outcome"] = "pass" if v.startswith(OK) else "fail"
             rows.at[idx, "note"] = stored.strip()

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -120,5 +123,106 @@ def record_intervals(record_id: str, block, metrics: list[str], resamples: int =
     return intervals(stats, metrics, resamples, seed)
 
 
+# ----------------------------------------------------------------------------- kept intervals
+CACHE_FILE = "intervals-v1.sqlite"  # in the records folder's .index/, beside the records index
+_CACHE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS intervals (
+    record_id TEXT NOT NULL, file TEXT NOT NULL, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL,
+    resamples INTEGER NOT NULL, seed INTEGER NOT NULL, level REAL NOT NULL, metric TEXT NOT NULL,
+    low REAL, high REAL, images INTEGER,  -- NULL: the block gives this metric no interval
+    PRIMARY KEY (record_id, file, mtime_ns, size, resamples, seed, level, metric)
+);
+"""
+
+
+@dataclass
+class PerImageSource:
+    """Where a table's per-image blocks are: ``blocks`` (record id -> block) of records given
+    as dicts, else the records folder's ``index`` (harness.results.index.RecordIndex), whose
+    file ``stamps`` ({file: (mtime_ns, size)}) key the intervals kept beside it."""
+
+    blocks: dict[str, Any] = field(default_factory=dict)
+    index: Any = None
+    stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def block(self, record_id: str, file: str) -> Any:
+        if record_id in self.blocks:
+            return self.blocks[record_id]
+        rec = self.index.record(file) if self.index is not None and file else None
+        return rec.get("per_image") if isinstance(rec, dict) else None
+
+    def cache_path(self) -> Path | None:
+        """The kept intervals' file: beside the index of a records folder; None in memory."""
+        if self.index is None or getattr(self.index, "in_memory", False):
+            return None
+        return Path(self.index.path).parent / CACHE_FILE
+
+
+def kept_intervals(source: PerImageSource, wanted: dict[str, tuple[str, list[str]]], resamples: int = RESAMPLES,
+                   seed: int = SEED) -> dict[tuple[str, str], BootstrapInterval]:
+    """(record id, metric) -> interval of each record's metrics (``wanted``: record id -> (file,
+    metrics)). Of a records folder's records, each interval is computed once and kept on disk
+    beside its index, keyed by the record id, its file's stamp and the resample settings: a
+    changed file, or other settings, compute again. Records given as dicts are computed."""
+    path = source.cache_path()
+    db = _open_cache(path) if path is not None and wanted else None
+    known = _read_kept(db, resamples, seed) if db is not None else {}
+    out, new_rows = {}, []
+    for rid, (file, metrics) in wanted.items():
+        stamp = source.stamps.get(file, (0, 0))
+        keys = {m: (rid, file, *stamp, m) for m in metrics}
+        if db is not None and all(k in known for k in keys.values()):
+            out.update({(rid, m): known[k] for m, k in keys.items() if known[k] is not None})
+            continue
+        block = source.block(rid, file)
+        found = record_intervals(rid, block, metrics, resamples, seed) if block is not None else {}
+        out.update({(rid, m): ci for m, ci in found.items()})
+        new_rows += [(rid, file, *stamp, resamples, seed, LEVEL, m, *_bounds(found.get(m))) for m in metrics]
+    if db is not None:
+        _keep(db, new_rows)
+        db.close()
+    return out
+
+
+def _bounds(ci: BootstrapInterval | None) -> tuple:
+    return (None, None, None) if ci is None else (ci.low, ci.high, ci.images)
+
+
+def _open_cache(path: Path) -> sqlite3.Connection | None:
+    try:
+        path.parent.mkdir(exist_ok=True)
+        db = sqlite3.connect(str(path), timeout=60, isolation_level=None)
+        db.execute("PRAGMA synchronous=OFF")  # a cache: a torn file is dropped and computed again
+        db.executescript(_CACHE_SCHEMA)
+        return db
+    except sqlite3.DatabaseError:  # damaged or not ours: start again
+        path.unlink(missing_ok=True)
+        return None
+    except OSError:  # a folder we cannot write to: compute, keep nothing
+        return None
+
+
+def _read_kept(db: sqlite3.Connection, resamples: int, seed: int) -> dict[tuple, BootstrapInterval | None]:
+    rows = db.execute("SELECT record_id, file, mtime_ns, size, metric, low, high, images FROM intervals "
+                      "WHERE resamples = ? AND seed = ? AND level = ?", (resamples, seed, LEVEL)).fetchall()
+    return {(rid, f, m, s, metric): (None if low is None else BootstrapInterval(low, high, images, resamples, seed))
+            for rid, f, m, s, metric, low, high, images in rows}
+
+
+def _keep(db: sqlite3.Connection, rows: list[tuple]) -> None:
+    if not rows:
+        return
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        # a record's intervals under an older stamp of its file are never asked for again
+        db.executemany("DELETE FROM intervals WHERE record_id = ? AND file = ? AND (mtime_ns != ? OR size != ?)",
+                       list(dict.fromkeys(r[:4] for r in rows)))
+        db.executemany("INSERT OR REPLACE INTO intervals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        db.execute("COMMIT")
+    except sqlite3.Error:  # kept next time: what is served is already computed
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+
+
 __all__ = ["RESAMPLES", "SEED", "BootstrapInterval", "resampled_sums", "metric_values", "intervals",
-           "record_intervals"]
+           "record_intervals", "PerImageSource", "kept_intervals", "CACHE_FILE"]

@@ -27,14 +27,14 @@ from pathlib import Path
 import pandas as pd
 
 from harness.errors import ConfigError
-from harness.protocol_info import headline_metric
+from harness.protocol_info import headline_metric, metric_of
 from harness.results.records import iter_records, runs_dir
 from harness.results.table import IncomparableResultsError, conflict_message, fingerprint_conflicts, flatten_records
 
 TESTS = {"t": "paired t-test (scipy.stats.ttest_rel, two-sided)",
          "wilcoxon": "Wilcoxon signed-rank test (scipy.stats.wilcoxon, two-sided)"}
 COLUMNS = ["protocol", "dataset", "split", "variant", "metric", "fingerprint", "n_a", "n_b", "mean_a", "mean_b",
-           "delta", "pairs", "seeds", "test", "statistic", "p_value", "note"]
+           "delta", "b_is", "pairs", "seeds", "test", "statistic", "p_value", "note"]
 
 
 @dataclass
@@ -98,6 +98,29 @@ def paired_test(a: list[float], b: list[float], test: str = "t") -> tuple[float 
     return (None if math.isnan(stat) else stat), (None if math.isnan(p) else p), ""
 
 
+def _pooled_rows(pooled: dict[tuple, dict[str, list[tuple[float, float]]]], common: list[tuple],
+                 test: str) -> list[dict]:
+    """Per (protocol, metric) measured in two columns or more: the row over the seeds, each
+    seed's value the mean over the columns both runs measured with it."""
+    n_cols = {k: sum(1 for c in common if (c[0], c[4]) == k) for k in pooled}
+    rows = []
+    for (protocol, m), by_seed in pooled.items():
+        if n_cols[(protocol, m)] < 2:
+            continue  # the column's own row says it all
+        seeds = list(by_seed)
+        pa = [sum(x for x, _ in by_seed[s]) / len(by_seed[s]) for s in seeds]
+        pb = [sum(y for _, y in by_seed[s]) / len(by_seed[s]) for s in seeds]
+        stat, p, note = paired_test(pa, pb, test)
+        rows.append(dict(protocol=protocol, dataset="", split="", variant="all", metric=m, fingerprint="",
+                         n_a=len(pa), n_b=len(pb), mean_a=sum(pa) / len(pa) if pa else math.nan,
+                         mean_b=sum(pb) / len(pb) if pb else math.nan,
+                         delta=(sum(pb) - sum(pa)) / len(pa) if pa else math.nan, pairs=len(pa),
+                         seeds=",".join(seeds), test=test if p is not None else "", statistic=stat, p_value=p,
+                         note=f"{n_cols[(protocol, m)]} columns, averaged per seed; "
+                              + (note or "the test is over the seeds")))
+    return rows
+
+
 def compare_runs(a: list[dict], b: list[dict], *, metric: str | None = None, all_metrics: bool = False,
                  test: str = "t") -> pd.DataFrame:
     """Per column both runs measured: means, delta = mean(B) - mean(A), the seeds that pair up
@@ -138,22 +161,11 @@ def compare_runs(a: list[dict], b: list[dict], *, metric: str | None = None, all
         by_seed = pooled.setdefault((c[0], c[4]), {})
         for s, x, y in zip(seeds, pa, pb):
             by_seed.setdefault(s, []).append((x, y))
-    n_cols = {k: sum(1 for c in common if (c[0], c[4]) == k) for k in pooled}
-    for (protocol, m), by_seed in pooled.items():
-        if n_cols[(protocol, m)] < 2:
-            continue  # the column's own row says it all
-        seeds = list(by_seed)
-        pa = [sum(x for x, _ in by_seed[s]) / len(by_seed[s]) for s in seeds]
-        pb = [sum(y for _, y in by_seed[s]) / len(by_seed[s]) for s in seeds]
-        stat, p, note = paired_test(pa, pb, test)
-        rows.append(dict(protocol=protocol, dataset="", split="", variant="all", metric=m, fingerprint="",
-                         n_a=len(pa), n_b=len(pb), mean_a=sum(pa) / len(pa) if pa else math.nan,
-                         mean_b=sum(pb) / len(pb) if pb else math.nan,
-                         delta=(sum(pb) - sum(pa)) / len(pa) if pa else math.nan, pairs=len(pa),
-                         seeds=",".join(seeds), test=test if p is not None else "", statistic=stat, p_value=p,
-                         note=f"{n_cols[(protocol, m)]} columns, averaged per seed; "
-                              + (note or "the test is over the seeds")))
+    rows += _pooled_rows(pooled, common, test)
     out = pd.DataFrame(rows, columns=COLUMNS)
+    # B better, worse or equal than A by the metric's direction (a lower RMSE is better)
+    out["b_is"] = [metric_of(p, m).compare_word(b, a) if a == a and b == b else ""
+                   for p, m, a, b in zip(out["protocol"], out["metric"], out["mean_a"], out["mean_b"])]
     order = {p: i for i, p in enumerate(dict.fromkeys(c[0] for c in common))}
     if len(out):
         out["_o"] = out["protocol"].map(order)
@@ -165,20 +177,23 @@ def compare_runs(a: list[dict], b: list[dict], *, metric: str | None = None, all
 def format_compare(table: pd.DataFrame, label_a: str, label_b: str, test: str = "t") -> str:
     if table.empty:
         return f"{label_a} and {label_b} have no column in common (same protocol, dataset, split, variant)"
-    header = ["protocol", "data", "variant", "metric", "A", "B", "delta (B-A)", "pairs", "p", "note"]
+    header = ["protocol", "data", "variant", "metric", "A", "B", "delta (B-A)", "B is", "pairs", "p", "note"]
     body = []
     for _, r in table.iterrows():
         data = f"{r['dataset']}/{r['split']}" if r["dataset"] else ""
         fmt = lambda m, n: f"{m:.2f}" + (f" (n={n})" if n > 1 else "")  # noqa: E731
         p = "" if r["p_value"] is None or r["p_value"] != r["p_value"] else f"{r['p_value']:.3g}"
-        body.append([r["protocol"], data, r["variant"] or "-", r["metric"], fmt(r["mean_a"], r["n_a"]),
-                     fmt(r["mean_b"], r["n_b"]), f"{r['delta']:+.2f}", str(r["pairs"]), p, r["note"]])
+        metric = metric_of(r["protocol"], r["metric"])
+        name = r["metric"] if metric.higher_is_better else f"{r['metric']} ↓"  # the arrow where lower is better
+        body.append([r["protocol"], data, r["variant"] or "-", name, fmt(r["mean_a"], r["n_a"]),
+                     fmt(r["mean_b"], r["n_b"]), f"{r['delta']:+.2f}", r["b_is"], str(r["pairs"]), p, r["note"]])
     widths = [max(len(x) for x in [h] + [row[j] for row in body]) for j, h in enumerate(header)]
-    right = {4, 5, 6, 7, 8}
+    right = {4, 5, 6, 8, 9}
     line = lambda r: "  ".join(v.rjust(w) if j in right else v.ljust(w)  # noqa: E731
                                for j, (v, w) in enumerate(zip(r, widths))).rstrip()
-    out = [f"A = {label_a}", f"B = {label_b}", f"delta = mean(B) - mean(A); p: {TESTS[test]} over the seeds "
-           "both runs measured", "", line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in body]
+    out = [f"A = {label_a}", f"B = {label_b}", f"delta = mean(B) - mean(A); B is: better or worse than A by the "
+           f"metric's direction (↓: lower is better); p: {TESTS[test]} over the seeds both runs measured", "",
+           line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in body]
     return "\n".join(out)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.protocol_info import headline_metric, setting_names
+from harness.protocol_info import headline_metric, metric_of, setting_names
 from harness.results.records import is_record, iter_records, model_identity, runs_dir
 from harness.text_table import text_table
 from harness.variants import variant_label
@@ -88,7 +88,7 @@ def record_side(rec: dict, where: str = "") -> Side:
     p = rec["protocol"]
     metrics = {k: v for k, v in (rec.get("metrics") or {}).items() if isinstance(v, (int, float))}
     best = headline_metric(p["name"], metrics)
-    number = f": {best} {metrics[best]:.2f}" if best is not None else ""
+    number = f": {best} {metrics[best]:.2f}{_direction_note(p['name'], best)}" if best is not None else ""
     what = ", ".join(x for x in (f"seed {rec['seed']}" if rec.get("seed") is not None else "",
                                  variant_label(rec.get("variant"))) if x)
     label = (f"record {rec.get('id', '?')} ({rec['model']['name']}, {p['name']} {p.get('dataset')}/{p.get('split')}"
@@ -97,6 +97,11 @@ def record_side(rec: dict, where: str = "") -> Side:
                 {k: p.get(k) for k in ("dataset", "split", "data_root", "data_stamp")}, dict(rec["model"]),
                 dict(rec.get("variant") or {}), rec.get("seed"), dict(rec.get("cost") or {}),
                 dict(rec.get("provenance") or {}))
+
+
+def _direction_note(protocol: str, metric: str) -> str:
+    """" (lower is better)" after a lower-is-better number, so that a difference reads the right way."""
+    return "" if metric_of(protocol, metric).higher_is_better else " (lower is better)"
 
 
 def _load_record_file(path: Path) -> dict:
@@ -236,7 +241,8 @@ def paper_side(table: str, row: str, other: Side | None, protocol: str | None = 
              "pretrain_data": cell["pretrain_data"], "epochs": cell["epochs"]}
     label = (f"paper {tab.name}:{row} ({cell['method']} {cell['arch']} {cell['pretrain_data']}, {cell['protocol']} "
              f"{cell['dataset']} {cell['variant'] or '(no variant)'}"
-             f"{', zoo ' + cell['zoo_name'] if cell['zoo_name'] else ''}): {cell['metric']} {cell['value']:g} published")
+             f"{', zoo ' + cell['zoo_name'] if cell['zoo_name'] else ''}): {cell['metric']} {cell['value']:g} published"
+             f"{_direction_note(cell['protocol'], cell['metric'])}")
     return Side(label, cell["protocol"], proto.settings(), proto.fingerprint(), None,
                 {"dataset": ds.reader, "split": ds.val_split}, model, want,
                 paper=PaperCell(tab.name, str(row), cell, want, zoo, ds.n_train, ds.n_val), unstated=unstated)

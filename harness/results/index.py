@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3  # 3: the numbers table (one row per number of a record)
 INDEX_DIR = ".index"
 INDEX_FILE = f"records-v{SCHEMA_VERSION}.sqlite"
 # A folder mtime younger than this may not yet show a write made in the same clock tick of the
@@ -52,7 +52,21 @@ CREATE TABLE IF NOT EXISTS files (
 );
 CREATE INDEX IF NOT EXISTS files_by_run ON files (protocol, fingerprint, model);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+-- one row per number of a record (record_numbers): what the tables group, read without the JSON
+CREATE TABLE IF NOT EXISTS numbers (
+    name TEXT NOT NULL, pos INTEGER NOT NULL, record_id TEXT, model TEXT, sha TEXT, method TEXT, context TEXT,
+    arch TEXT, pretrain_data TEXT, epochs REAL, protocol TEXT, dataset TEXT, split TEXT, variant TEXT,
+    metric TEXT, fingerprint TEXT, seed INTEGER, created REAL, data TEXT, value REAL, per_image INTEGER,
+    PRIMARY KEY (name, pos)
+) WITHOUT ROWID;  -- stored in (name, pos) order: read in that order without a look-up per row
+-- what rows(body=False) reads, without touching the pages that hold the files' text
+CREATE INDEX IF NOT EXISTS files_stamps ON files (status, name, mtime_ns, size, problem, protocol, fingerprint, model);
 """
+# The fields of a number row, in the numbers table's order after (name, pos): what a table
+# groups by (harness.results.run_table.table_of_numbers).
+NUMBER_FIELDS = ("record_id", "model", "sha", "method", "context", "arch", "pretrain_data", "epochs", "protocol",
+                 "dataset", "split", "variant", "metric", "fingerprint", "seed", "created", "data", "value",
+                 "per_image")
 
 
 def _warn(line: str) -> None:
@@ -76,6 +90,61 @@ class FileRow:
     fingerprint: str | None
     model: str | None
     body: str | None
+    numbers: tuple = ()  # record_numbers of a record: not a column of the files table
+
+
+def record_numbers(rec: dict) -> list[tuple]:
+    """One tuple per number of a record (fields ``NUMBER_FIELDS``), as the tables read it: the
+    weights label (``weights_key``, else the checkpoint sha256, without ``weights-``), the
+    context kind, "" for a missing dataset, split, variant or fingerprint, the data label (its
+    stamp, else its root), ``created`` in seconds (None when absent or unreadable) and whether
+    the record keeps per-image statistics. Numbers that are not int or float are no rows."""
+    from harness.context import context_kind
+    from harness.variants import variant_label
+
+    model, proto = rec["model"], rec["protocol"]
+    numbers = [(m, float(v)) for m, v in (rec.get("metrics") or {}).items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not numbers:
+        return []
+    rid = rec.get("id")
+    if not rid:
+        from harness.config import fingerprint
+
+        rid = fingerprint(rec, length=20)  # a record without an id still has an identity
+    text = lambda v: None if v is None else str(v)  # noqa: E731
+    weights = model.get("weights_key") or model.get("checkpoint_sha256") or ""
+    epochs = model.get("epochs")
+    data = proto.get("data_stamp") if proto.get("data_stamp") is not None else proto.get("data_root")
+    head = (str(rid), str(model["name"]), str(weights).removeprefix("weights-"), text(model.get("method")),
+            context_kind({k: model[k] for k in ("context", "method") if k in model}), text(model.get("arch")),
+            text(model.get("pretrain_data")),
+            float(epochs) if isinstance(epochs, (int, float)) and not isinstance(epochs, bool) else None,
+            str(proto["name"]), text(proto.get("dataset")) or "", text(proto.get("split")) or "",
+            variant_label(rec.get("variant")) or "")
+    tail = (text(proto.get("fingerprint")) or "", _seed(rec.get("seed")), _seconds(rec.get("created")),
+            "" if data is None else str(data))
+    flag = int(rec.get("per_image") is not None)
+    return [head + (m,) + tail + (v, flag) for m, v in numbers]
+
+
+def _seed(v: Any) -> int | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return int(f) if f.is_integer() else None
+
+
+def _seconds(created: Any) -> float | None:
+    """An ISO 8601 time in seconds since the epoch (no zone: UTC), the newest-record order."""
+    import datetime as dt
+
+    try:
+        t = dt.datetime.fromisoformat(str(created))
+    except (TypeError, ValueError):
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).timestamp()
 
 
 def is_record(rec: Any) -> bool:
@@ -98,7 +167,7 @@ def read_file_row(path: Path, stat: os.stat_result | None = None) -> FileRow:
     proto, model = obj["protocol"], obj["model"]
     fp = proto.get("fingerprint")
     return FileRow(path.name, st.st_mtime_ns, st.st_size, "record", None, str(proto["name"]),
-                   None if fp is None else str(fp), str(model["name"]), text)
+                   None if fp is None else str(fp), str(model["name"]), text, tuple(record_numbers(obj)))
 
 
 def _listing(folder: Path) -> dict[str, tuple[int, int]]:
@@ -157,6 +226,9 @@ class RecordIndex:
         if not self.folder.is_dir():
             raise FileNotFoundError(self.folder)
         self.path.parent.mkdir(exist_ok=True)
+        for old in self.path.parent.glob("records-v*.sqlite*"):  # an older schema's index: rebuilt as ours
+            if not old.name.startswith(self.path.name):
+                old.unlink(missing_ok=True)
         try:
             return self._open(str(self.path))
         except sqlite3.DatabaseError:  # damaged or not ours: the records rebuild it
@@ -222,7 +294,7 @@ class RecordIndex:
         db.execute("BEGIN IMMEDIATE")
         try:
             _upsert(db, rows, begun=True)
-            db.executemany("DELETE FROM files WHERE name = ?", [(n,) for n in gone])
+            _delete(db, gone)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('folder_mtime_ns', ?)",
                        (str(folder_mtime) if trusted else None,))
             db.execute("COMMIT")
@@ -246,9 +318,10 @@ class RecordIndex:
 
     # ------------------------------------------------------------------ reading
     def rows(self, *, protocol: str | None = None, fingerprint: str | None = None,
-             model: str | None = None, records_only: bool = False) -> list[FileRow]:
+             model: str | None = None, records_only: bool = False, body: bool = True) -> list[FileRow]:
         """The files (readable ones; records only with ``records_only`` or any filter), in
-        file-name order, each checked against its file first; unreadable files are named."""
+        file-name order, each checked against its file first; unreadable files are named.
+        ``body=False``: without the files' text (None), for readers of the numbers alone."""
         if not self.folder.is_dir():
             return []
         listed = self.refresh()
@@ -259,13 +332,37 @@ class RecordIndex:
                 args.append(val)
         if records_only or where:
             where.append("status = 'record'")
-        sql = "SELECT * FROM files" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY name"
+        what = "*" if body else "name, mtime_ns, size, status, problem, protocol, fingerprint, model, NULL"
+        sql = f"SELECT {what} FROM files" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY name"
         found = [FileRow(*r) for r in self._run(lambda db: db.execute(sql, args).fetchall())]
         if not listed:
             found = self._checked(found)
         bad = [(r.name, r.mtime_ns, r.problem) for r in found if r.status == "bad"]
         self._name_bad(bad)
         return [r for r in found if r.status != "bad" and (r.status == "record" or not (records_only or where))]
+
+    def numbers(self) -> tuple[list[tuple], dict[str, tuple[int, int]]]:
+        """(rows, stamps): every readable record's numbers as (file name, ``NUMBER_FIELDS``...),
+        in file-name then metric order, read from the index without parsing a record; and each
+        served file's (mtime_ns, size). Files are checked as :meth:`rows` checks them."""
+        served = self.rows(records_only=True, body=False)
+        stamps = {r.name: (r.mtime_ns, r.size) for r in served}
+        fresh = {r.name: r.numbers for r in served if r.body is not None}  # read again just now: in hand
+        sql = f"SELECT name, {', '.join(NUMBER_FIELDS)} FROM numbers ORDER BY name, pos"
+        rows = self._run(lambda db: db.execute(sql).fetchall())
+        if fresh or not stamps.keys() >= {r[0] for r in rows}:  # files changed or gone since they were read
+            rows = [r for r in rows if r[0] in stamps and r[0] not in fresh]
+        if fresh:
+            rows += [(name, *n) for name, numbers in fresh.items() for n in numbers]
+            rows.sort(key=lambda r: r[0])  # stable: each file's numbers keep their order
+        return rows, stamps
+
+    def record(self, name: str) -> Any:
+        """The parsed record of one indexed file (None when the index holds no text of it)."""
+        found = self._run(lambda db: db.execute("SELECT body FROM files WHERE name = ?", (name,)).fetchone())
+        if found is None or found[0] is None:
+            return None
+        return json.loads(found[0])
 
     def records(self, **filters) -> Iterator[Any]:
         """The parsed files (see :meth:`rows`)."""
@@ -275,10 +372,13 @@ class RecordIndex:
     def _checked(self, found: list[FileRow]) -> list[FileRow]:
         """The rows whose file is still what was read; changed files read again, gone ones dropped."""
         out, stale, gone = [], [], []
-        for r in found:
-            try:
-                st = os.stat(self.folder / r.name)
-            except FileNotFoundError:
+        folder = os.open(self.folder, os.O_RDONLY)  # stat by name in the folder: no path built per file
+        try:
+            stats = [_stat_in(folder, r.name) for r in found]
+        finally:
+            os.close(folder)
+        for r, st in zip(found, stats):
+            if st is None:
                 gone.append(r.name)
                 continue
             if (st.st_mtime_ns, st.st_size) == (r.mtime_ns, r.size):
@@ -297,7 +397,7 @@ class RecordIndex:
             def fix(db):
                 db.execute("BEGIN IMMEDIATE")
                 _upsert(db, stale, begun=True)
-                db.executemany("DELETE FROM files WHERE name = ?", [(n,) for n in gone])
+                _delete(db, gone)
                 db.execute("COMMIT")
             try:
                 self._run(fix)
@@ -320,16 +420,38 @@ class RecordIndex:
             self.warn(line)
 
 
+def _stat_in(folder: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=folder)
+    except FileNotFoundError:
+        return None
+
+
+def _delete(db: sqlite3.Connection, names: list[str]) -> None:
+    db.executemany("DELETE FROM files WHERE name = ?", [(n,) for n in names])
+    db.executemany("DELETE FROM numbers WHERE name = ?", [(n,) for n in names])
+
+
+def _write_rows(db: sqlite3.Connection, rows: list[FileRow]) -> None:
+    """The files' rows and their numbers, replacing what the index held of those files."""
+    db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   [(r.name, r.mtime_ns, r.size, r.status, r.problem, r.protocol, r.fingerprint, r.model, r.body)
+                    for r in rows])
+    db.executemany("DELETE FROM numbers WHERE name = ?", [(r.name,) for r in rows])
+    marks = ", ".join("?" * (2 + len(NUMBER_FIELDS)))
+    db.executemany(f"INSERT INTO numbers VALUES ({marks})",
+                   [(r.name, pos, *number) for r in rows for pos, number in enumerate(r.numbers)])
+
+
 def _upsert(db: sqlite3.Connection, rows: list[FileRow], begun: bool = False) -> None:
     if not rows:
         return
-    sql = "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
     if begun:
-        db.executemany(sql, [tuple(r.__dict__.values()) for r in rows])
+        _write_rows(db, rows)
         return
     db.execute("BEGIN IMMEDIATE")
     try:
-        db.executemany(sql, [tuple(r.__dict__.values()) for r in rows])
+        _write_rows(db, rows)
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
@@ -350,4 +472,5 @@ def index_of(folder: str | Path) -> RecordIndex:
     return index
 
 
-__all__ = ["SCHEMA_VERSION", "INDEX_DIR", "INDEX_FILE", "FileRow", "RecordIndex", "index_of", "is_record", "read_file_row"]
+__all__ = ["SCHEMA_VERSION", "INDEX_DIR", "INDEX_FILE", "NUMBER_FIELDS", "FileRow", "RecordIndex", "index_of",
+           "is_record", "read_file_row", "record_numbers"]

@@ -1,4 +1,5 @@
-"""Leaderboards: result records -> one pandas table -> CSV / Markdown / HTML / PNG.
+"""Leaderboards: result records -> one RunTable (harness.results.run_table) -> CSV / Markdown /
+HTML / PNG.
 
 Rows are models. A column is one (protocol, dataset, split, variant, metric) measured
 under one protocol fingerprint; a cell is the mean, std and count over seeds of the rows
@@ -16,92 +17,41 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
+import numpy as np
 import pandas as pd
 
 from harness.results import html_assets
 from harness.io_utils import atomic_write_text
 from harness.protocol_info import headline_metric, variant_text
-from harness.results.records import iter_records
+from harness.results.records import runs_dir as runs_dir_default
 from harness.results.plots import bar_spec, draw_once, fraction_curve_specs, safe_name
-from harness.results.run_table import CellStats, RunTable, headline_keys, run_table
-from harness.variants import fraction_value, parse_variant
-from harness.results.table import (SHORT_FP, IncomparableResultsError, column_label, conflict_message,
-                                   disambiguate_data, disambiguate_models, fingerprint_conflicts, flatten_records)
+from harness.results.run_table import (LEVELS, STATS, RunTable, headline_keys, run_table, table_of_folder,
+                                       table_of_records)
+from harness.results.table import SHORT_FP, IncomparableResultsError, conflict_message, fingerprint_conflicts
 from harness.text_table import text_table
 
-# Column levels of the table returned by build_leaderboard.
-LEVELS = ("protocol", "dataset", "split", "variant", "metric", "fingerprint", "stat")
-STATS = ("mean", "std", "n")
-
-
-# ----------------------------------------------------------------------------- helpers
-def _column_sort_key(col: tuple) -> tuple:
-    """Table order: protocol, dataset, split, then variant values numerically (fraction
-    1/128 < 1/8 < 1), metric, fingerprint."""
-    var = []
-    for k, v in parse_variant(col[3]).items():
-        num = fraction_value(v)
-        var.append((k, 0 if num is not None else 1, num if num is not None else 0.0, v))
-    return (col[0], col[1], col[2], tuple(var), col[4], col[5])
-
-
 # ----------------------------------------------------------------------------- build
-def build_leaderboard(records: list[dict] | pd.DataFrame | None = None,
-                      runs_dir: str | Path | None = None) -> pd.DataFrame:
-    """Pivot records (or a harness.results.records.load_results() frame) into a table: index = model,
-    columns = MultiIndex ``LEVELS``.
-
-    For every (protocol, dataset, split, variant, metric, fingerprint) there are three
-    columns, stat = mean / std / n (over seeds; std is the sample std, 0 for n = 1).
-    ``df.attrs`` holds ``messages`` (fingerprint conflicts, as text), ``conflicts``
-    (the same as data), ``models`` (method, arch, ... per row), ``fingerprints``
-    ({column label: full fingerprint}) and ``per_image`` ({(model, *column key): (record id,
-    per-image block)} of one-seed cells whose record keeps per-image statistics).
-    """
+def build_leaderboard(records: Iterable[dict] | pd.DataFrame | None = None,
+                      runs_dir: str | Path | None = None) -> RunTable:
+    """The leaderboard of records (dicts, or a harness.results.records.load_results() frame), or
+    of a records folder (``records`` None: ``runs_dir``, default results/runs), as one RunTable
+    (harness.results.run_table): rows = models, columns = (protocol, dataset, split, variant,
+    metric, fingerprint), cells = mean / std / n over seeds (std: the sample std, 0 for n = 1);
+    ``messages`` (fingerprint conflicts, as text), ``conflicts`` (the same as data),
+    ``model_info`` (method, arch, ... per row). A folder's table is read from its index's number
+    rows, without parsing a record (harness.results.index). ``.frame`` is it as pandas."""
     if records is None:
-        records = list(iter_records(Path(runs_dir) if runs_dir else None))
-    flat = disambiguate_data(disambiguate_models(flatten_records(records)))
-    conflicts = fingerprint_conflicts(flat)
-    if flat.empty:
-        df = pd.DataFrame(index=pd.Index([], name="model"),
-                          columns=pd.MultiIndex.from_tuples([], names=LEVELS))
-        df.attrs.update(messages=[], conflicts=[], models={}, fingerprints={}, per_image=CellStats())
-        return df
-    # A re-run of the same (model, column, seed) under a new record id: keep the newest.
-    flat = flat.sort_values("created", na_position="first", kind="stable").drop_duplicates(
-        ["model", "protocol", "dataset", "split", "variant", "metric", "fingerprint", "seed"], keep="last")
-    col_keys = ["protocol", "dataset", "split", "variant", "metric", "fingerprint"]
-    agg = flat.groupby(["model"] + col_keys, sort=True)["value"].agg(
-        mean="mean", std=lambda s: float(s.std(ddof=1)) if len(s) > 1 else 0.0, n="count")
-    wide = agg.unstack(col_keys)  # columns: (stat, *col_keys)
-    wide.columns = wide.columns.reorder_levels(list(range(1, 7)) + [0])
-    wide.columns.names = list(LEVELS)
-    order = sorted({c[:6] for c in wide.columns}, key=_column_sort_key)
-    wide = wide.reindex(columns=pd.MultiIndex.from_tuples(
-        [c + (s,) for c in order for s in STATS], names=LEVELS))
-    # One-seed cells whose record keeps per-image statistics: RunTable bootstraps them when an
-    # interval is asked for (harness.results.bootstrap).
-    single = flat.groupby(["model"] + col_keys, sort=False)["value"].transform("size") == 1
-    with_stats = flat[single & flat["per_image"].notna()]
-    per_image = CellStats({(m, *key): (rid, block) for m, *key, rid, block in zip(
-        with_stats["model"], *(with_stats[k] for k in col_keys), with_stats["id"], with_stats["per_image"])})
-    models = {}
-    for name, grp in flat.groupby("model"):
-        first = grp.iloc[0]
-        models[name] = {k: (None if pd.isna(first[k]) else first[k])
-                        for k in ("method", "context", "arch", "pretrain_data", "epochs", "sha")}
-    wide.attrs.update(
-        messages=[conflict_message(c) for c in conflicts], conflicts=conflicts, models=models,
-        fingerprints={column_label(c): c[5] for c in order}, per_image=per_image)
-    return wide
+        return table_of_folder(Path(runs_dir) if runs_dir else runs_dir_default())
+    return table_of_records(records)
 
 
 def pivot(df: pd.DataFrame) -> pd.DataFrame:
     """The leaderboard table of a harness.results.records.load_results() frame: index = model, columns
     (protocol, dataset, split, variant, metric, fingerprint, stat) with stat mean / std / n
     over seeds."""
-    return build_leaderboard(df)
+    return build_leaderboard(df).frame
 
 
 def compare(records: list[dict], strict: bool = True) -> pd.DataFrame:
@@ -118,23 +68,16 @@ def compare(records: list[dict], strict: bool = True) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- views
-# Every view takes the build_leaderboard frame or its RunTable (harness.results.run_table): a
-# caller that shows a run several ways builds the RunTable once and passes it to each.
+# Every view takes a RunTable (build_leaderboard's; records are made into one): a caller that
+# shows a run several ways builds the RunTable once and passes it to each.
 
 
-def column_keys(df: pd.DataFrame | RunTable) -> list[tuple]:
+def column_keys(df: RunTable | Iterable[dict]) -> list[tuple]:
     """The (protocol, dataset, split, variant, metric, fingerprint) keys, in table order."""
-    if isinstance(df, RunTable):
-        return list(df.keys)
-    seen, out = set(), []
-    for c in df.columns:
-        if c[:6] not in seen:
-            seen.add(c[:6])
-            out.append(c[:6])
-    return out
+    return list(run_table(df).keys)
 
 
-def display_labels(df: pd.DataFrame | RunTable) -> dict[tuple, str]:
+def display_labels(df: RunTable | Iterable[dict]) -> dict[tuple, str]:
     """Column key -> label; the short fingerprint is appended where needed to tell columns apart."""
     return dict(run_table(df).labels)
 
@@ -157,7 +100,7 @@ def _formatted_columns(t: RunTable, keys: list[tuple], digits: int = 2) -> dict[
     return out
 
 
-def formatted(df: pd.DataFrame | RunTable, headline_only: bool = False, digits: int = 2) -> pd.DataFrame:
+def formatted(df: RunTable | Iterable[dict], headline_only: bool = False, digits: int = 2) -> pd.DataFrame:
     """Display table: one string column per column key, cells ``mean ± std (n=k)``."""
     t = run_table(df)
     keys = headline_keys(t) if headline_only else t.keys
@@ -187,7 +130,7 @@ class ProtocolTable:
         return col[4] == self.headline
 
 
-def protocol_tables(df: pd.DataFrame | RunTable, headline_only: bool = False) -> list[ProtocolTable]:
+def protocol_tables(df: RunTable | Iterable[dict], headline_only: bool = False) -> list[ProtocolTable]:
     """The leaderboard split into one table per (protocol, dataset, split), in table order.
     Headers read metric then variant as the protocol declares it (``VARIANT_LABELS``), with the
     short fingerprint where one (protocol, dataset, split, variant, metric) has several.
@@ -208,42 +151,33 @@ def protocol_tables(df: pd.DataFrame | RunTable, headline_only: bool = False) ->
             keys = [c for c in keys if (c[4], c[5]) not in best or t.variants[c].get("lr") in (None, "best")]
         headers = {}
         for c in keys:
-            text = " ".join(x for x in (c[4], variant_text(protocol, t.variants[c])) if x)
+            metric = c[4] if t.metric(c).higher_is_better else f"{c[4]} ↓"  # the arrow only where lower is better
+            text = " ".join(x for x in (metric, variant_text(protocol, t.variants[c])) if x)
             headers[c] = f"{text} @{c[5][:SHORT_FP]}" if c[:5] in t.conflicted else text
         tables.append(ProtocolTable(protocol, dataset, split, headline, keys, headers))
     return tables
 
 
-def random_init_baselines(df: pd.DataFrame | RunTable) -> dict[str, list[str]]:
-    """Row -> the random-init rows its deltas are taken against (their mean). A random-init row
-    is one whose records say so (context ``random_init``, harness.context); only rows of a
-    method's or an imported checkpoint's model (no context) get them: every random-init row of
-    their architecture (several init seeds show the baseline's own noise), else the only one
-    there is. The other context rows (chance, pixels, supervised) are references too."""
-    t = run_table(df)
-    models, kinds = t.model_info, t.context
-    refs = [m for m in t.models if kinds[m] == "random_init"]
-    arch_of = {m: (models.get(m) or {}).get("arch") for m in t.models}
-    out = {}
-    for m in t.models:
-        if kinds[m] is not None or not refs:
-            continue
-        same_arch = [r for r in refs if arch_of[r] == arch_of[m]]
-        chosen = same_arch or (refs if len(refs) == 1 else [])
-        if chosen:
-            out[m] = chosen
-    return out
+def random_init_baselines(df: RunTable | Iterable[dict]) -> dict[str, list[str]]:
+    """Row -> the random-init rows its deltas are taken against (RunTable.baselines: shared,
+    read it without changing it)."""
+    return run_table(df).baselines
 
 
-def random_init_references(df: pd.DataFrame | RunTable) -> dict[str, str]:
+def random_init_references(df: RunTable | Iterable[dict]) -> dict[str, str]:
     """Row -> its random-init row, for rows that have exactly one (:func:`random_init_baselines`)."""
     return {m: refs[0] for m, refs in random_init_baselines(df).items() if len(refs) == 1}
 
 
 def baseline_delta(t: RunTable, model: str, key: tuple, baselines: dict[str, list[str]]) -> float | None:
     """A cell's difference to the mean of its row's random-init rows (those with a number in the
-    column); None where the row has none."""
+    column); None where the row has none. The table's own baselines are a look-up
+    (RunTable.baseline_mean); others are averaged here."""
     j = t.col[key]
+    if baselines is t.baselines:
+        if model not in baselines or np.isnan(t.baseline_mean[t.row[model], j]):
+            return None
+        return t.mean[t.row[model], j] - t.baseline_mean[t.row[model], j]
     base = [t.mean[t.row[r], j] for r in baselines.get(model, []) if t.n[t.row[r], j] > 0]
     if not base:
         return None
@@ -251,13 +185,25 @@ def baseline_delta(t: RunTable, model: str, key: tuple, baselines: dict[str, lis
 
 
 def best_rows(t: RunTable, col: tuple, rows: list[str]) -> set[str]:
-    """Rows holding the column's highest mean (every metric here is higher-is-better); none
-    when fewer than two rows have a number or all of them are equal."""
+    """Rows holding the column's best mean by its metric's direction (harness.metrics: the
+    highest, or the lowest for a lower-is-better metric); none when fewer than two rows have a
+    number or all of them are equal."""
     j = t.col[col]
     means = {m: t.mean[t.row[m], j] for m in rows if t.n[t.row[m], j] > 0}
-    top = max(means.values(), default=math.nan)
+    top = t.metric(col).best(means.values())
     best = {m for m, v in means.items() if math.isclose(v, top, rel_tol=0, abs_tol=1e-9)}
     return best if len(means) >= 2 and len(best) < len(means) else set()
+
+
+def delta_text(t: RunTable, col: tuple, delta: float, digits: int = 2) -> str:
+    """A delta to random init as a cell shows it; a lower-is-better metric's says whether it is
+    better (lower) or worse, since its sign reads the other way round."""
+    metric = t.metric(col)
+    text = f"Δ {delta:+.{digits}f}"
+    if metric.higher_is_better:
+        return text
+    d = round(delta, digits)
+    return f"{text} ({metric.compare_word(d, 0.0)})" if d else text
 
 
 def _table_cells(t: RunTable, table: ProtocolTable, best_mark, digits: int = 2) -> tuple[list[str], list[list[str]]]:
@@ -283,7 +229,7 @@ def _table_cells(t: RunTable, table: ProtocolTable, best_mark, digits: int = 2) 
                 f" ± {std:.{digits}f} (n={int(n)})" if n > 1 else " (n=1)")
             delta = baseline_delta(t, m, c, baselines) if headline else None
             if delta is not None:
-                text += f" Δ {delta:+.{digits}f}"
+                text += " " + delta_text(t, c, delta, digits)
             line.append(text)
         cells.append(line)
     return rows, cells
@@ -292,6 +238,8 @@ def _table_cells(t: RunTable, table: ProtocolTable, best_mark, digits: int = 2) 
 def _legend(t: RunTable, best: str) -> str:
     refs = sorted({r for rows in random_init_baselines(t).values() for r in rows})
     text = f"{best}: the best mean of the column (higher is better)"
+    if any(not t.metric(c).higher_is_better for c in t.keys):
+        text = f"{best}: the best mean of the column (higher is better; ↓: lower is better, the lowest is best)"
     if len(refs) == 1:
         text += f"; Δ: difference to the random-init row ({refs[0]}) on the headline metric"
     elif refs:
@@ -300,7 +248,7 @@ def _legend(t: RunTable, best: str) -> str:
     return text
 
 
-def format_console(df: pd.DataFrame | RunTable) -> str:
+def format_console(df: RunTable | Iterable[dict]) -> str:
     """One block per (protocol, dataset, split): the headline metric's columns (the protocol's
     ``HEADLINE_METRIC``), the best marked ``*``, each row's delta to random init; then the
     fingerprint messages."""
@@ -323,7 +271,7 @@ def format_console(df: pd.DataFrame | RunTable) -> str:
 
 
 # ----------------------------------------------------------------------------- writers
-def fingerprint_table(df: pd.DataFrame | RunTable) -> pd.DataFrame:
+def fingerprint_table(df: RunTable | Iterable[dict]) -> pd.DataFrame:
     t = run_table(df)
     rows = [dict(column=t.labels[c], protocol=c[0], dataset=c[1], split=c[2], variant=c[3],
                  metric=c[4], fingerprint=c[5]) for c in t.keys]
@@ -334,35 +282,38 @@ def fingerprint_table(df: pd.DataFrame | RunTable) -> pd.DataFrame:
 LONG_INTERVAL_COLUMNS = ["ci95_low", "ci95_high", "ci_method"]
 
 
-def long_table(df: pd.DataFrame | RunTable) -> pd.DataFrame:
+def long_table(df: RunTable | Iterable[dict]) -> pd.DataFrame:
     """One row per (model, column): numbers with their std, n and fingerprint, then the 95%
     interval (``ci95_low``, ``ci95_high``) and how it was made (``ci_method``): over seeds,
     Student's t with n - 1 degrees of freedom (``t over seeds``); for one seed, a seeded bootstrap
     over the evaluation images where the record keeps per-image statistics (``bootstrap over N
     images, R resamples, seed S``), else empty bounds and ``none: one seed``."""
     t = run_table(df)
-    rows = []
-    low, high = t.ci_low, t.ci_high
-    for model in t.models:
-        i = t.row[model]
-        info = t.model_info.get(model, {})
-        for c in t.keys:
-            j = t.col[c]
-            n = t.n[i, j]
-            if n == 0:
-                continue
-            rows.append(dict(model=model, method=info.get("method"), arch=info.get("arch"),
-                             protocol=c[0], dataset=c[1], split=c[2], variant=c[3], metric=c[4],
-                             fingerprint=c[5], column=t.labels[c], mean=t.mean[i, j], std=t.std[i, j], n=int(n),
-                             ci95_low=low[i, j], ci95_high=high[i, j], ci_method=t.ci_method(model, c)))
-    return pd.DataFrame(rows)
+    ii, jj = np.nonzero(t.n > 0)  # row-major: model by model, each in column order
+    if not len(ii):
+        return pd.DataFrame()
+
+    def per_row(values: list) -> np.ndarray:
+        return np.array(values + [None], dtype=object)[:-1][ii]  # [None]: strings stay objects
+
+    def per_col(values: list) -> np.ndarray:
+        return np.array(values + [None], dtype=object)[:-1][jj]
+
+    info = [t.model_info.get(m) or {} for m in t.models]
+    key_parts = dict(zip(("protocol", "dataset", "split", "variant", "metric", "fingerprint"),
+                         (per_col([c[k] for c in t.keys]) for k in range(6))))
+    return pd.DataFrame(dict(
+        model=per_row(list(t.models)), method=per_row([d.get("method") for d in info]),
+        arch=per_row([d.get("arch") for d in info]), **key_parts, column=per_col([t.labels[c] for c in t.keys]),
+        mean=t.mean[ii, jj], std=t.std[ii, jj], n=t.n[ii, jj].astype(int), ci95_low=t.ci_low[ii, jj],
+        ci95_high=t.ci_high[ii, jj], ci_method=t.ci_methods[ii, jj]))
 
 
 def _md_escape(s: str) -> str:
     return str(s).replace("|", "\\|")
 
 
-def to_markdown(df: pd.DataFrame | RunTable) -> str:
+def to_markdown(df: RunTable | Iterable[dict]) -> str:
     """One table per (protocol, dataset, split): headline metric first, then the other metrics;
     the best mean of each column in bold; on headline columns each row's delta to random init."""
     t = run_table(df)
@@ -386,7 +337,7 @@ def to_markdown(df: pd.DataFrame | RunTable) -> str:
     return "\n".join(out) + "\n"
 
 
-def to_html(df: pd.DataFrame | RunTable, title: str = "ssl-bench leaderboard") -> str:
+def to_html(df: RunTable | Iterable[dict], title: str = "ssl-bench leaderboard") -> str:
     t = run_table(df)
     keys, labels = t.keys, t.labels
     texts = _formatted_columns(t, keys)
@@ -420,17 +371,14 @@ def to_html(df: pd.DataFrame | RunTable, title: str = "ssl-bench leaderboard") -
 """
 
 
-def write_leaderboard(df_or_records: pd.DataFrame | RunTable | list[dict], out_dir: str | Path,
+def write_leaderboard(df_or_records: RunTable | Iterable[dict], out_dir: str | Path,
                       extra_sections: list[str] | None = None) -> dict[str, Path]:
     """Write leaderboard.csv (wide, means), leaderboard_long.csv (mean/std/n/fingerprint per
     cell, then its 95% interval), leaderboard_fingerprints.csv, leaderboard.md, leaderboard.html
     and PNG plots into ``out_dir``. ``extra_sections`` (plain-text blocks, e.g. a suite's margins
     and paper verdicts) are appended to leaderboard.md as preformatted text. Returns {name: path};
     plot names are ``plot_<protocol>`` and ``curve_<file stem>``."""
-    if isinstance(df_or_records, (pd.DataFrame, RunTable)):
-        t = run_table(df_or_records)
-    else:
-        t = run_table(build_leaderboard(list(df_or_records)))
+    t = run_table(df_or_records)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}

@@ -2,10 +2,12 @@
 
 A suite's ``margins:`` block names reference rows (for example random init over several init
 seeds), the models to check and, per check, a protocol column (protocol, dataset, variant,
-metric) and the margin it asks for. A model passes a check iff its mean over seeds exceeds the
-mean of the reference rows by at least ``at_least`` and by more than ``std_factor`` standard
-deviations of the reference rows (each reference row its mean over seeds; sample std), so a
-margin is never smaller than the baseline's own noise.
+metric) and the margin it asks for. A model passes a check iff its mean over seeds is better
+than the mean of the reference rows, in the metric's direction (harness.metrics: higher, or
+lower for a lower-is-better metric such as an RMSE), by at least ``at_least`` and by more than
+``std_factor`` standard deviations of the reference rows (each reference row its mean over
+seeds; sample std), so a margin is never smaller than the baseline's own noise. A row's
+``margin`` is that gain: positive when the model is better, whichever way better points.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.protocol_info import metric_of
 from harness.text_table import text_table
 
 
@@ -76,7 +79,7 @@ def check_margins(spec: MarginSpec, records: list[dict]) -> list[dict[str, Any]]
                 rows.append({**row, "mean": math.nan, "margin": math.nan, "verdict": "not measured"})
                 continue
             mean = statistics.fmean(vals)
-            margin = mean - ref_mean
+            margin = metric_of(check.protocol, check.metric).gain(mean, ref_mean)  # > 0: better
             ok = margin >= check.at_least and (len(refs) < 2 or margin > spec.std_factor * ref_std)
             rows.append({**row, "mean": mean, "margin": margin, "verdict": "pass" if ok else "FAIL"})
     return rows
@@ -89,9 +92,13 @@ def format_margins(spec: MarginSpec, rows: list[dict[str, Any]]) -> str:
              f"{r['margin']:+.2f}", f">= {r['needed']:.2f}", r["verdict"]] for r in rows]
     rule = (f"a model passes iff its mean beats the mean of {', '.join(spec.reference)} by the check's "
             f"margin and by more than {spec.std_factor:g} std of those rows")
+    lower = sorted({c.metric for c in spec.checks if not metric_of(c.protocol, c.metric).higher_is_better})
+    if lower:  # said only where a metric reads the other way round
+        rule += (f"; lower is better for {', '.join(lower)}: there the margin is how much lower the model's "
+                 "mean is (positive: better)")
     return "\n".join(["Margins over the reference rows", text_table(head, body), rule])
 
 
 def margins_failed(rows: list[dict[str, Any]]) -> list[str]:
-    return [f"margin {r['check']} for {r['model']}: {r['verdict']} ({r['margin']:+.2f}, needed {r['needed']:.2f})"
-            for r in rows if r["verdict"] != "pass"]
+    return [f"margin {r['check']} for {r['model']}: {r['verdict']} (better by {r['margin']:+.2f}, "
+            f"needed {r['needed']:.2f})" for r in rows if r["verdict"] != "pass"]

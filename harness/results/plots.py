@@ -20,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from harness.io_utils import atomic_write, atomic_write_json, sha256_file
+from harness.metrics import Metric
 from harness.protocol_info import declared_headline
 from harness.results.run_table import RunTable, headline_keys
 from harness.results.table import SHORT_FP
@@ -33,16 +34,23 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
 
 
+def axis_label(metric: Metric) -> str:
+    """How an axis names a metric with its direction: "top1 (higher is better ↑)"."""
+    return f"{metric.header} ({metric.direction} is better {metric.arrow})"
+
+
 def plot_selection(t: RunTable, keys: list[tuple], limit: int = PLOT_MODELS) -> tuple[list[str], str]:
     """(models, note): the models with a number in ``keys``; past ``limit`` the ``limit`` with
-    the highest mean over the columns they have, in table order, and a note saying so."""
+    the best mean over the columns they have (the highest, the lowest where the metric is
+    lower-is-better), in table order, and a note saying so."""
     models = t.rows_with(keys)
     if len(models) <= limit:
         return models, ""
     cols = [t.col[c] for c in keys]
     has = t.n[:, cols] > 0
     score = np.where(has, t.mean[:, cols], 0.0).sum(axis=1) / np.maximum(has.sum(axis=1), 1)
-    ranked = sorted(models, key=lambda m: -score[t.row[m]])[:limit]
+    sign = t.metric(keys[0]).sign()  # the columns of one plot share their metric
+    ranked = sorted(models, key=lambda m: -sign * score[t.row[m]])[:limit]
     keep = set(ranked)
     return [m for m in models if m in keep], f"top {limit} of {len(models)} models by mean"
 
@@ -58,7 +66,7 @@ def bar_spec(t: RunTable, protocol: str) -> dict[str, Any] | None:
     return {"kind": "bars",
             "width": min(18, max(6, 1.2 * len(keys) * max(1, len(models)) * 0.35 + 3)),
             "xlabels": [t.labels[c].split(" | ", 1)[1] for c in keys],
-            "ylabel": keys[0][4], "title": protocol + (f" ({note})" if note else ""),
+            "ylabel": axis_label(t.metric(keys[0])), "title": protocol + (f" ({note})" if note else ""),
             "series": [{"label": m, "mean": t.mean[t.row[m], cols].tolist(), "std": t.std[t.row[m], cols].tolist()}
                        for m in models]}
 
@@ -91,7 +99,7 @@ def fraction_curve_specs(t: RunTable, protocol: str | None = None) -> list[tuple
                 series.append({"label": m, "x": [f for f, _ in have], "mean": [float(t.mean[r, j]) for _, j in have],
                                "std": [float(t.std[r, j]) for _, j in have]})
         ticks = [f for f, _ in pts]
-        spec = {"kind": "fraction_curve", "series": series, "ylabel": metric, "ticks": ticks,
+        spec = {"kind": "fraction_curve", "series": series, "ylabel": axis_label(t.metric(pts[0][1])), "ticks": ticks,
                 "ticklabels": [str(Fraction(x).limit_denominator(1024)) for x in ticks],
                 "title": " ".join(x for x in (proto, f"{dataset}/{split}", rest, f"@{fp[:SHORT_FP]}",
                                               f"({note})" if note else "") if x)}

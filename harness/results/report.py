@@ -41,9 +41,10 @@ from harness.paper.verdict import all_paper_cells
 from harness.results import html_assets
 from harness.results.leaderboard import (baseline_delta, build_leaderboard, format_cell,
                                          random_init_baselines)
-from harness.results.plots import PLOT_MODELS, plot_selection
-from harness.protocol_info import declared_headline, headline_metric
-from harness.results.records import load_results, runs_dir, to_records
+from harness.results.plots import PLOT_MODELS, axis_label, plot_selection
+from harness.metrics import Metric
+from harness.protocol_info import declared_headline, headline_metric, metric_of
+from harness.results.records import runs_dir, to_records
 from harness.results.run_table import RunTable, run_table
 from harness.results.sweeps import sweeps_section
 from harness.variants import fraction_value, variant_label
@@ -65,7 +66,7 @@ class Group:
     models: list[str]
 
 
-def headline_groups(df: pd.DataFrame | RunTable) -> list[Group]:
+def headline_groups(df: RunTable) -> list[Group]:
     """The headline columns of the leaderboard, grouped by (protocol, dataset, split)."""
     t = run_table(df)
     metrics: dict[tuple, list[str]] = defaultdict(list)
@@ -93,7 +94,7 @@ def _svg_uri(fig) -> str:
 MIN_CURVE_POINTS = 3  # two values of a key are a segment, not a curve: the table shows them
 
 
-def curve_specs(df: pd.DataFrame | RunTable, group: Group) -> list[dict]:
+def curve_specs(df: RunTable, group: Group) -> list[dict]:
     """The curves of a group: for each variant key whose values are all numbers and take at
     least ``MIN_CURVE_POINTS`` values, one figure per (other variant values, fingerprint)."""
     t = run_table(df)
@@ -118,9 +119,9 @@ def curve_specs(df: pd.DataFrame | RunTable, group: Group) -> list[dict]:
     return specs
 
 
-def plot_curve(df: pd.DataFrame | RunTable, group: Group, spec: dict, multi_fp: bool) -> tuple[str, str]:
+def plot_curve(df: RunTable, group: Group, spec: dict, multi_fp: bool) -> tuple[str, str]:
     """(title, SVG data URI) of one curve: headline metric vs one variant key, a line per model
-    (past ``PLOT_MODELS`` models, those with the highest mean over the curve's columns), the
+    (past ``PLOT_MODELS`` models, the best by mean over the curve's columns), the
     legend beside the axes."""
     import matplotlib
 
@@ -151,7 +152,7 @@ def plot_curve(df: pd.DataFrame | RunTable, group: Group, spec: dict, multi_fp: 
         ax.set_xticklabels([label if "/" in str(label) else f"{x:g}" for x, label, _ in spec["points"]])
         ax.minorticks_off()
         ax.set_xlabel(spec["key"])
-        ax.set_ylabel(group.metric)
+        ax.set_ylabel(axis_label(t.metric(spec["points"][0][2])))
         ax.set_title(f"{group.protocol} {group.dataset}/{group.split}: {title}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
@@ -289,6 +290,16 @@ def _interval_html(t: RunTable, i: int, j: int) -> str:
     return '<span class="ci" title="one seed: no interval is stated">n=1: no interval</span>'
 
 
+def _delta_html(metric: Metric, delta: float) -> str:
+    """A row's difference to random init: green where it is better by the metric's direction
+    (lower, for a lower-is-better metric, and then said in words), red where worse."""
+    d = round(delta, 2)  # the sign of what is printed
+    word = metric.compare_word(d, 0.0)
+    sign = {"better": "pos", "worse": "neg"}.get(word, "")
+    said = f" ({word}: lower is better)" if not metric.higher_is_better and d else ""
+    return f'<span class="delta {sign}">{d:+.2f} vs random init{said}</span>'
+
+
 def _group_table(t: RunTable, g: Group, records_by_row: dict[tuple, list[dict]], table_id: str,
                  baselines: dict[str, list[str]]) -> str:
     labels, info = t.labels, t.model_info
@@ -301,7 +312,7 @@ def _group_table(t: RunTable, g: Group, records_by_row: dict[tuple, list[dict]],
     for c in g.keys:
         j = t.col[c]
         vals = [t.mean[t.row[m], j] for m in g.models if t.n[t.row[m], j] > 0]
-        best[c] = max(vals) if len(vals) > 1 else None
+        best[c] = t.metric(c).best(vals) if len(vals) > 1 else None  # the lowest where lower is better
         tied[c] = t.tied_with_best(c, g.models)
     bodies = []
     for m in g.models:
@@ -319,7 +330,7 @@ def _group_table(t: RunTable, g: Group, records_by_row: dict[tuple, list[dict]],
                 cells.append('<td data-v=""></td>')
                 continue
             mean, std = float(t.mean[i, j]), float(t.std[i, j])
-            if best[c] is not None and mean >= best[c] - 1e-12:
+            if best[c] is not None and not t.metric(c).gain(mean, best[c]) < -1e-12:
                 cls = ' class="best"'
             elif m in tied[c]:
                 cls = ' class="tied" title="cannot be told apart from the best: their 95% intervals overlap"'
@@ -328,9 +339,7 @@ def _group_table(t: RunTable, g: Group, records_by_row: dict[tuple, list[dict]],
             text = esc(format_cell(mean, std, n)) + _interval_html(t, i, j)
             delta = baseline_delta(t, m, c, baselines)
             if delta is not None:  # only a method's or an imported checkpoint's row (no context row)
-                d = round(delta, 2)  # the sign of what is printed
-                sign = "pos" if d > 0 else ("neg" if d < 0 else "")
-                text += f'<span class="delta {sign}">{d:+.2f} vs random init</span>'
+                text += _delta_html(t.metric(c), delta)
             elif t.context.get(m) == "random_init" and baselines:
                 text += '<span class="delta">baseline</span>'
             cells.append(f'<td{cls} data-v="{mean!r}">{text}</td>')
@@ -365,14 +374,15 @@ def _all_metrics_table(t: RunTable, protocol: str) -> str:
 def _protocol_section(t: RunTable, protocol: str, groups: list[Group],
                       records_by_row: dict[tuple, list[dict]], idx: int, baselines: dict[str, list[str]]) -> str:
     headline = declared_headline(protocol)
-    metric_note = (f"headline metric <b>{esc(groups[0].metric)}</b> (declared by the protocol; higher is better)"
+    direction = metric_of(protocol, groups[0].metric).direction
+    metric_note = (f"headline metric <b>{esc(groups[0].metric)}</b> (declared by the protocol; {direction} is better)"
                    if headline else f"headline metric <b>{esc(groups[0].metric)}</b> (the protocol declares none: "
                                     "first metric by name)")
     out = [f'<section class="protocol" id="protocol-{esc(protocol)}" data-protocol="{esc(protocol)}">',
            f"<h2>{esc(protocol)}</h2><p class=\"note\">{metric_note}. Cells: mean ± std over seeds "
            "(n when &gt; 1) and the 95% interval (Student's t over seeds; one seed: a seeded bootstrap over the "
            "evaluation images where the record keeps per-image statistics, else none); "
-           "★ best of the column; ≈ a row the best cannot be told apart from (their intervals overlap); "
+           "★ best of the column (by the metric's direction); ≈ a row the best cannot be told apart from (their intervals overlap); "
            "the line below a value of a method's row is its difference to the random-init baseline "
            "(context rows get none). <b>+</b> opens a row's provenance.</p>"]
     for j, g in enumerate(groups):
@@ -440,29 +450,20 @@ def _paper_section(cells: pd.DataFrame, tables_checked: list[str]) -> str:
 
 def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = None, *,
                  title: str = "ssl-bench report", paper_tables: list[str] | None = None,
-                 generated: str | None = None, table: pd.DataFrame | RunTable | None = None,
+                 generated: str | None = None, table: RunTable | None = None,
                  paper: pd.DataFrame | None = None) -> str:
     """The HTML page of the records in ``source`` (a records folder, default results/runs;
     record dicts; or a load_results() frame). ``paper_tables``: the published tables to
     compare with (default all; [] for none). A caller that already has them passes the run's
-    leaderboard (``table``: build_leaderboard's frame or its RunTable) and its paper cells
+    leaderboard (``table``: build_leaderboard's RunTable) and its paper cells
     (``paper``: harness.paper.verdict.all_paper_cells of ``paper_tables``), so that neither is
     computed twice."""
     if isinstance(source, pd.DataFrame):
-        frame = source
-        records = to_records(frame) if len(frame) else []
+        records = to_records(source) if len(source) else []
     else:
         records = _record_dicts(source)
-        frame = load_results(records)
-    t = run_table(table if table is not None else build_leaderboard(frame))
-    flat = disambiguate_models(flatten_records(frame))
-    row_of = {rid: (m, p, d, s) for rid, m, p, d, s in
-              zip(flat["id"], flat["model"], flat["protocol"], flat["dataset"], flat["split"])}
-    records_by_row: dict[tuple, list[dict]] = defaultdict(list)
-    for rec in records:
-        key = row_of.get(rec.get("id"))
-        if key is not None:
-            records_by_row[key].append(rec)
+    t = run_table(table if table is not None else build_leaderboard(records))
+    records_by_row = _records_by_row(records)
     groups = headline_groups(t) if len(t) else []
     by_protocol: dict[str, list[Group]] = defaultdict(list)
     for g in groups:
@@ -508,6 +509,19 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
 <script>{html_assets.sortable_table_script()}</script>
 </body></html>
 """
+
+
+def _records_by_row(records: list[dict]) -> dict[tuple, list[dict]]:
+    """(row, protocol, dataset, split) -> the records behind it: what a row's provenance shows."""
+    flat = disambiguate_models(flatten_records(records))
+    row_of = {rid: (m, p, d, s) for rid, m, p, d, s in
+              zip(flat["id"], flat["model"], flat["protocol"], flat["dataset"], flat["split"])}
+    out: dict[tuple, list[dict]] = defaultdict(list)
+    for rec in records:
+        key = row_of.get(rec.get("id"))
+        if key is not None:
+            out[key].append(rec)
+    return out
 
 
 def _record_dicts(source: str | Path | Iterable[dict] | None) -> list[dict]:

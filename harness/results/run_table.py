@@ -1,16 +1,19 @@
-"""One typed table per run: the leaderboard's numbers as arrays, built once from
-harness.results.leaderboard.build_leaderboard's frame and read by every view of the run (console,
-CSV, Markdown, HTML, plots, the report).
+"""One typed table per run: the leaderboard's numbers as arrays, built once from the records'
+number rows and read by every view of the run (console, CSV, Markdown, HTML, plots, the report).
 
-Rows are models, columns the leaderboard's column keys (protocol, dataset, split, variant,
+One path from records to the table: a records folder's index keeps one row per number
+(harness.results.index.record_numbers; records given as dicts are turned into the same rows by
+harness.results.table.flatten_records), and :func:`table_of_numbers` groups them into cells with
+one group-by. Rows are models, columns the column keys (protocol, dataset, split, variant,
 metric, fingerprint); ``mean``, ``std``, ``n`` and the 95% interval (``ci_low``, ``ci_high``)
 are (rows x columns) numpy arrays, so a view reads a cell by index, never by a pandas label
-look-up. Each column's variant is parsed once (``variants``).
+look-up. Each column's variant is parsed once (``variants``); ``frame`` is the same numbers as
+a pandas table (columns ``LEVELS``), for the Python API.
 
 The interval of a cell over several seeds is Student's t over the seeds; of a one-seed cell
 whose record keeps per-image statistics, a seeded bootstrap over the evaluation images
-(harness.results.bootstrap), computed the first time an interval is read; other one-seed cells
-have none (``ci_method``).
+(harness.results.bootstrap), computed the first time an interval is read and, for a records
+folder, kept beside its index; other one-seed cells have none (``ci_method``).
 """
 from __future__ import annotations
 
@@ -18,15 +21,20 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
-from harness.protocol_info import headline_metric
+from harness.metrics import Metric
+from harness.protocol_info import headline_metric, metric_of
 from harness.results import bootstrap
-from harness.results.table import column_label
-from harness.variants import parse_variant
+from harness.results.index import index_of, is_record, record_numbers
+from harness.results.records import to_records
+from harness.results.table import (column_label, conflict_message, disambiguate_data, disambiguate_models,
+                                   fingerprint_conflicts, flatten_records, numbers_frame)
+from harness.variants import fraction_value, parse_variant
 
 # Quantiles of Student's t distribution, 0.975, by degrees of freedom (n - 1): the two-sided
 # 95% interval of a mean over n seeds is mean ± t * std / sqrt(n). Tabulated to 30 degrees of
@@ -55,21 +63,11 @@ def t975(dof: int) -> float:
             + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4))
 
 
-class CellStats(dict):
-    """(model, *column key) -> (record id, per-image block) of a leaderboard's one-seed cells, kept
-    in the frame's ``attrs``: read-only and shared, so pandas' copies of ``attrs`` (a deep copy on
-    every operation on the frame) do not copy the statistics."""
-
-    def __deepcopy__(self, memo) -> "CellStats":
-        return self
-
-
 @dataclass
 class RunTable:
     """The leaderboard of one run as arrays (see the module's text). Build it with
-    :func:`run_table`; ``frame`` is the pandas table it was made from."""
+    :func:`table_of_numbers` (or harness.results.leaderboard.build_leaderboard)."""
 
-    frame: pd.DataFrame
     models: list[str]
     keys: list[tuple]
     mean: np.ndarray
@@ -78,8 +76,10 @@ class RunTable:
     model_info: dict[str, dict[str, Any]]
     messages: list[str]
     conflicts: list[dict]
-    # (model, *column key) -> (record id, per-image block) of one-seed cells (build_leaderboard)
-    per_image: dict[tuple, tuple[str, Any]] = field(default_factory=dict)
+    # (row, column) -> (record id, record file) of the one-seed cells whose record keeps
+    # per-image statistics; ``source`` tells where their blocks and kept intervals are
+    per_image: dict[tuple[int, int], tuple[str, str]] = field(default_factory=dict)
+    source: bootstrap.PerImageSource = field(default_factory=bootstrap.PerImageSource)
     row: dict[str, int] = field(init=False)
     col: dict[tuple, int] = field(init=False)
 
@@ -122,20 +122,16 @@ class RunTable:
     @cached_property
     def bootstrapped(self) -> dict[tuple[int, int], bootstrap.BootstrapInterval]:
         """(row, column) -> the bootstrap interval of each one-seed cell whose record keeps
-        per-image statistics; each record's statistics are read once for all its metrics."""
-        by_record: dict[str, list[tuple[int, int, str]]] = {}
-        blocks: dict[str, Any] = {}
-        for (model, *key), (rid, block) in self.per_image.items():
-            i, j = self.row.get(model), self.col.get(tuple(key))
-            if i is None or j is None or self.n[i, j] != 1:
-                continue
-            by_record.setdefault(rid, []).append((i, j, key[4]))
-            blocks[rid] = block
-        out = {}
-        for rid, cells in by_record.items():
-            found = bootstrap.record_intervals(rid, blocks[rid], list(dict.fromkeys(c[2] for c in cells)))
-            out.update({(i, j): found[metric] for i, j, metric in cells if metric in found})
-        return out
+        per-image statistics; each record's are computed once for all its metrics, and kept
+        beside a records folder's index (harness.results.bootstrap.kept_intervals)."""
+        wanted: dict[str, tuple[str, list[str]]] = {}
+        for (i, j), (rid, file) in self.per_image.items():
+            metrics = wanted.setdefault(rid, (file, []))[1]
+            if self.keys[j][4] not in metrics:
+                metrics.append(self.keys[j][4])
+        found = bootstrap.kept_intervals(self.source, wanted)
+        return {(i, j): found[(rid, self.keys[j][4])] for (i, j), (rid, _) in self.per_image.items()
+                if (rid, self.keys[j][4]) in found}
 
     def _bounds(self, side: int) -> np.ndarray:
         bounds = self.mean + side * self.ci_half
@@ -156,6 +152,16 @@ class RunTable:
         """Where a cell has a 95% interval (over seeds, or bootstrapped over images)."""
         return ~np.isnan(self.ci_low)
 
+    @cached_property
+    def ci_methods(self) -> np.ndarray:
+        """(rows x columns) of :meth:`ci_method`, for every cell at once."""
+        chance = np.array([self.context.get(m) == "chance" for m in self.models], dtype=bool)[:, None]
+        out = np.where(self.n > 1, CI_SEEDS, np.where(chance, CI_COMPUTED, CI_NONE)).astype(object)
+        for (i, j), found in self.bootstrapped.items():
+            if self.n[i, j] == 1:
+                out[i, j] = found.method
+        return out
+
     def ci_method(self, model: str, key: tuple) -> str:
         i, j = self.row[model], self.col[key]
         if self.n[i, j] > 1:
@@ -166,14 +172,15 @@ class RunTable:
         return CI_COMPUTED if self.context.get(model) == "chance" else CI_NONE
 
     def tied_with_best(self, key: tuple, rows: list[str]) -> set[str]:
-        """Rows (among ``rows``) that the column's best mean cannot be told apart from: both
-        have a 95% interval (over seeds, or bootstrapped over images for one seed) and the two
-        intervals overlap. The best row itself is not included."""
+        """Rows (among ``rows``) that the column's best mean (the lowest where lower is better)
+        cannot be told apart from: both have a 95% interval (over seeds, or bootstrapped over
+        images for one seed) and the two intervals overlap. The best row itself is not included."""
         j = self.col[key]
         measured = [m for m in rows if self.n[self.row[m], j] > 0]
         if len(measured) < 2:
             return set()
-        best = max(measured, key=lambda m: self.mean[self.row[m], j])
+        # the best by the metric's direction: the lowest mean of a lower-is-better metric
+        best = measured[self.metric(key).best_index([self.mean[self.row[m], j] for m in measured])]
         b = self.row[best]
         if not self.has_ci[b, j]:
             return set()
@@ -188,6 +195,10 @@ class RunTable:
         return out
 
     # ------------------------------------------------------------------ columns
+    def metric(self, key: tuple) -> Metric:
+        """What a column's metric is (its direction above all), as its protocol declares it."""
+        return metric_of(key[0], key[4])
+
     @cached_property
     def variants(self) -> dict[tuple, dict[str, str]]:
         """Each column's variant, parsed once."""
@@ -203,8 +214,57 @@ class RunTable:
 
     @cached_property
     def labels(self) -> dict[tuple, str]:
-        """Column key -> label; the short fingerprint where needed to tell columns apart."""
-        return {c: column_label(c, with_fp=c[:5] in self.conflicted) for c in self.keys}
+        """Column key -> label; the short fingerprint where needed to tell columns apart, and
+        the arrow after a lower-is-better metric ("rmse ↓"; a higher-is-better one has none)."""
+        return {c: column_label(c if self.metric(c).higher_is_better else c[:4] + (f"{c[4]} ↓",) + c[5:],
+                                with_fp=c[:5] in self.conflicted) for c in self.keys}
+
+    @cached_property
+    def baselines(self) -> dict[str, list[str]]:
+        """Row -> the random-init rows its deltas are taken against (their mean). A random-init
+        row is one whose records say so (context ``random_init``, harness.context); only rows of
+        a method's or an imported checkpoint's model (no context) get them: every random-init row
+        of their architecture (several init seeds show the baseline's own noise), else the only
+        one there is. The other context rows (chance, pixels, supervised) are references too.
+        Shared by every view of the table: read it, do not change it."""
+        refs = [m for m in self.models if self.context[m] == "random_init"]
+        arch_of = {m: (self.model_info.get(m) or {}).get("arch") for m in self.models}
+        out = {}
+        for m in self.models:
+            if self.context[m] is not None or not refs:
+                continue
+            same_arch = [r for r in refs if arch_of[r] == arch_of[m]]
+            chosen = same_arch or (refs if len(refs) == 1 else [])
+            if chosen:
+                out[m] = chosen
+        return out
+
+    @cached_property
+    def baseline_mean(self) -> np.ndarray:
+        """(rows x columns): the mean of each row's random-init rows (:attr:`baselines`) that
+        have a number in the column; NaN where it has none. Computed once per distinct set
+        of random-init rows, so a delta is a look-up, not a scan of the rows per cell."""
+        out = np.full(self.mean.shape, np.nan)
+        by_refs: dict[tuple[str, ...], list[int]] = {}
+        for m, refs in self.baselines.items():
+            by_refs.setdefault(tuple(refs), []).append(self.row[m])
+        for refs, rows in by_refs.items():
+            idx = [self.row[r] for r in refs]
+            has = self.n[idx] > 0
+            total = np.where(has, self.mean[idx], 0.0).sum(axis=0)
+            count = has.sum(axis=0)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[rows] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+        return out
+
+    @cached_property
+    def frame(self) -> pd.DataFrame:
+        """The table as pandas: index = model, columns ``LEVELS`` (stat = mean / std / n)."""
+        cols = pd.MultiIndex.from_tuples([c + (s,) for c in self.keys for s in STATS], names=LEVELS)
+        data = np.empty((len(self.models), len(cols)))
+        data[:, 0::3], data[:, 1::3] = self.mean, self.std
+        data[:, 2::3] = np.where(self.n > 0, self.n, np.nan)  # no number: NaN, as mean and std
+        return pd.DataFrame(data, index=pd.Index(self.models, name="model"), columns=cols)
 
     @cached_property
     def context(self) -> dict[str, str | None]:
@@ -212,29 +272,98 @@ class RunTable:
         return {m: (self.model_info.get(m) or {}).get("context") for m in self.models}
 
 
-def run_table(df: pd.DataFrame | RunTable) -> RunTable:
-    """The RunTable of a build_leaderboard frame (a RunTable is returned as it is)."""
-    if isinstance(df, RunTable):
-        return df
-    keys: list[tuple] = []
-    seen = set()
-    for c in df.columns:
-        if c[:6] not in seen:
-            seen.add(c[:6])
-            keys.append(tuple(c[:6]))
-    models = [str(m) for m in df.index]
+COL_KEYS = ["protocol", "dataset", "split", "variant", "metric", "fingerprint"]
+# Column levels of ``RunTable.frame``.
+LEVELS = ("protocol", "dataset", "split", "variant", "metric", "fingerprint", "stat")
+STATS = ("mean", "std", "n")
 
-    def stat(name: str) -> np.ndarray:
-        if not keys:
-            return np.zeros((len(models), 0))
-        cols = pd.MultiIndex.from_tuples([c + (name,) for c in keys])
-        return df.reindex(columns=cols).to_numpy(dtype=float, na_value=np.nan)
 
-    counts = stat("n")
-    n = np.where(np.isnan(counts), 0, counts).astype(int)
-    return RunTable(frame=df, models=models, keys=keys, mean=stat("mean"), std=stat("std"), n=n,
-                    model_info=dict(df.attrs.get("models", {})), messages=list(df.attrs.get("messages") or []),
-                    conflicts=list(df.attrs.get("conflicts") or []), per_image=dict(df.attrs.get("per_image") or {}))
+def column_sort_key(col: tuple) -> tuple:
+    """Table order: protocol, dataset, split, then variant values numerically (fraction
+    1/128 < 1/8 < 1), metric, fingerprint."""
+    var = []
+    for k, v in parse_variant(col[3]).items():
+        num = fraction_value(v)
+        var.append((k, 0 if num is not None else 1, num if num is not None else 0.0, v))
+    return (col[0], col[1], col[2], tuple(var), col[4], col[5])
+
+
+def table_of_numbers(flat: pd.DataFrame, source: bootstrap.PerImageSource | None = None) -> RunTable:
+    """The RunTable of number rows (harness.results.table.FLAT_COLUMNS) in one group-by: two
+    checkpoints under one name become ``name@sha8`` rows, one dataset on several data sets
+    ``dataset@data8`` columns, a column under several fingerprints a message; of a re-run of the
+    same (model, column, seed) the newest number counts; a cell is the mean, the sample std (0
+    for one seed) and the count over seeds. ``source``: where per-image blocks are."""
+    flat = disambiguate_data(disambiguate_models(flat))
+    conflicts = fingerprint_conflicts(flat)
+    source = source or bootstrap.PerImageSource()
+    if flat.empty:
+        empty = np.zeros((0, 0))
+        return RunTable([], [], empty, empty, empty.astype(int), {}, [], [], {}, source)
+    flat = flat.sort_values("created", na_position="first", kind="stable").drop_duplicates(
+        ["model", *COL_KEYS, "seed"], keep="last")
+    groups = flat.groupby(["model", *COL_KEYS], sort=False)  # the one group-by
+    cells = groups.agg(mean=("value", "mean"), n=("value", "count"), id=("id", "first"),
+                       file=("file", "first"), per_image=("per_image", "max"))
+    cell_models = cells.index.get_level_values(0).tolist()  # lists: pandas strings iterate slowly
+    cell_keys = list(zip(*(cells.index.get_level_values(k).tolist() for k in COL_KEYS)))
+    models, keys = sorted(set(cell_models)), sorted(set(cell_keys), key=column_sort_key)
+    row, col = {m: i for i, m in enumerate(models)}, {c: j for j, c in enumerate(keys)}
+    ii = np.array([row[m] for m in cell_models], dtype=int)
+    jj = np.array([col[c] for c in cell_keys], dtype=int)
+    shape = (len(models), len(keys))
+    mean, std, n = np.full(shape, np.nan), np.full(shape, np.nan), np.zeros(shape, dtype=int)
+    counts = cells["n"].to_numpy(dtype=int)
+    mean[ii, jj] = cells["mean"].to_numpy(dtype=float)
+    std[ii, jj] = _sample_std(groups.ngroup().to_numpy(), flat["value"].to_numpy(dtype=float), counts)
+    n[ii, jj] = counts
+    single = (counts == 1) & cells["per_image"].to_numpy(dtype=bool)
+    per_image = {(int(i), int(j)): (rid, file) for i, j, rid, file in
+                 zip(ii[single], jj[single], cells["id"].to_numpy()[single], cells["file"].to_numpy()[single])}
+    first = flat.drop_duplicates("model")  # each model's oldest number: its method, arch, ...
+    info = {m: {k: (None if pd.isna(v) else v) for k, v in zip(MODEL_INFO, vals)}
+            for m, *vals in zip(first["model"].tolist(), *(first[k].tolist() for k in MODEL_INFO))}
+    return RunTable(models, keys, mean, std, n, info, [conflict_message(c) for c in conflicts], conflicts,
+                    per_image, source)
+
+
+def _sample_std(codes: np.ndarray, values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Each group's sample std (ddof 1; 0 for one value), two-pass as pandas' Series.std sums
+    it, so a cell's std is the one a per-group ``std(ddof=1)`` gives."""
+    k = len(counts)
+    avg = np.bincount(codes, values, minlength=k) / counts
+    squares = np.bincount(codes, (values - avg[codes]) ** 2, minlength=k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 1, np.sqrt(squares / np.maximum(counts - 1, 1)), 0.0)
+
+
+MODEL_INFO = ("method", "context", "arch", "pretrain_data", "epochs", "sha")  # RunTable.model_info's fields
+
+
+def table_of_records(records: Iterable[dict] | pd.DataFrame) -> RunTable:
+    """The RunTable of records given as dicts (or a load_results() frame): their number rows,
+    their per-image blocks in memory."""
+    if isinstance(records, pd.DataFrame):
+        records = to_records(records) if len(records) else []
+    records = [r for r in records if is_record(r)]
+    blocks = {row_id: r["per_image"] for r in records if r.get("per_image") is not None
+              for row_id in {n[0] for n in record_numbers(r)}}
+    return table_of_numbers(flatten_records(records), bootstrap.PerImageSource(blocks=blocks))
+
+
+def table_of_folder(folder: str | Path) -> RunTable:
+    """The RunTable of a records folder, read from its index's number rows (no record is
+    parsed); per-image blocks are read from the index on demand, intervals kept beside it."""
+    index = index_of(Path(folder))
+    rows, stamps = index.numbers()
+    return table_of_numbers(numbers_frame(rows), bootstrap.PerImageSource(index=index, stamps=stamps))
+
+
+def run_table(source: RunTable | pd.DataFrame | Iterable[dict]) -> RunTable:
+    """A RunTable as it is; else the RunTable of records (dicts) or of a load_results() frame."""
+    if isinstance(source, RunTable):
+        return source
+    return table_of_records(source)
 
 
 def headline_keys(t: RunTable) -> list[tuple]:
@@ -245,5 +374,6 @@ def headline_keys(t: RunTable) -> list[tuple]:
     return [c for c in t.keys if c[4] == headline_metric(c[0], by_group[(c[0], c[1], c[2], c[3], c[5])])]
 
 
-__all__ = ["RunTable", "CellStats", "run_table", "headline_keys", "t975", "CI_SEEDS", "CI_NONE", "CI_COMPUTED"]
+__all__ = ["RunTable", "run_table", "table_of_numbers", "table_of_records", "table_of_folder", "headline_keys",
+           "column_sort_key", "t975", "LEVELS", "STATS", "COL_KEYS", "CI_SEEDS", "CI_NONE", "CI_COMPUTED"]
 

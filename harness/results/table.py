@@ -2,7 +2,10 @@
 
 ``flatten_records`` turns records (or a harness.results.records.load_results() frame) into one row
 per number: model, weights, the column key (protocol, dataset, split, variant, metric,
-fingerprint), seed and value (and the record's per-image statistics, where it keeps them). Everything that groups those rows into cells goes through here:
+fingerprint), seed and value, and whether the record keeps per-image statistics: the rows a
+records folder's index keeps (``numbers_frame`` of RecordIndex.numbers), so a table is made one
+way whether its records come as dicts or from a folder. Everything that groups those rows into
+cells goes through here:
 two checkpoints under one name become ``name@sha8`` rows (``disambiguate_models``), one
 dataset measured on several data sets becomes ``dataset@data8`` columns
 (``disambiguate_data``), and a column measured under several protocol fingerprints is a
@@ -14,13 +17,16 @@ from typing import Iterable
 
 import pandas as pd
 
-from harness.context import context_kind
 from harness.errors import ConfigError
-from harness.results.records import load_results
+from harness.results.index import NUMBER_FIELDS, is_record, record_numbers
+from harness.results.records import to_records
 
 SHORT_FP = 8  # characters of a fingerprint shown in labels
+# The rows tables are made of: one per number (harness.results.index.record_numbers), ``id``
+# the record's id, ``file`` its file in a records folder ("" for records given as dicts),
+# ``per_image`` whether the record keeps per-image statistics, ``created`` in seconds.
 FLAT_COLUMNS = ["model", "sha", "method", "context", "arch", "pretrain_data", "epochs", "protocol", "dataset", "split",
-                "variant", "metric", "fingerprint", "seed", "created", "value", "id", "data", "per_image"]
+                "variant", "metric", "fingerprint", "seed", "created", "value", "id", "data", "per_image", "file"]
 
 
 class IncomparableResultsError(ConfigError):
@@ -38,45 +44,26 @@ def column_label(col: tuple, with_fp: bool = False) -> str:
     return f"{label} @{fp[:SHORT_FP]}" if with_fp else label
 
 
+def numbers_frame(rows: list[tuple]) -> pd.DataFrame:
+    """The frame (columns ``FLAT_COLUMNS``) of number rows: (file, *NUMBER_FIELDS) tuples, as a
+    records folder's index serves them (RecordIndex.numbers) or :func:`flatten_records` makes them."""
+    frame = pd.DataFrame.from_records(rows, columns=["file", *NUMBER_FIELDS])
+    frame = frame.rename(columns={"record_id": "id"})
+    frame["seed"] = frame["seed"].astype("Int64")
+    frame["created"] = frame["created"].astype(float)
+    frame["value"] = frame["value"].astype(float)
+    frame["per_image"] = frame["per_image"].astype(bool)
+    return frame[FLAT_COLUMNS]
+
+
 def flatten_records(records: Iterable[dict] | pd.DataFrame) -> pd.DataFrame:
-    """The numbers tables are built from (columns ``FLAT_COLUMNS``): a
-    harness.results.records.load_results() frame (or the records, loaded into one), with "" for
-    missing keys and the weights label as ``sha``."""
-    frame = records if isinstance(records, pd.DataFrame) else load_results(list(records))
-    frame = frame[frame["metric"].notna()]  # records without numbers (e.g. per-class lists only)
-    if frame.empty:
-        return pd.DataFrame(columns=FLAT_COLUMNS)
-    weights = frame["weights_key"].fillna(frame["checkpoint_sha256"]).fillna("")
-    blank = lambda c: frame[c].astype(object).where(frame[c].notna(), "")  # noqa: E731
-    flat = pd.DataFrame({
-        "model": frame["model"].astype(object), "sha": weights.str.removeprefix("weights-").astype(object),
-        "method": frame["method"].astype(object), "context": _context_kinds(frame),
-        "arch": frame["arch"].astype(object),
-        "pretrain_data": frame["pretrain_data"].astype(object), "epochs": frame["epochs"].astype(object),
-        "protocol": frame["protocol"].astype(object), "dataset": blank("dataset"), "split": blank("split"),
-        "variant": blank("variant"), "metric": frame["metric"].astype(object),
-        "fingerprint": blank("fingerprint"), "seed": frame["seed"].astype(object),
-        "created": frame["created"], "value": frame["value"].astype(float), "id": frame["record_id"].astype(object),
-        "data": _data_labels(frame),
-        # the record's per-image statistics (harness.per_image), for a one-seed cell's bootstrap
-        "per_image": (frame["rec.per_image"] if "rec.per_image" in frame
-                      else pd.Series(None, index=frame.index, dtype=object)),
-    }, columns=FLAT_COLUMNS)
-    return flat.reset_index(drop=True)
-
-
-def _context_kinds(frame: pd.DataFrame) -> pd.Series:
-    """Which context row (harness.context) each number belongs to; None for a method's model."""
-    stated = frame["rec.model.context"] if "rec.model.context" in frame else pd.Series(pd.NA, index=frame.index)
-    return pd.Series([context_kind({"method": m} if pd.isna(c) and c is not None else {"context": c, "method": m})
-                      for c, m in zip(stated, frame["method"])], index=frame.index, dtype=object)
-
-
-def _data_labels(frame: pd.DataFrame) -> pd.Series:
-    """Which data each number was measured on: its content stamp, else its resolved root."""
-    def column(name: str) -> pd.Series:
-        return frame[name] if name in frame else pd.Series(pd.NA, index=frame.index)
-    return column("rec.protocol.data_stamp").fillna(column("rec.protocol.data_root")).fillna("").astype(str)
+    """The numbers tables are built from (columns ``FLAT_COLUMNS``) of records, or of a
+    harness.results.records.load_results() frame (its rows' numbers): the same rows a records
+    folder's index keeps (harness.results.index.record_numbers), so that a table of records
+    given as dicts and one of a folder are made one way."""
+    if isinstance(records, pd.DataFrame):
+        records = to_records(records) if len(records) else []
+    return numbers_frame([("", *n) for r in records if is_record(r) for n in record_numbers(r)])
 
 
 def disambiguate_data(flat: pd.DataFrame) -> pd.DataFrame:
@@ -129,5 +116,5 @@ def conflict_message(conflict: dict) -> str:
             f"re-run the models with one protocol configuration to compare them.")
 
 
-__all__ = ["SHORT_FP", "FLAT_COLUMNS", "IncomparableResultsError", "column_label", "flatten_records",
+__all__ = ["SHORT_FP", "FLAT_COLUMNS", "IncomparableResultsError", "column_label", "flatten_records", "numbers_frame",
            "disambiguate_data", "disambiguate_models", "fingerprint_conflicts", "conflict_message"]
