@@ -81,3 +81,16 @@ def test_the_show_command_draws_or_says_in_one_line_why_not(synth_tiny, tmp_path
     assert "draws no examples" in capsys.readouterr().err
     assert main([*base, "--set", "crop=60"]) == 2
     assert "not a multiple of the stride" in capsys.readouterr().err
+
+
+def test_the_report_inlines_what_show_drew_beside_it(synth_tiny, tiny_vit, tmp_path, isolated_home):
+    from harness.results.report import write_report
+    from report_records import suite_records
+
+    protocol = build_protocol("knn", "synth", {"dataset": "imagefolder", "ks": [5], "progress": False})
+    show_examples(protocol, tiny_vit, synth_tiny / "imagenet", tmp_path, preset="synth", count=2)
+    html = write_report(tmp_path / "report.html", suite_records(), paper_tables=[]).read_text()
+    assert 'id="examples"' in html and 'href="#examples"' in html
+    assert "data:image/png;base64," in html and "show/knn-synth-random_s0.png" in html
+    bare = write_report(tmp_path / "elsewhere" / "report.html", suite_records(), paper_tables=[]).read_text()
+    assert 'id="examples"' not in bare  # no drawings beside that report

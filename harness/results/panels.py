@@ -2,11 +2,28 @@
 left to right (`ssl-bench show`)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 
 from harness.examples import Example, Panel
+
+
+SHOW_DIR = "show"  # beside the report: the drawings of `ssl-bench show` and their index
+INDEX = "index.json"
+
+
+def read_index(out_dir: Path) -> list[dict]:
+    """The drawn examples listed in ``out_dir/show/index.json`` (empty when there are none)."""
+    path = Path(out_dir) / SHOW_DIR / INDEX
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(entries, list):
+        return []
+    return [e for e in entries if isinstance(e, dict) and {"protocol", "model", "png"} <= set(e)]
 
 
 def _draw_panel(ax, panel: Panel) -> None:

@@ -31,7 +31,7 @@ import io
 import json
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -41,6 +41,7 @@ from harness.paper.verdict import all_paper_cells
 from harness.results import html_assets
 from harness.results.leaderboard import (baseline_delta, build_leaderboard, format_cell,
                                          random_init_baselines)
+from harness.results.panels import read_index
 from harness.results.plots import PLOT_MODELS, axis_label, plot_selection
 from harness.metrics import Metric
 from harness.protocol_info import declared_headline, headline_metric, metric_of
@@ -382,7 +383,8 @@ def _protocol_section(t: RunTable, protocol: str, groups: list[Group],
            f"<h2>{esc(protocol)}</h2><p class=\"note\">{metric_note}. Cells: mean ± std over seeds "
            "(n when &gt; 1) and the 95% interval (Student's t over seeds; one seed: a seeded bootstrap over the "
            "evaluation images where the record keeps per-image statistics, else none); "
-           "★ best of the column (by the metric's direction); ≈ a row the best cannot be told apart from (their intervals overlap); "
+           "★ best of the column (by the metric's direction); ≈ a row the best cannot be told apart from "
+           "(their intervals overlap); "
            "the line below a value of a method's row is its difference to the random-init baseline "
            "(context rows get none). <b>+</b> opens a row's provenance.</p>"]
     for j, g in enumerate(groups):
@@ -413,7 +415,8 @@ def _paper_section(cells: pd.DataFrame, tables_checked: list[str]) -> str:
         out.append(
             "<p class=\"note\">None of these records is of a checkpoint the published tables name, so no "
             f"cell is compared. Tables checked: {esc(', '.join(tables_checked))}; their checkpoints (zoo "
-            f"names, the model names <code>ssl-bench reproduce TABLE</code> records): {esc(', '.join(zoo))}.</p></section>")
+            f"names, the model names <code>ssl-bench reproduce TABLE</code> records): "
+            f"{esc(', '.join(zoo))}.</p></section>")
         return "\n".join(out)
     out.append('<p class="note">Cells of the published tables whose checkpoint has records here. delta = '
                'measured − paper; verdict: ok within 2 std of the seeds or the table\'s tolerance, else DIFFERS '
@@ -451,13 +454,14 @@ def _paper_section(cells: pd.DataFrame, tables_checked: list[str]) -> str:
 def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = None, *,
                  title: str = "ssl-bench report", paper_tables: list[str] | None = None,
                  generated: str | None = None, table: RunTable | None = None,
-                 paper: pd.DataFrame | None = None) -> str:
+                 paper: pd.DataFrame | None = None, examples_dir: Path | None = None) -> str:
     """The HTML page of the records in ``source`` (a records folder, default results/runs;
     record dicts; or a load_results() frame). ``paper_tables``: the published tables to
     compare with (default all; [] for none). A caller that already has them passes the run's
     leaderboard (``table``: build_leaderboard's RunTable) and its paper cells
     (``paper``: harness.paper.verdict.all_paper_cells of ``paper_tables``), so that neither is
-    computed twice."""
+    computed twice. ``examples_dir``: the folder whose ``show/`` holds `ssl-bench show`'s drawings
+    (the report's own folder, for write_report)."""
     if isinstance(source, pd.DataFrame):
         records = to_records(source) if len(source) else []
     else:
@@ -476,30 +480,71 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
     else:
         cells = all_paper_cells(records, tables) if tables else pd.DataFrame()
     generated = generated or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    sections, nav = _sections(t, records, by_protocol, records_by_row, cells, tables, examples_dir)
+    meta = (f"{len(records)} records · {len(t.models)} models · {len(by_protocol)} protocols · "
+            f"generated {esc(generated)}")
+    return _page(title, meta, nav, sections)
+
+
+def _sections(t: RunTable, records: list[dict], by_protocol: dict, records_by_row: dict, cells: pd.DataFrame,
+              tables: list[str], examples_dir: Path | None) -> tuple[list[str], str]:
+    """The page's sections, in order, and the navigation links to them."""
     baselines = random_init_baselines(t)
     sections = [_protocol_section(t, p, gs, records_by_row, i, baselines)
                 for i, (p, gs) in enumerate(by_protocol.items())]
     if not sections:
         sections = ['<section><h2>No records</h2><p class="note">No result record was found.</p></section>']
-    sweeps = sweeps_section(records)  # every value of each sweep the records keep
-    if sweeps:
-        sections.append(sweeps)
-    if tables:
-        sections.append(_paper_section(cells, tables))
-    messages = t.messages
-    if messages:
-        sections.append('<section id="conflicts"><h2>Not comparable</h2><ul class="messages">'
-                        + "".join(f"<li>{esc(m)}</li>" for m in messages) + "</ul></section>")
-    n_models = len(t.models)
-    nav = "".join(f'<a href="#protocol-{esc(p)}">{esc(p)}</a>' for p in by_protocol) + \
-        ('<a href="#sweeps">sweeps</a>' if sweeps else "") + ('<a href="#paper">paper</a>' if tables else "") + ('<a href="#conflicts">not comparable</a>' if messages else "")
+    links = [(f"protocol-{p}", p) for p in by_protocol]
+    extra = [("examples", "examples", _examples_section(examples_dir) if examples_dir else ""),
+             ("sweeps", "sweeps", sweeps_section(records)),  # every value of each sweep the records keep
+             ("paper", "paper", _paper_section(cells, tables) if tables else ""),
+             ("conflicts", "not comparable", _conflicts_section(t.messages))]
+    for anchor, label, part in extra:
+        if part:
+            sections.append(part)
+            links.append((anchor, label))
+    return sections, "".join(f'<a href="#{esc(a)}">{esc(label)}</a>' for a, label in links)
+
+
+def _conflicts_section(messages: list[str]) -> str:
+    if not messages:
+        return ""
+    return ('<section id="conflicts"><h2>Not comparable</h2><ul class="messages">'
+            + "".join(f"<li>{esc(m)}</li>" for m in messages) + "</ul></section>")
+
+
+def _examples_section(folder: Path) -> str:
+    """What `ssl-bench show` drew into the report's folder, each drawing inlined (the page stays
+    one self-contained file)."""
+    import base64
+
+    parts = []
+    for e in read_index(folder):
+        png = Path(folder) / e["png"]
+        if not png.is_file():
+            continue
+        uri = "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode("ascii")
+        note = (f"{esc(e['protocol'])} ({esc(e.get('preset') or 'default')}) on {esc(e['model'])} · weights "
+                f"{esc(str(e.get('weights_key', ''))[:12])} · data {esc(e.get('data_root', ''))} · "
+                f"seed {esc(str(e.get('seed', '')))} · {esc(e['png'])}")
+        parts.append(f'<figure><img alt="{esc(e.get("title", e["png"]))}" src="{uri}">'
+                     f'<figcaption class="note">{note}</figcaption></figure>')
+    if not parts:
+        return ""
+    return ('<section id="examples"><h2>Examples</h2><p class="note">What each probe sees and predicts, '
+            'item by item (<code>ssl-bench show PROTOCOL --model SPEC</code>): the input as the model saw it '
+            'after the protocol\'s transform, the target, the prediction.</p>' + "".join(parts) + "</section>")
+
+
+def _page(title: str, meta: str, nav: str, sections: list[str]) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'; \
+script-src 'unsafe-inline'">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{esc(title)}</title><style>{html_assets.table_stylesheet()}</style></head><body>
 <header><h1>{esc(title)}</h1>
-<span class="meta">{len(records)} records · {n_models} models · {len(by_protocol)} protocols · generated {esc(generated)}</span>
+<span class="meta">{meta}</span>
 <input id="filter" type="search" placeholder="filter rows (model, method, arch, ...)" aria-label="filter rows">
 <span id="shown" class="hidden-count"></span>
 <nav>{nav}</nav></header>
@@ -542,6 +587,7 @@ def write_report(out: str | Path | None = None, source: str | Path | Iterable[di
     from harness.paths import results_dir
 
     path = Path(out) if out else results_dir() / "report.html"
+    kwargs.setdefault("examples_dir", path.parent)
     return atomic_write_text(path, build_report(source, **kwargs))
 
 

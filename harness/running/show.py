@@ -4,7 +4,6 @@ as the model saw it, the target, the prediction) drawn into the report's folder,
 reading its numbers."""
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path
@@ -12,24 +11,11 @@ from pathlib import Path
 from harness.io_utils import atomic_write_json
 from harness.models.handle import ModelHandle
 from harness.protocol import Protocol
-from harness.results.panels import draw_examples
-
-SHOW_DIR = "show"
-INDEX = "index.json"
+from harness.results.panels import INDEX, SHOW_DIR, draw_examples, read_index
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "x"
-
-
-def read_index(out_dir: Path) -> list[dict]:
-    """The drawn examples listed in ``out_dir/show/index.json`` (empty when there are none)."""
-    path = Path(out_dir) / SHOW_DIR / INDEX
-    try:
-        entries = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
-    return [e for e in entries if isinstance(e, dict) and {"protocol", "model", "png"} <= set(e)]
 
 
 def show_examples(protocol: Protocol, model: ModelHandle, data_root: Path, out_dir: Path, *, preset: str | None,

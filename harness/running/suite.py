@@ -459,8 +459,33 @@ def execute_suite(suite: SuiteConfig, source: str, *, force: bool = False, progr
     data = prepare_data(suite, progress, log)
     entries = model_entries(suite)
     pairs = suite_pairs(runnable_protocols(suite, log), entries)
-    protocols: dict[int, Any] = {}  # each protocol entry built once, before any model is
     errors: dict[Any, BaseException] = {}  # by id(protocol entry) or model name
+    failures: list[str] = []
+    protocols = _suite_protocols(pairs, source, progress, keep_going, errors)
+    models = dict(prepared or {})
+    memos = _suite_models(suite, entries, data, protocols, models, progress, log, keep_going, errors, failures)
+    results: list[PairResult] = []
+    records: list[dict] = []
+    for p, entry in pairs:
+        result = PairResult(p, entry.name, error=errors.get(entry.name, errors.get(id(p))))
+        results.append(result)
+        if result.error is None:
+            _evaluate_pair(result, models[entry.name], p, data, source, force, protocols[id(p)], runs_dir, keep_going,
+                           failures, log)
+        if result.outcome is not None:
+            records += result.outcome.records
+            log(result.outcome.summary())
+    for name, memo in memos.items():  # a remembered model built for a protocol it had no settings for
+        model = models[name]
+        if isinstance(model, DeferredModel) and model.built \
+                and any(model.known_settings(p) is None for p in protocols.values()):
+            memo.write(model.model(), list(protocols.values()))
+    return SuiteRun(records, failures, results)
+
+
+def _suite_protocols(pairs, source: str, progress: bool, keep_going: bool, errors: dict) -> dict[int, Any]:
+    """Each protocol entry built once, before any model is (by id of the entry)."""
+    protocols: dict[int, Any] = {}
     for p in dict((id(p), p) for p, _ in pairs).values():
         try:
             protocols[id(p)] = suite_protocol(p, source, progress)
@@ -468,8 +493,12 @@ def execute_suite(suite: SuiteConfig, source: str, *, force: bool = False, progr
             if not keep_going:
                 raise
             errors[id(p)] = exc
-    failures: list[str] = []
-    models: dict[str, ModelHandle | DeferredModel] = dict(prepared or {})
+    return protocols
+
+
+def _suite_models(suite: SuiteConfig, entries: list[ModelEntry], data: SuiteData, protocols: dict, models: dict,
+                  progress: bool, log, keep_going: bool, errors: dict, failures: list[str]) -> dict[str, ModelMemo]:
+    """Build (or remember) every model not in ``models`` yet, into it; their memos by name."""
     memos: dict[str, ModelMemo] = {}
     for entry in entries:
         if entry.name in models:
@@ -487,33 +516,22 @@ def execute_suite(suite: SuiteConfig, source: str, *, force: bool = False, progr
             failures.append(f"model {entry.name}: {exc}")
             log(traceback.format_exc())
             errors[entry.name] = exc
-    results: list[PairResult] = []
-    records: list[dict] = []
-    for p, entry in pairs:
-        result = PairResult(p, entry.name, error=errors.get(entry.name, errors.get(id(p))))
-        results.append(result)
-        if result.error is not None:
-            continue
-        try:
-            result.outcome = evaluate_entry(models[entry.name], p, data, source, force, protocols[id(p)], runs_dir)
-        except SslBenchError as exc:
-            if not keep_going:
-                raise
-            result.error = exc
-            continue
-        except Exception as exc:
-            failures.append(f"{p.name} on {entry.name}: {exc}")
-            log(traceback.format_exc())
-            result.error = exc
-            continue
-        records += result.outcome.records
-        log(result.outcome.summary())
-    for name, memo in memos.items():  # a remembered model built for a protocol it had no settings for
-        model = models[name]
-        if isinstance(model, DeferredModel) and model.built \
-                and any(model.known_settings(p) is None for p in protocols.values()):
-            memo.write(model.model(), list(protocols.values()))
-    return SuiteRun(records, failures, results)
+    return memos
+
+
+def _evaluate_pair(result: PairResult, model, p: ProtocolEntry, data: SuiteData, source: str, force: bool, protocol,
+                   runs_dir: Path | None, keep_going: bool, failures: list[str], log) -> None:
+    """One (protocol entry, model) pair into ``result``: its outcome, or its error."""
+    try:
+        result.outcome = evaluate_entry(model, p, data, source, force, protocol, runs_dir)
+    except SslBenchError as exc:
+        if not keep_going:
+            raise
+        result.error = exc
+    except Exception as exc:
+        failures.append(f"{p.name} on {result.model}: {exc}")
+        log(traceback.format_exc())
+        result.error = exc
 
 
 def run_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress: bool = True,
