@@ -166,7 +166,7 @@ def generate(out_dir, preset: str = "small", seed: int = 0, progress: bool = Tru
     out_dir = Path(out_dir).expanduser().resolve()
     meta_path = out_dir / "meta.json"
     if meta_path.is_file():
-        if json.loads(meta_path.read_text()) == _meta(preset, seed):
+        if json.loads(meta_path.read_text()) == json.loads(json.dumps(_meta(preset, seed))):
             return out_dir
         raise DataError(f"{out_dir} holds another data set (see its meta.json); delete it or choose another folder")
     if out_dir.exists() and any(out_dir.iterdir()):
