@@ -1,5 +1,5 @@
 """Copydays (Douze et al. 2009) as DINO's ``eval_copy_detection.py`` reads and scores it,
-written anew: 19 query blocks (original, strong, 9 JPEG qualities, 9 crop sizes) searched
+written anew: 20 query blocks (original, strong, 9 JPEG qualities, 9 crop sizes) searched
 against the originals (plus distractors); AP of each query's top-k list with the Holidays
 package's trapezoids (``score_ap_from_ranks_1``), mAP per block over its queries.
 

@@ -53,18 +53,29 @@ def query_chunks(queries, chunk: int) -> Iterator[tuple[int, torch.Tensor]]:
         yield s, q[s:s + chunk]
 
 
-def ranks_of(row: torch.Tensor, items: torch.Tensor, block: int = 256) -> torch.Tensor:
+def ranks_of(row: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
     """Zero-based positions of database indices ``items`` in the descending order of ``row``
-    (ties by index): the images scoring higher, plus the equal ones of smaller index."""
-    out = torch.empty(len(items), dtype=torch.int64, device=row.device)
-    index = torch.arange(row.shape[0], device=row.device)
-    for s in range(0, len(items), block):
-        it = items[s:s + block]
-        v = row[it][:, None]
-        higher = (row[None, :] > v).sum(1)
-        tied_before = ((row[None, :] == v) & (index[None, :] < it[:, None])).sum(1)
-        out[s:s + block] = higher + tied_before
-    return out
+    (ties by index): the images scoring higher, plus the equal ones of smaller index.
+
+    One pass over the row, without sorting it: each score is placed among the sorted scores
+    of the items (``bucketize``, log(items) comparisons); an item's count of higher scores is
+    the count placed above its own, and only an item whose score other images share is
+    compared with the whole row for the index tie-break."""
+    v = row[items]
+    bounds = torch.sort(v).values
+    m = len(bounds)
+
+    def at_least(placed: torch.Tensor) -> torch.Tensor:  # [j] = #{x: placed(x) >= j}
+        return torch.bincount(placed, minlength=m + 1).flip(0).cumsum(0).flip(0)
+
+    below = at_least(torch.bucketize(row, bounds, right=False))  # placed = #{bounds < x}
+    at_or_below = at_least(torch.bucketize(row, bounds, right=True))  # placed = #{bounds <= x}
+    own = torch.searchsorted(bounds, v, right=True)  # #{bounds <= v}: x > v iff #{bounds < x} >= own
+    higher = below[own]
+    equal = at_or_below[own] - higher  # images scoring exactly v, the item included
+    for i in torch.nonzero(equal > 1).flatten().tolist():
+        higher[i] += int(((row == v[i]) & (torch.arange(len(row), device=row.device) < items[i])).sum())
+    return higher
 
 
 def labelled_ranks(bank: Bank, queries, labelled: Sequence[np.ndarray], chunk: int = 16) -> list[dict[int, int]]:

@@ -252,7 +252,7 @@ def run_copy_detection(dino: Path, data: Path, ckpt: Path) -> dict:
     extractions = [{"files": f, **({"features": x.tolist()} if not f[0].startswith("whitening/") else {})}
                    for f, x in feats]
     return {"imsize": COPY_IMSIZE, "blocks": blocks, "extractions": extractions,
-            "order": "query blocks (19), originals, distractors, whitening: the script's order; its "
+            "order": "query blocks (20), originals, distractors, whitening: the script's order; its "
                      "distractor and whitening lists are os.listdir's order, recorded in 'files'"}
 
 
