@@ -93,6 +93,17 @@ def test_streamed_ranks_and_top_k_equal_a_full_sort():
     assert ranks_of(row, torch.tensor([0, 1, 2, 3])).tolist() == [1, 0, 2, 3]
 
 
+def test_ranks_with_many_ties_equal_a_stable_sort():
+    g = torch.Generator().manual_seed(1)
+    for n, levels in ((1, 3), (50, 4), (2000, 7), (2000, 10**6)):
+        row = torch.randint(0, levels, (n,), generator=g).float()
+        items = torch.randperm(n, generator=g)[:37]
+        order = torch.sort(row, descending=True, stable=True).indices
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(n)
+        assert torch.equal(ranks_of(row, items), rank[items])
+
+
 def test_half_bank_streams_in_blocks_on_the_cpu():
     x = np.random.default_rng(0).standard_normal((300, 8)).astype(np.float32)
     b = Bank.build(x, "float16")
