@@ -23,6 +23,7 @@ import torch
 from PIL import Image
 
 from harness.config import fingerprint
+from harness.errors import DataError
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, TF, interpolation_mode
 
 MULTISCALES = (1.0, 1 / math.sqrt(2), 0.5)  # utils.multi_scale: [1, 1/2**(1/2), 1/2]
@@ -49,8 +50,8 @@ class ThumbnailScale:
         p = self.patch_size
         h, w = x.shape[-2] // p * p, x.shape[-1] // p * p
         if h == 0 or w == 0:
-            raise ValueError(f"an image of {img.width}x{img.height} at scale {self.scale:.3f} is smaller "
-                             f"than one {p}x{p} patch")
+            raise DataError(f"an image of {img.width}x{img.height} at scale {self.scale:.3f} is smaller "
+                            f"than one {p}x{p} patch; raise imsize or leave out multiscale")
         return x[:, :h, :w].contiguous()
 
     def fingerprint(self) -> str:
