@@ -1,6 +1,6 @@
 """Parity fixtures for image_retrieval and copy_detection, from the official code run unmodified.
 
-    python scripts/reference/retrieval_reference.py --dino /work/official/dino \
+    python -m scripts.reference.retrieval_reference --dino /work/official/dino \
         --revisitop /work/official/revisitop [--out tests/fixtures/retrieval]
 
 Writes into ``--out``:
@@ -52,6 +52,13 @@ MODEL = {"arch": "vit_cpu_tiny", "seed": 0, "img_size": 64, "patch_size": 8, "em
          "num_heads": 2}
 RETRIEVAL_IMSIZE = 40
 COPY_IMSIZE = 64
+
+
+def official_on_path(path: Path) -> None:
+    """Put an official checkout (kept outside this repository) first on the import path: the
+    one sys.path edit of this generator (tests/test_import_path.py)."""
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
 
 def blob_sha1(path: Path) -> str:
@@ -111,7 +118,7 @@ def numpy_shims() -> None:
 
 def run_compute_map(revisitop: Path) -> dict:
     numpy_shims()
-    sys.path.insert(0, str(revisitop / "python"))
+    official_on_path(revisitop / "python")
     from evaluate import compute_map  # revisitop/python/evaluate.py
 
     cases = []
@@ -125,14 +132,13 @@ def run_compute_map(revisitop: Path) -> dict:
             out[name] = {"map": float(m), "aps": nan_list(aps)}
         cases.append({"ranks": ranks.tolist(),
                       "gnd": [{k: v.tolist() for k, v in g.items()} for g in gnd], "official": out})
-    sys.path.remove(str(revisitop / "python"))
     return {"cases": cases}
 
 
 # ----------------------------------------------------------------------------- the DINO scripts
 def prepare_dino(dino: Path, work: Path) -> Path:
     """Import DINO's modules, patch the surroundings (module docstring) and write the weights."""
-    sys.path.insert(0, str(dino))
+    official_on_path(dino)
     import torch.distributed as dist
     from PIL import Image
 
@@ -178,7 +184,7 @@ def run_image_retrieval(dino: Path, revisitop: Path, data: Path, ckpt: Path) -> 
     import eval_knn
     import utils
 
-    sys.path.insert(0, str(revisitop / "python"))
+    official_on_path(revisitop / "python")
     from evaluate import compute_map as revisitop_compute_map
 
     runs = {}
@@ -204,7 +210,6 @@ def run_image_retrieval(dino: Path, revisitop: Path, data: Path, ckpt: Path) -> 
             "hard": {"map": float(maps[1][2][0]), "aps": nan_list(maps[1][2][1])},
             "easy": {"map": float(m_e), "aps": nan_list(aps_e),
                      "note": "revisitop compute_map on the script's ranks (the script prints M and H only)"}}
-    sys.path.remove(str(revisitop / "python"))
     return {"imsize": RETRIEVAL_IMSIZE, "runs": runs}
 
 
@@ -261,7 +266,7 @@ def provenance(args, official_files: dict[str, Path], what: str) -> dict:
     return {"what": what, "commits": COMMITS,
             "repositories": {k: f"https://github.com/{k}" for k in COMMITS},
             "official_files": {k: blob_sha1(p) for k, p in official_files.items()},
-            "command": "python scripts/reference/retrieval_reference.py --dino DINO_CHECKOUT "
+            "command": "python -m scripts.reference.retrieval_reference --dino DINO_CHECKOUT "
                        "--revisitop REVISITOP_CHECKOUT",
             "generator": "scripts/reference/retrieval_reference.py", "model": MODEL,
             "environment": {"python": platform.python_version(), "torch": torch.__version__,
@@ -281,7 +286,6 @@ def main(argv=None) -> None:
         if ROOT in p.resolve().parents:
             ap.error(f"{p}: keep official checkouts outside this repository")
     torch.set_num_threads(args.threads)
-    sys.path.insert(0, str(ROOT))
     out = args.out
     data = out / "data"
     write_data(data)
