@@ -19,6 +19,7 @@ from harness.cli import main
 from harness.errors import ConfigError, DataError
 from harness.models.handle import ModelHandle
 from harness.per_image import decode_array
+from harness.results.bootstrap import record_intervals
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,9 @@ def test_image_retrieval_on_synthscenes(synth, model, isolated_home):
     values = decode_array(r.per_image["values"])
     assert values.shape == (r.params["n_queries"], 3)
     assert np.allclose(100.0 * values.mean(axis=0), [r.metrics[m] for m in r.per_image["metrics"]])
+    bands = record_intervals("synth", r.per_image, list(r.metrics))  # every cell gets its 95% interval
+    assert set(bands) == set(r.metrics)
+    assert all(bands[m].low <= r.metrics[m] + 1e-9 and r.metrics[m] <= bands[m].high + 1e-9 for m in bands)
     # the half-precision bank ranks these queries as the float32 one does: the same scores
     (h,) = ImageRetrieval.from_preset("synth", {"progress": False, "bank_dtype": "float16"}).run(model, synth)
     assert h.metrics == r.metrics
@@ -71,6 +75,7 @@ def test_copy_detection_on_synthscenes(synth, model, isolated_home):
     assert 0.0 <= r.metrics["mAP_strong"] <= 100.0
     assert r.params["mAP_per_block"]["original"] == pytest.approx(100.0)  # an original finds itself
     assert decode_array(r.per_image["values"]).shape == (10, 1)  # 5 originals x 2 strong copies
+    assert set(record_intervals("synth", r.per_image, ["mAP_strong"])) == {"mAP_strong"}
     (h,) = CopyDetection.from_preset("synth", {"progress": False, "bank_dtype": "float16"}).run(model, synth)
     assert h.metrics == r.metrics
 
