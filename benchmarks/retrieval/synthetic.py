@@ -1,0 +1,186 @@
+"""SynthScenes for the retrieval protocols, in the official layouts their readers read:
+
+- ``roxford5k/`` (revisitop's layout: ``jpg/`` + ``gnd_roxford5k.pkl``): "landmarks" are
+  SynthScenes scenes on a large canvas; each is photographed again through other windows
+  (viewpoint = offset, scale = window size, crop) and the database holds, per query, easy
+  views (most of the query's box, mild zoom), hard views (a zoomed, shifted part, darker),
+  junk views (a sliver at the canvas edge) and views of landmarks nobody queries;
+- ``copydays/`` (DINO's Copydays layout): originals, strong copies (crop, rotation, blur,
+  overlay, low JPEG quality), the 9 JPEG qualities and the 9 crop sizes; ``distractors/``
+  and ``whitening/`` are other scenes.
+
+numpy / PIL only, every draw seeded; idempotent (meta.json), written in a temp folder renamed
+into place.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageFilter
+
+from harness.data.synthetic import draw_scene
+from harness.errors import ConfigError, DataError
+
+VERSION = 1
+JPEG_QUALITY = 95
+JPEG_QUALITIES = (3, 5, 8, 10, 15, 20, 30, 50, 75)
+CROPS = (10, 15, 20, 30, 40, 50, 60, 70, 80)
+
+
+@dataclass(frozen=True)
+class Preset:
+    landmarks: int        # queried landmarks (one query each)
+    easy: int             # views per landmark
+    hard: int
+    junk: int
+    others: int           # database views of landmarks nobody queries
+    originals: int        # Copydays originals
+    strong: int           # strong copies per original
+    distractors: int
+    whitening: int
+    canvas: int = 160     # a landmark's canvas
+    view: tuple = (80, 60)  # photographs are view[0] x view[1] (width, height)
+
+
+PRESETS = {"tiny": Preset(4, 2, 2, 1, 8, 5, 2, 8, 48),
+           "small": Preset(12, 3, 3, 2, 40, 12, 2, 40, 160)}
+
+
+def _rng(seed: int, *parts: int) -> np.random.Generator:
+    return np.random.default_rng([seed, 48, *parts])
+
+
+def _canvas(seed: int, index: int, size: int) -> Image.Image:
+    return Image.fromarray(draw_scene(seed + 4801, "val", index, size, max_objects=4).image)
+
+
+def _photo(canvas: Image.Image, box, view, dim: float = 1.0) -> Image.Image:
+    img = canvas.crop(tuple(int(round(v)) for v in box)).resize(view, Image.BILINEAR)
+    if dim != 1.0:
+        img = Image.fromarray(np.clip(np.asarray(img, np.float32) * dim, 0, 255).astype(np.uint8))
+    return img
+
+
+def _window(rng, size: int, frac: float, centre, jitter: float):
+    w = size * frac
+    h = w * 0.75
+    cx = np.clip(centre[0] + rng.uniform(-jitter, jitter) * size, w / 2, size - w / 2)
+    cy = np.clip(centre[1] + rng.uniform(-jitter, jitter) * size, h / 2, size - h / 2)
+    return (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+
+
+def _save(img: Image.Image, path: Path, quality: int = JPEG_QUALITY) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    img.convert("RGB").save(path, "JPEG", quality=quality, subsampling=0)
+
+
+def write_revisited(root: Path, p: Preset, seed: int) -> None:
+    """``root/roxford5k``: queries (with their bbx), database views and gnd_roxford5k.pkl."""
+    out = root / "roxford5k"
+    imlist, qimlist, gnd = [], [], []
+    c = p.canvas
+    for q in range(p.landmarks):
+        rng, canvas = _rng(seed, 1, q), _canvas(seed, q, c)
+        centre = (c / 2, c / 2)
+        qname = f"query_{q:03d}"
+        _save(_photo(canvas, _window(rng, c, 0.8, centre, 0.03), p.view), out / "jpg" / f"{qname}.jpg")
+        qimlist.append(qname)
+        entry = {"bbx": [p.view[0] * 0.15, p.view[1] * 0.15, p.view[0] * 0.85, p.view[1] * 0.85],
+                 "easy": [], "hard": [], "junk": []}
+        kinds = [("easy", 0.75, 0.05, 1.0)] * p.easy + [("hard", 0.4, 0.15, 0.7)] * p.hard
+        for k, (kind, frac, jitter, dim) in enumerate(kinds + [("junk", 0.25, 0.0, 1.0)] * p.junk):
+            name = f"db_{q:03d}_{k:02d}"
+            edge = (c * 0.15, c * 0.15) if kind == "junk" else centre
+            _save(_photo(canvas, _window(rng, c, frac, edge, jitter), p.view, dim), out / "jpg" / f"{name}.jpg")
+            entry[kind].append(len(imlist))
+            imlist.append(name)
+        gnd.append({k: (np.array(v, dtype=np.int64) if k != "bbx" else v) for k, v in entry.items()})
+    for o in range(p.others):
+        rng = _rng(seed, 2, o)
+        canvas = _canvas(seed, 10_000 + o, c)
+        name = f"db_other_{o:03d}"
+        _save(_photo(canvas, _window(rng, c, 0.6, (c / 2, c / 2), 0.1), p.view), out / "jpg" / f"{name}.jpg")
+        imlist.append(name)
+    with open(out / "gnd_roxford5k.pkl", "wb") as f:
+        pickle.dump({"imlist": imlist, "qimlist": qimlist, "gnd": gnd}, f)
+
+
+def _strong(img: Image.Image, rng) -> Image.Image:
+    """Copydays' strong attacks, drawn: crop, rotation, blur, an overlay, low JPEG quality."""
+    w, h = img.size
+    f = rng.uniform(0.6, 0.85)
+    x0, y0 = rng.uniform(0, (1 - f) * w), rng.uniform(0, (1 - f) * h)
+    img = img.crop((int(x0), int(y0), int(x0 + f * w), int(y0 + f * h))).resize((w, h), Image.BILINEAR)
+    img = img.rotate(float(rng.uniform(-20, 20)), resample=Image.BILINEAR)
+    img = img.filter(ImageFilter.GaussianBlur(float(rng.uniform(0.5, 1.5))))
+    a = np.asarray(img).copy()
+    ox, oy = int(rng.integers(0, w // 2)), int(rng.integers(0, h // 2))
+    a[oy:oy + h // 4, ox:ox + w // 3] = rng.integers(0, 256, 3)
+    return Image.fromarray(a)
+
+
+def _crop_area(img: Image.Image, removed: int) -> Image.Image:
+    """Copydays crops/<c>: c% of the surface removed, the centre kept."""
+    w, h = img.size
+    s = np.sqrt(1 - removed / 100.0)
+    cw, ch = max(1, int(round(w * s))), max(1, int(round(h * s)))
+    return img.crop(((w - cw) // 2, (h - ch) // 2, (w - cw) // 2 + cw, (h - ch) // 2 + ch))
+
+
+def write_copydays(root: Path, p: Preset, seed: int) -> None:
+    """``root/copydays`` in DINO's layout, ``root/distractors`` and ``root/whitening``."""
+    out, size = root / "copydays", p.view
+    for i in range(p.originals):
+        stem = f"{1000 + i}"
+        img = _canvas(seed, 20_000 + i, p.canvas).resize(size, Image.BILINEAR)
+        _save(img, out / "original" / f"{stem}00.jpg")
+        for k in range(p.strong):
+            _save(_strong(img, _rng(seed, 3, i, k)), out / "strong" / f"{stem}{k + 1:02d}.jpg",
+                  quality=int(_rng(seed, 4, i, k).integers(30, 75)))
+        for q in JPEG_QUALITIES:
+            _save(img, out / "jpegqual" / str(q) / f"{stem}00.jpg", quality=q)
+        for c in CROPS:
+            _save(_crop_area(img, c), out / "crops" / str(c) / f"{stem}00.jpg")
+    for folder, n, part in (("distractors", p.distractors, 30_000), ("whitening", p.whitening, 40_000)):
+        for j in range(n):
+            img = _canvas(seed, part + j, p.canvas).resize(size, Image.BILINEAR)
+            _save(img, root / folder / f"{folder}_{j:05d}.jpg")
+
+
+def _meta(preset: str, seed: int) -> dict:
+    return {"generator": "synthscenes-retrieval", "version": VERSION, "preset": preset, "seed": seed,
+            "settings": asdict(PRESETS[preset])}
+
+
+def generate(out_dir, preset: str = "small", seed: int = 0, progress: bool = True) -> Path:
+    """Write the retrieval SynthScenes ``preset`` under ``out_dir`` (roxford5k/, copydays/,
+    distractors/, whitening/, meta.json) and return it; a no-op when already there."""
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown retrieval SynthScenes preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    out_dir = Path(out_dir).expanduser().resolve()
+    meta_path = out_dir / "meta.json"
+    if meta_path.is_file():
+        if json.loads(meta_path.read_text()) == json.loads(json.dumps(_meta(preset, seed))):
+            return out_dir
+        raise DataError(f"{out_dir} holds another data set (see its meta.json); delete it or choose another folder")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise DataError(f"{out_dir} exists, is not empty and has no meta.json; choose an empty or new folder")
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+        write_revisited(tmp, PRESETS[preset], seed)
+        write_copydays(tmp, PRESETS[preset], seed)
+        (tmp / "meta.json").write_text(json.dumps(_meta(preset, seed), indent=1))
+        if out_dir.exists():
+            out_dir.rmdir()
+        os.rename(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
