@@ -20,7 +20,7 @@ REPORTED = ("RMSE", "AbsRel", "log_RMSE", "delta1", "delta2", "delta3")
 def image_metrics(gt: torch.Tensor, pred: torch.Tensor, valid: torch.Tensor) -> dict[str, float]:
     """Every metric of one image on its valid pixels with gt > 0 (NaN where none is valid)."""
     valid = valid & (gt > 0)
-    gt, pred = gt[valid].double(), pred[valid].double()
+    gt, pred = gt[valid], pred[valid]  # in the inputs' dtype (float32), as metrics.py
     if gt.numel() == 0:
         return {name: float("nan") for name in OFFICIAL_NAMES}
     ratio = torch.maximum(gt / pred, pred / gt)
@@ -28,8 +28,8 @@ def image_metrics(gt: torch.Tensor, pred: torch.Tensor, valid: torch.Tensor) -> 
     log_err = torch.log(gt) - torch.log(pred)
     silog = torch.sqrt(torch.mean(log_err ** 2) - torch.mean(log_err) ** 2) * 100
     out = {
-        "delta1": (ratio < 1.25).double().mean(), "delta2": (ratio < 1.25 ** 2).double().mean(),
-        "delta3": (ratio < 1.25 ** 3).double().mean(),
+        "delta1": (ratio < 1.25).float().mean(), "delta2": (ratio < 1.25 ** 2).float().mean(),
+        "delta3": (ratio < 1.25 ** 3).float().mean(),
         "MAE": err.abs().mean(), "AbsRel": (err.abs() / gt).mean(), "SqRel": (err ** 2 / gt).mean(),
         "RMSE": torch.sqrt((err ** 2).mean()), "log_RMSE": torch.sqrt((log_err ** 2).mean()),
         # metrics.py: a NaN silog (a negative variance by rounding) reads 0
