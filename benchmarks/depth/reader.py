@@ -4,8 +4,9 @@ sample ``<rgb relpath> <depth relpath> <focal>`` (leading "/" stripped, lines so
 16-bit PNG in millimetres (config.py normalization_constant 1000). DINOv3's VAL and TEST splits
 both read nyu_test.txt (the 654 Eigen test images).
 
-Depth is returned in metres; a map whose values lie far outside the expected range (centimetres
-read as metres or as millimetres) is a DataError naming the file.
+Depth is returned in metres; maps whose values lie far outside the expected range (centimetres
+read as metres, each map; centimetres read as millimetres, the first three maps) are a
+DataError naming the files.
 """
 from __future__ import annotations
 
@@ -23,21 +24,24 @@ SPLIT_FILES = {"train": "nyu_train.txt", "val": "nyu_test.txt", "test": "nyu_tes
 
 
 def check_depth_units(depth_m: np.ndarray, path, max_depth: float, scale: float) -> None:
-    """A depth map in the wrong unit shows in its range: NYU rooms reach several metres, so a
-    99th percentile above 3 x max_depth is centimetres (or millimetres) read as metres, one below
-    max_depth / 25 centimetres read as millimetres."""
+    """A depth map in centimetres where metres are expected shows in its range: a 99th
+    percentile above 3 x max_depth (30 m for NYU's 10 m) is no indoor room."""
     valid = depth_m[depth_m > 0]
-    if valid.size == 0:
-        return
-    p99 = float(np.percentile(valid, 99))
-    if p99 > 3 * max_depth:
+    if valid.size and (p99 := float(np.percentile(valid, 99))) > 3 * max_depth:
         raise DataError(f"depth map {path} reads {p99:.3g} m at its 99th percentile, beyond 3 x the "
                         f"{max_depth:g} m range: it looks like centimetres where metres are expected "
                         f"(the PNG must hold millimetres, read with depth_scale {scale:g})")
-    if p99 < max_depth / 25:
-        raise DataError(f"depth map {path} reads only {p99:.3g} m at its 99th percentile (range "
-                        f"{max_depth:g} m): it looks like centimetres where millimetres are expected "
-                        f"(the PNG must hold millimetres, read with depth_scale {scale:g})")
+
+
+def check_scale_of_set(maps: list[np.ndarray], paths, max_depth: float, scale: float) -> None:
+    """Centimetres read as millimetres make a whole set ten times too shallow: refused when the
+    deepest 99th percentile of the first maps stays under max_depth / 10 (1 m for NYU, whose
+    rooms reach several metres). One close-up alone does not trip it."""
+    p99 = [float(np.percentile(m[m > 0], 99)) for m in maps if (m > 0).any()]
+    if p99 and max(p99) < max_depth / 10:
+        raise DataError(f"depth maps {paths[0]} .. {paths[len(maps) - 1]} reach only {max(p99):.3g} m: they look "
+                        f"like centimetres where millimetres are expected (NYU's PNGs hold millimetres, read "
+                        f"with depth_scale {scale:g}); convert them or set depth_scale")
 
 
 @register_dataset("nyu")
@@ -49,7 +53,7 @@ class NYUDepth:
     thread_safe = True
 
     def __init__(self, root: str | Path, split: str = "train", depth_scale: float = 1000.0,
-                 max_depth: float = 10.0, check_units: int = 2):
+                 max_depth: float = 10.0, check_units: int = 3):
         if split not in SPLIT_FILES:
             raise DataError(f"NYU split {split!r} is unknown; choose one of {', '.join(SPLIT_FILES)}")
         self.root, self.split = Path(root), split
@@ -72,8 +76,8 @@ class NYUDepth:
         for p in self.image_paths[:1] + self.depth_paths[:1]:
             if not p.is_file():
                 raise DataError(f"NYU file {p} (listed in {split_file}) does not exist; the data set is incomplete")
-        for i in range(min(check_units, len(self))):
-            self.load_depth(i)
+        first = [self.load_depth(i) for i in range(min(check_units, len(self)))]
+        check_scale_of_set(first, self.depth_paths, self.max_depth, self.depth_scale)
 
     def __len__(self) -> int:
         return len(self.image_paths)
