@@ -31,7 +31,7 @@ def nyu_crop_box(h: int, w: int, box=(43, 45, 608, 472), ref=(480, 640)) -> tupl
 
 def to_tensor(rgb: np.ndarray) -> torch.Tensor:
     """(H, W, 3) uint8 -> (3, H, W) float in [0, 1] (torchvision ToTensor)."""
-    return torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1).float().div(255.0)
+    return torch.from_numpy(np.array(rgb, dtype=np.uint8)).permute(2, 0, 1).float().div(255.0)
 
 
 def normalize(img: torch.Tensor, mean=IMAGENET_MEAN, std=IMAGENET_STD) -> torch.Tensor:
