@@ -125,3 +125,18 @@ def test_cli_bad_layout_one_error_line_exit_2_no_record(depth_tiny, isolated_hom
     assert rc == 2 and len(err) == 1 and err[0].startswith("error:") and "nyu_test.txt" in err[0]
     runs = isolated_home / "results" / "runs"
     assert not runs.exists() or not any(runs.iterdir())
+
+
+@pytest.mark.slow
+def test_synth_dino_beats_random_init_on_synthscenes_small(tmp_path_factory):
+    """The shipped SynthScenes checkpoint against the random-init tiny ViT, preset synth on
+    SynthScenes small (about 40 s each on one core); measured margins: docs/protocols/depth.md."""
+    from harness.models.sources import build_model
+
+    root = generate(tmp_path_factory.mktemp("depth") / "small", preset="small", seed=0, progress=False)
+    rmse = {}
+    for name, model in [("random", ModelHandle.random_init("vit_cpu_tiny", seed=0)),
+                        ("synth_dino", build_model("zoo:synth_dino"))]:
+        (res,) = DepthLinear.from_preset("synth", {"progress": False}).run(model, root)
+        rmse[name] = res.metrics["RMSE"]
+    assert rmse["synth_dino"] < rmse["random"], rmse
