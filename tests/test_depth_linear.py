@@ -48,9 +48,8 @@ def test_declaration_states_each_metric_direction():
 
 def test_synthscenes_depth_is_the_nearest_plane_and_reads_back_in_metres(depth_tiny):
     assert generate(depth_tiny, preset="tiny", seed=0) == depth_tiny  # idempotent
-    img, depth, f = render(np.random.default_rng([0, 0, 3]), 64, 80)
-    assert img.shape == (64, 80, 3) and np.isfinite(depth).all()
-    # the back wall is a plane: 1 / depth is affine in the pixel coordinates where it shows
+    img, depth, f = render(np.random.default_rng([0, 0, 3]), 60, 80)
+    assert img.shape == (60, 80, 3) and np.isfinite(depth).all()
     data = NYUDepth(depth_tiny, "train")
     assert len(data) == 32 and len(NYUDepth(depth_tiny, "test")) == 12
     stored = data.load_depth(3)
@@ -96,6 +95,17 @@ def _copy(depth_tiny, tmp_path) -> Path:
     root = tmp_path / "nyu"
     shutil.copytree(depth_tiny, root)
     return root
+
+
+def test_frames_without_an_eigen_mask_are_refused(depth_tiny, tmp_path):
+    root = _copy(depth_tiny, tmp_path)
+    for png in sorted(root.glob("test/*/sync_depth_*.png")):  # evaluation frames cropped already
+        Image.open(png).crop((2, 2, 78, 58)).save(png)
+    model = ModelHandle.random_init("vit_cpu_tiny")
+    with pytest.raises(DataError, match="no Eigen mask for 56x76"):
+        DepthLinear.from_preset("synth", QUICK).run(model, root)
+    (res,) = DepthLinear.from_preset("synth", {**QUICK, "total_iters": 3, "eval_mask": "full"}).run(model, root)
+    assert np.isfinite(res.metrics["RMSE"])
 
 
 def test_depth_in_centimetres_is_refused(depth_tiny, tmp_path):

@@ -27,7 +27,7 @@ from benchmarks.depth.head import LinearDepthHead, SILogLoss, logits_to_depth, s
 from benchmarks.depth.metrics import REPORTED, evaluate_prediction
 from benchmarks.depth.transforms import TrainAugment, center_pad, normalize, nyu_crop_box, to_tensor
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
-from harness.errors import ConfigError, NotApplicable
+from harness.errors import ConfigError, DataError, NotApplicable
 from harness.per_image import means_block
 from harness.presets import load_presets
 from harness.protocol import Protocol, ProtocolResult
@@ -133,6 +133,12 @@ class _EvalImages(Dataset):
         return img, torch.from_numpy(self.data.load_depth(i))[None]
 
 
+def eigen_frame(h: int, w: int) -> bool:
+    """Whether an h x w map is NYU's 480x640 frame scaled uniformly (to the pixel), the frame the
+    Eigen crop's coordinates (datasets_utils.py make_valid_mask) are given on."""
+    return abs(h * 640 - w * 480) < 640  # |h - 0.75 w| < 1 pixel
+
+
 def _first(batch):
     return batch[0]
 
@@ -177,6 +183,10 @@ class DepthLinear(Protocol):
             raise ConfigError(f"depth_linear: random_crop {h}x{w} is larger than the training images "
                               f"({hh}x{ww} after the {cfg.fixed_crop} crop); set random_crop (--set random_crop=[..])")
         vh, vw = val.load_depth(0).shape
+        if cfg.eval_mask == "nyu_eigen" and not eigen_frame(vh, vw):
+            raise DataError(f"depth_linear: no Eigen mask for {vh}x{vw} evaluation frames: the Eigen crop is "
+                            f"defined on NYU's full 480x640 frame (or a uniform scaling of it); these look "
+                            f"cropped or resized already. Give the full frames, or set eval_mask full")
         if cfg.pad_to_patch == "none" and (vh % stride or vw % stride):
             raise ConfigError(f"depth_linear: evaluation images {vh}x{vw} are not a multiple of the stride "
                               f"{stride} and pad_to_patch is 'none'; use pad_to_patch 'center' (DINOv3's)")

@@ -22,7 +22,7 @@ from PIL import Image
 
 from harness.errors import ConfigError, DataError
 
-VERSION = 1
+VERSION = 2
 GENERATOR = "synthscenes-depth"
 
 
@@ -30,7 +30,7 @@ GENERATOR = "synthscenes-depth"
 class Preset:
     n_train: int
     n_test: int
-    height: int = 64
+    height: int = 60   # NYU's 480x640 frame / 8: the Eigen crop and NYU crop scale onto it
     width: int = 80
 
 
