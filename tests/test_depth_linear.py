@@ -150,3 +150,15 @@ def test_synth_dino_beats_random_init_on_synthscenes_small(tmp_path_factory):
         (res,) = DepthLinear.from_preset("synth", {"progress": False}).run(model, root)
         rmse[name] = res.metrics["RMSE"]
     assert rmse["synth_dino"] < rmse["random"], rmse
+
+
+def test_a_record_through_the_runner_keeps_per_image_means(depth_tiny, isolated_home):
+    from harness.running.evaluate import evaluate
+
+    model = ModelHandle.random_init("vit_cpu_tiny", seed=0)
+    proto = DepthLinear.from_preset("synth", {**QUICK, "total_iters": 3})
+    (rec,), skipped = evaluate(model, proto, depth_tiny, preset="synth")
+    assert not skipped and rec["metrics"]["RMSE"] > 0
+    assert rec["per_image"]["kind"] == "means" and rec["per_image"]["metrics"][0] == "RMSE"
+    (again,), skipped = evaluate(model, proto, depth_tiny, preset="synth")
+    assert skipped and again["metrics"] == rec["metrics"]
