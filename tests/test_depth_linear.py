@@ -46,7 +46,7 @@ def test_declaration_states_each_metric_direction():
     assert decl.datasets == {"nyu": "benchmarks.depth.reader"}
 
 
-def test_synthscenes_depth_is_the_nearest_plane_and_reads_back_in_metres(depth_tiny):
+def test_synthscenes_depth_round_trips_through_the_nyu_layout_in_metres(depth_tiny):
     assert generate(depth_tiny, preset="tiny", seed=0) == depth_tiny  # idempotent
     img, depth, f = render(np.random.default_rng([0, 0, 3]), 60, 80)
     assert img.shape == (60, 80, 3) and np.isfinite(depth).all()
