@@ -1,0 +1,15 @@
+"""What 'lost' reports, as data (harness.declaration): read by the registry and every table
+without importing the protocol."""
+from harness.declaration import ProtocolDeclaration
+from harness.metrics import Metric
+
+DECLARATIONS = (
+    ProtocolDeclaration(
+        name="lost", module="benchmarks.discovery.protocol",
+        metrics=(Metric("corloc", unit="%", direction="higher", per_image="hits", label="CorLoc"),),
+        headline="corloc",
+        datasets={"voc07": "benchmarks.discovery.reader", "voc12": "benchmarks.discovery.reader",
+                  "coco20k": "benchmarks.discovery.reader"},
+        synthetic="benchmarks.discovery.synthetic",
+        summary="unsupervised object discovery with LOST (last-block keys, seed expansion), CorLoc"),
+)
