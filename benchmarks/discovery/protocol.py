@@ -34,10 +34,14 @@ from harness.registry import DATASETS, register_protocol
 from harness.runtime.device import module_device
 
 
+# the README's commands: `--dataset VOC07 --set trainval`, `VOC12 --set trainval`, `COCO20k --set train`
+DEFAULT_SPLITS = {"voc07": "trainval", "voc12": "trainval", "coco20k": "train"}
+
+
 @dataclass
 class Config:
     dataset: str = "voc07"              # voc07 | voc12 | coco20k (or another box reader)
-    split: str = "trainval"             # LOST: VOC trainval, COCO20k train
+    split: str | None = None            # None: LOST's (DEFAULT_SPLITS: VOC trainval, COCO20k train)
     preset: str | None = None
     which_features: Literal["k", "q", "v"] = "k"  # main_lost.py --which_features
     k_patches: int = 100                # main_lost.py --k_patches
@@ -79,18 +83,22 @@ class LOST(Protocol):
     NOT_IN_FINGERPRINT = ("threads", "progress")
     CONFORMANCE_RUN = ("synth", {"progress": False}, ".")
 
+    @property
+    def split(self) -> str:
+        return self.cfg.split or DEFAULT_SPLITS.get(self.cfg.dataset, "trainval")
+
     def reader(self, data_root: Path):
-        cfg = self.cfg
+        cfg, split = self.cfg, self.split
         cls = DATASETS.get(cfg.dataset)
         if cfg.no_hard and not issubclass(cls, VOCBoxes):
             raise ConfigError(f"no_hard applies to VOC's truncated/difficult flags; {cfg.dataset} has none")
         if cfg.coco20k_list and not issubclass(cls, COCO20k):
             raise ConfigError(f"coco20k_list is the COCO20k image list; dataset {cfg.dataset} does not read it")
         if issubclass(cls, VOCBoxes):
-            return cls(Path(data_root), cfg.split, no_hard=cfg.no_hard)
+            return cls(Path(data_root), split, no_hard=cfg.no_hard)
         if issubclass(cls, COCO20k):
-            return cls(Path(data_root), cfg.split, list_file=cfg.coco20k_list)
-        ds = cls(Path(data_root), cfg.split)
+            return cls(Path(data_root), split, list_file=cfg.coco20k_list)
+        ds = cls(Path(data_root), split)
         if not callable(getattr(ds, "boxes", None)):
             raise ConfigError(f"LOST needs ground-truth boxes: dataset {cfg.dataset!r} has no boxes(i); "
                               f"use voc07, voc12 or coco20k")
@@ -119,7 +127,7 @@ class LOST(Protocol):
         hits, preds, skipped = [], {}, 0
         t0 = time.perf_counter()
         with torch.no_grad(), intra_op_threads(cfg.threads or torch.get_num_threads()):
-            for i in tqdm(range(len(ds)), desc=f"lost {cfg.dataset}/{cfg.split}", disable=not cfg.progress):
+            for i in tqdm(range(len(ds)), desc=f"lost {cfg.dataset}/{self.split}", disable=not cfg.progress):
                 gt = ds.boxes(i)
                 if cfg.no_hard and not len(gt):  # main_lost.py: images with only hard objects are skipped
                     skipped += 1
@@ -129,12 +137,12 @@ class LOST(Protocol):
                 preds[str(ds.stems[i])] = [int(v) for v in found.box]
         seconds = time.perf_counter() - t0
         if not hits:
-            raise DataError(f"LOST evaluated no image of {cfg.dataset}/{cfg.split} (all skipped as hard)")
+            raise DataError(f"LOST evaluated no image of {cfg.dataset}/{self.split} (all skipped as hard)")
         flags = np.asarray(hits, dtype=bool)
         art = self.artifact_dir(model, Path(data_root))
         atomic_write_json(art / "preds.json", preds)
         return [ProtocolResult(
-            metrics={"corloc": 100.0 * float(flags.mean())}, dataset=cfg.dataset, split=cfg.split,
+            metrics={"corloc": 100.0 * float(flags.mean())}, dataset=cfg.dataset, split=self.split,
             params={"preset": cfg.preset, "n_images": int(flags.size), "n_found": int(flags.sum()),
                     "n_skipped_hard": skipped, "k_patches": cfg.k_patches, "features": cfg.which_features,
                     "run_fingerprint": self.fingerprint()},
