@@ -161,11 +161,12 @@ def test_bad_layouts_and_settings_are_data_or_config_errors(discovery_tiny, tmp_
         VOC07Boxes(tmp_path, "trainval")
     root = tmp_path / "copy"
     shutil.copytree(discovery_tiny, root)
-    bad = root / "VOC2007" / "Annotations" / "000003.xml"
-    bad.write_text(voc_xml("000003", 64, "x", (1, 2, 3, 4)).replace("<xmax>3</xmax>", "<xmax>3.5</xmax>"))
-    with pytest.raises(DataError, match="000003.xml.*xmax"):
+    stems = VOC07Boxes(root, "trainval").stems
+    bad = root / "VOC2007" / "Annotations" / f"{stems[3]}.xml"
+    bad.write_text(voc_xml(stems[3], 64, "x", (1, 2, 3, 4)).replace("<xmax>3</xmax>", "<xmax>3.5</xmax>"))
+    with pytest.raises(DataError, match=f"{stems[3]}.xml.*xmax"):
         VOC07Boxes(root, "trainval").boxes(3)
-    (root / "VOC2007" / "Annotations" / "000005.xml").unlink()
+    (root / "VOC2007" / "Annotations" / f"{stems[5]}.xml").unlink()
     with pytest.raises(DataError, match="missing"):
         VOC07Boxes(root, "trainval")
     with pytest.raises(DataError, match="split must be 'train'"):

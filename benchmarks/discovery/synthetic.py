@@ -7,7 +7,8 @@ reads, so the real reader is what gets exercised):
     <root>/VOC2007/Annotations/<id>.xml        one <object>, 1-based inclusive <bndbox>
     <root>/VOC2007/ImageSets/Main/trainval.txt
 
-The object is placed anywhere in the image (not centred) at a random size, so a box that
+One stuff texture fills the background; the object is placed anywhere in the image (not
+centred) at a random size, so a box that
 ignores the image (the whole frame, the centre) rarely reaches IoU 0.5. Drawing is
 harness.data.synthetic's ``draw_scene`` (its validation stream, one object); every image has its
 own RNG seeded by (seed, index).
@@ -26,7 +27,7 @@ from PIL import Image
 from harness.data.synthetic import draw_scene
 from harness.errors import ConfigError, DataError
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 JPEG_QUALITY = 95  # as SynthScenes writes its JPEGs (4:4:4 chroma)
 
 
@@ -44,12 +45,18 @@ PRESETS = {
 }
 
 
-def draw(seed: int, index: int, size: int):
-    """(image (S, S, 3) uint8, class name, box (x0, y0, x1, y1) of the visible pixels, max exclusive):
-    SynthScenes' validation scene ``index`` drawn with one object (diameter 1/4 to 5/8 of the side,
-    anywhere in the frame, on one or two stuff regions); never a pretraining image."""
-    d = draw_scene(seed, "val", index, size, max_objects=1)
-    return d.image, d.objects[0]["class"], tuple(d.objects[0]["bbox"])
+def scenes(seed: int, count: int, size: int):
+    """``count`` (scene index, image (S, S, 3) uint8, class name, box (x0, y0, x1, y1) of the visible
+    pixels, max exclusive): SynthScenes' validation scenes drawn with one object (diameter 1/4 to
+    5/8 of the side, anywhere in the frame), those on ONE stuff background, in index order; never a
+    pretraining image."""
+    index = 0
+    while count:
+        d = draw_scene(seed, "val", index, size, max_objects=1)
+        if len(d.background) == 1:
+            yield index, d.image, d.objects[0]["class"], tuple(d.objects[0]["bbox"])
+            count -= 1
+        index += 1
 
 
 def voc_xml(stem: str, size: int, name: str, box) -> str:
@@ -74,9 +81,8 @@ def _write(root: Path, preset: str, seed: int, progress: bool) -> None:
     for sub in ("JPEGImages", "Annotations", "ImageSets/Main"):
         (voc / sub).mkdir(parents=True, exist_ok=True)
     stems = []
-    for i in range(cfg.images):
-        stem = f"{i:06d}"
-        image, name, box = draw(seed, i, cfg.image_size)
+    for index, image, name, box in scenes(seed, cfg.images, cfg.image_size):
+        stem = f"{index:06d}"
         Image.fromarray(image).save(voc / "JPEGImages" / f"{stem}.jpg", "JPEG", quality=JPEG_QUALITY, subsampling=0)
         (voc / "Annotations" / f"{stem}.xml").write_text(voc_xml(stem, cfg.image_size, name, box))
         stems.append(stem)
