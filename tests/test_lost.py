@@ -1,5 +1,6 @@
-"""LOST (benchmarks/discovery): parity with valeoai/LOST on fixed features, the readers, the
-protocol end to end on the SynthScenes discovery set, and one clear error for bad inputs."""
+"""LOST and TokenCut (benchmarks/discovery): parity with valeoai/LOST and YangtaoWANG95/TokenCut on
+fixed features, the readers, both protocols end to end on the SynthScenes discovery set, and one
+clear error for bad inputs."""
 from __future__ import annotations
 
 import gzip
@@ -14,15 +15,18 @@ import torch
 
 from benchmarks.discovery.keys import last_block_features
 from benchmarks.discovery.lost import box_iou, corloc_hit, lost
-from benchmarks.discovery.protocol import LOST, PadToPatchMultiple
+from benchmarks.discovery.protocol import LOST, PadToPatchMultiple, TokenCut
+from benchmarks.discovery.tokencut import tokencut
 from benchmarks.discovery.reader import COCO20K_LIST, COCO20K_SHA256, COCO20k, VOC07Boxes, read_coco20k_list
 from benchmarks.discovery.synthetic import generate, voc_xml
 from harness.errors import ConfigError, DataError
 from harness.models.handle import ModelHandle
 
 FIXTURE = Path(__file__).parent / "fixtures" / "lost_parity.json"
-# tests/reference/gen_lost_parity.py wrote it; regenerate both together
+# tests/reference/gen_lost_parity.py and gen_tokencut_parity.py wrote them; regenerate with the sha256
 FIXTURE_SHA256 = "55435bc916b96b6c92d84e3a1af071ef369118e5f3b73a5452eaf59587526b22"
+TOKENCUT_FIXTURE = FIXTURE.parent / "tokencut_parity.json"
+TOKENCUT_SHA256 = "9219edeb1400541e45d99d735b08cdb327c01393eda87c61093ac8d5cb69c964"
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +53,23 @@ def test_seed_and_box_match_the_official_lost(parity):
                      case["k_patches"])
         where = f"{case['grid']} {case['kind']}"
         assert found.seed == case["seed"], where
-        assert found.degree.tolist() == case["degree"], where
+        assert found.scores.tolist() == case["degree"], where
         assert [int(v) for v in found.box] == case["box"], where
     assert any(len(set(c["degree"])) < len(c["degree"]) for c in parity["cases"])  # ties are exercised
+
+
+def test_tokencut_seed_box_and_eigenvector_match_the_official_ncut():
+    data = TOKENCUT_FIXTURE.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == TOKENCUT_SHA256, "tokencut_parity.json changed: update TOKENCUT_SHA256"
+    for case in json.loads(data)["cases"]:
+        feats = torch.tensor(case["features"], dtype=torch.float32)
+        for run in case["runs"]:
+            found = tokencut(feats, tuple(case["grid"]), (case["patch"], case["patch"]), tuple(case["image_hw"]),
+                             run["tau"], run["eps"], binary=not run["no_binary_graph"])
+            where = f"{case['grid']} {case['kind']} tau {run['tau']} binary {not run['no_binary_graph']}"
+            assert found.seed == run["seed"] and [int(v) for v in found.box] == run["box"], where
+            np.testing.assert_allclose(found.scores, run["eigenvector"], atol=1e-6, err_msg=where)
+            assert [corloc_hit(np.asarray(run["box"]), np.asarray(g)) for g in run["gt_boxes"]] == run["hits"]
 
 
 def test_iou_and_corloc_match_the_official_rule(parity):
@@ -138,6 +156,12 @@ def test_lost_on_synthscenes_tiny_end_to_end(discovery_tiny, tiny_vit, isolated_
     assert len(preds) == 24 and all(len(b) == 4 for b in preds.values())
 
 
+def test_tokencut_on_synthscenes_tiny_end_to_end(discovery_tiny, tiny_vit, isolated_home):
+    result = TokenCut.from_preset("synth", {"progress": False, "threads": 1}).run(tiny_vit, discovery_tiny)[0]
+    assert result.params["n_images"] == 24 and 0.0 <= result.metrics["corloc"] <= 100.0
+    assert result.per_image["images"] == 24
+
+
 def test_examples_show_boxes(discovery_tiny, tiny_vit):
     examples = LOST.from_preset("synth", {"progress": False}).examples(tiny_vit, discovery_tiny, count=2, seed=0)
     assert len(examples) == 2 and [p.label for p in examples[0].panels] == ["ground truth", "LOST"]
@@ -154,6 +178,8 @@ def test_a_model_without_keys_is_refused(discovery_tiny):
 
     with pytest.raises(ConfigError, match="LOST needs a ViT's keys"):
         LOST.from_preset("synth").run(ModelHandle("cnn", Conv()), discovery_tiny)
+    with pytest.raises(ConfigError, match="TokenCut needs a ViT's keys"):
+        TokenCut.from_preset("synth").run(ModelHandle("cnn", Conv()), discovery_tiny)
 
 
 def test_bad_layouts_and_settings_are_data_or_config_errors(discovery_tiny, tmp_path):

@@ -26,20 +26,20 @@ def _vit_of(backbone) -> nn.Module | None:
     return None
 
 
-def check_has_keys(backbone) -> None:
+def check_has_keys(backbone, method: str = "LOST") -> None:
     """ConfigError unless the backbone is a ViT whose last block has a fused qkv projection."""
     if _vit_of(backbone) is None:
-        raise ConfigError(f"LOST needs a ViT's keys (the last block's attn.qkv), and the model "
+        raise ConfigError(f"{method} needs a ViT's keys (the last block's attn.qkv), and the model "
                           f"{getattr(backbone, 'arch', type(backbone).__name__)!r} has none (a CNN or "
                           f"another architecture); evaluate a ViT")
 
 
-def last_block_features(backbone, x: torch.Tensor, which: str = "k") -> torch.Tensor:
+def last_block_features(backbone, x: torch.Tensor, which: str = "k", method: str = "LOST") -> torch.Tensor:
     """(B, h*w, D) keys (``which`` = "k"), queries or values of the patches of ``x`` at the last
     block, from one forward pass of the backbone's feature path."""
     vit = _vit_of(backbone)
     if vit is None:
-        check_has_keys(backbone)
+        check_has_keys(backbone, method)
     caught: dict[str, torch.Tensor] = {}
     handle = vit.blocks[-1].attn.qkv.register_forward_hook(
         lambda module, inputs, output: caught.__setitem__("qkv", output))
@@ -48,7 +48,7 @@ def last_block_features(backbone, x: torch.Tensor, which: str = "k") -> torch.Te
     finally:
         handle.remove()
     if "qkv" not in caught:
-        raise ConfigError("LOST needs a ViT's keys: the last block's attn.qkv was not called in the "
+        raise ConfigError(f"{method} needs a ViT's keys: the last block's attn.qkv was not called in the "
                           "forward pass (an attention computing q, k, v another way)")
     qkv = caught["qkv"]
     b, n, three_d = qkv.shape

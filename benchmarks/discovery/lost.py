@@ -29,13 +29,14 @@ CORLOC_IOU = 0.5
 
 @dataclass
 class Discovery:
-    """What LOST finds in one image: the box in image pixels (x0, y0, x1, y1), the box on the
-    patch grid (row0, col0, row1, col1, exclusive), the seed's flat patch index and the degrees."""
+    """What a discovery method finds in one image: the box in image pixels (x0, y0, x1, y1), the box
+    on the patch grid (row0, col0, row1, col1, exclusive), the seed's flat patch index and the
+    per-patch scores it chose the seed by (LOST: the degrees; TokenCut: the eigenvector)."""
 
     box: tuple[int, int, int, int] | tuple[float, float, float, float]
     grid_box: tuple[int, int, int, int]
     seed: int
-    degree: np.ndarray
+    scores: np.ndarray
 
 
 def patch_degrees(similarity: torch.Tensor) -> torch.Tensor:
@@ -62,7 +63,7 @@ def seed_expansion(similarity: torch.Tensor, order: torch.Tensor, k_patches: int
 
 def seed_component_box(m: np.ndarray, seed: int, grid: tuple[int, int]) -> tuple[int, int, int, int]:
     """(row0, col0, row1, col1), max exclusive: the box of the 4-connected component of
-    ``m > 0`` on the (rows, cols) grid that holds the seed."""
+    ``m > 0`` on the (rows, cols) grid that holds the seed (TokenCut's detect_box is the same)."""
     labeled, _ = scipy.ndimage.label(np.asarray(m).reshape(grid) > 0.0)
     cc = labeled[np.unravel_index(seed, grid)]
     if cc == 0:  # LOST raises too: the seed correlates positively with itself, so never for keys

@@ -1,4 +1,5 @@
-"""Unsupervised object discovery with LOST (Siméoni et al., BMVC 2021), reported as CorLoc.
+"""Unsupervised object discovery with LOST (Siméoni et al., BMVC 2021) and TokenCut (Wang et al.,
+CVPR 2022), reported as CorLoc.
 
 As valeoai/LOST's main_lost.py runs it (commit fcedbec): every image of the set at its full
 resolution (ToTensor, ImageNet normalisation, then zero-padded at the bottom and right to a
@@ -6,7 +7,8 @@ multiple of the patch size), one forward pass, the last block's keys of the patc
 ``blocks[-1].attn.qkv``), LOST's seed, seed expansion over the k = 100 lowest-degree patches and
 the box of the seed's connected component (benchmarks/discovery/lost.py). CorLoc is the percentage
 of images whose box has IoU >= 0.5 with any ground-truth box; each image's hit is kept for the
-bootstrap interval.
+bootstrap interval. TokenCut (protocol ``tokencut``) reads the same keys of the same input and
+cuts the patch graph instead (benchmarks/discovery/tokencut.py).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import torchvision.transforms.functional as TF
 from benchmarks.discovery.keys import check_has_keys, last_block_features
 from benchmarks.discovery.lost import box_iou, corloc_hit, lost
 from benchmarks.discovery.reader import COCO20k, VOCBoxes
+from benchmarks.discovery.tokencut import tokencut
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from harness.errors import ConfigError, DataError
 from harness.features.extract import intra_op_threads
@@ -39,22 +42,41 @@ DEFAULT_SPLITS = {"voc07": "trainval", "voc12": "trainval", "coco20k": "train"}
 
 
 @dataclass
-class Config:
+class DiscoveryConfig:
     dataset: str = "voc07"              # voc07 | voc12 | coco20k (or another box reader)
     split: str | None = None            # None: LOST's (DEFAULT_SPLITS: VOC trainval, COCO20k train)
     preset: str | None = None
-    which_features: Literal["k", "q", "v"] = "k"  # main_lost.py --which_features
-    k_patches: int = 100                # main_lost.py --k_patches
-    no_hard: bool = False               # main_lost.py --no_hard (VOC: drop truncated/difficult boxes)
+    which_features: Literal["k", "q", "v"] = "k"  # main_lost.py / main_tokencut.py --which_features
+    no_hard: bool = False               # --no_hard (VOC: drop truncated/difficult boxes)
     coco20k_list: str | None = None     # another COCO20k file list (default: LOST's, shipped)
     threads: int | None = None          # torch intra-op threads while running (None: torch's)
     progress: bool = True
 
     def __post_init__(self):
-        if self.k_patches < 1:
-            raise ValueError(f"k_patches must be >= 1, found {self.k_patches}")
         if self.which_features not in ("k", "q", "v"):
             raise ValueError(f"which_features must be k, q or v, found {self.which_features!r}")
+
+
+@dataclass
+class Config(DiscoveryConfig):
+    k_patches: int = 100                # main_lost.py --k_patches
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.k_patches < 1:
+            raise ValueError(f"k_patches must be >= 1, found {self.k_patches}")
+
+
+@dataclass
+class TokenCutConfig(DiscoveryConfig):
+    tau: float = 0.2                    # main_tokencut.py --tau
+    eps: float = 1e-5                   # main_tokencut.py --eps
+    binary_graph: bool = True           # False: main_tokencut.py --no-binary-graph (similarities as weights)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not -1.0 <= self.tau < 1.0 or self.eps <= 0:
+            raise ValueError(f"need -1 <= tau < 1 and eps > 0, found tau {self.tau}, eps {self.eps}")
 
 
 @dataclass(frozen=True)
@@ -75,11 +97,9 @@ class PadToPatchMultiple:
         return out
 
 
-@register_protocol("lost")
-class LOST(Protocol):
-    Config = Config
-    PRESETS = load_presets("lost", Path(__file__).parent / "presets")
-    DEFAULT_PRESET = "lost"
+class Discovery(Protocol):
+    """What LOST and TokenCut share: the readers, the padded input, the keys, CorLoc, the panels."""
+
     NOT_IN_FINGERPRINT = ("threads", "progress")
     CONFORMANCE_RUN = ("synth", {"progress": False}, ".")
 
@@ -100,9 +120,12 @@ class LOST(Protocol):
             return cls(Path(data_root), split, list_file=cfg.coco20k_list)
         ds = cls(Path(data_root), split)
         if not callable(getattr(ds, "boxes", None)):
-            raise ConfigError(f"LOST needs ground-truth boxes: dataset {cfg.dataset!r} has no boxes(i); "
+            raise ConfigError(f"{self.PANEL} needs ground-truth boxes: dataset {cfg.dataset!r} has no boxes(i); "
                               f"use voc07, voc12 or coco20k")
         return ds
+
+    def find(self, feats: torch.Tensor, grid: tuple[int, int], patch: int, image_hw: tuple[int, int]):
+        raise NotImplementedError
 
     def discover(self, model, image):
         """(Discovery, the transformed input) of one PIL image."""
@@ -110,12 +133,12 @@ class LOST(Protocol):
         patch = int(backbone.patch_size)
         x = PadToPatchMultiple(patch)(image)
         grid = (x.shape[-2] // patch, x.shape[-1] // patch)
-        feats = last_block_features(backbone, x[None].to(module_device(backbone)), self.cfg.which_features)
-        found = lost(feats[0].float(), grid, (patch, patch), (image.height, image.width), self.cfg.k_patches)
-        return found, x
+        feats = last_block_features(backbone, x[None].to(module_device(backbone)), self.cfg.which_features,
+                                    self.PANEL)
+        return self.find(feats[0].float(), grid, patch, (image.height, image.width)), x
 
     def _checked_model(self, model):
-        check_has_keys(model.backbone)
+        check_has_keys(model.backbone, self.PANEL)
         model.backbone.eval()
 
     def run(self, model, data_root) -> list[ProtocolResult]:
@@ -127,7 +150,7 @@ class LOST(Protocol):
         hits, preds, skipped = [], {}, 0
         t0 = time.perf_counter()
         with torch.no_grad(), intra_op_threads(cfg.threads or torch.get_num_threads()):
-            for i in tqdm(range(len(ds)), desc=f"lost {cfg.dataset}/{self.split}", disable=not cfg.progress):
+            for i in tqdm(range(len(ds)), desc=f"{self.registry_name} {cfg.dataset}/{self.split}", disable=not cfg.progress):
                 gt = ds.boxes(i)
                 if cfg.no_hard and not len(gt):  # main_lost.py: images with only hard objects are skipped
                     skipped += 1
@@ -137,21 +160,21 @@ class LOST(Protocol):
                 preds[str(ds.stems[i])] = [int(v) for v in found.box]
         seconds = time.perf_counter() - t0
         if not hits:
-            raise DataError(f"LOST evaluated no image of {cfg.dataset}/{self.split} (all skipped as hard)")
+            raise DataError(f"{self.registry_name} evaluated no image of {cfg.dataset}/{self.split} (all skipped as hard)")
         flags = np.asarray(hits, dtype=bool)
         art = self.artifact_dir(model, Path(data_root))
         atomic_write_json(art / "preds.json", preds)
         return [ProtocolResult(
             metrics={"corloc": 100.0 * float(flags.mean())}, dataset=cfg.dataset, split=self.split,
             params={"preset": cfg.preset, "n_images": int(flags.size), "n_found": int(flags.sum()),
-                    "n_skipped_hard": skipped, "k_patches": cfg.k_patches, "features": cfg.which_features,
+                    "n_skipped_hard": skipped, "features": cfg.which_features,
                     "run_fingerprint": self.fingerprint()},
             artifacts={"predictions": str(art / "preds.json")},
             cost={"lost_s": round(seconds, 3), "s_per_image": round(seconds / max(len(ds), 1), 5)},
             per_image=hits_block({"corloc": flags}))]
 
     def examples(self, model, data_root, count: int = 4, seed: int = 0) -> list[Example]:
-        """Each drawn image twice: with its ground-truth boxes (green), and with LOST's box (red)
+        """Each drawn image twice: with its ground-truth boxes (green), and with the found box (red)
         and seed patch (yellow), captioned with the best IoU."""
         self._checked_model(model)
         ds = self.reader(Path(data_root))
@@ -167,10 +190,33 @@ class LOST(Protocol):
                 iou = float(box_iou(found.box, gt).max()) if len(gt) else 0.0
                 out.append(Example(str(ds.stems[i]), [
                     Panel("ground truth", image=draw_boxes(rgb, gt, (0, 220, 0)), text=f"{len(gt)} box(es)"),
-                    Panel("LOST", image=draw_boxes(draw_boxes(rgb, [found.box], (230, 0, 0)), [seed_box],
+                    Panel(self.PANEL, image=draw_boxes(draw_boxes(rgb, [found.box], (230, 0, 0)), [seed_box],
                                                    (250, 220, 0)), text=f"IoU {iou:.2f}")],
                     correct=corloc_hit(found.box, gt)))
         return out
+
+
+@register_protocol("lost")
+class LOST(Discovery):
+    Config = Config
+    PRESETS = load_presets("lost", Path(__file__).parent / "presets")
+    DEFAULT_PRESET = "lost"
+    PANEL = "LOST"
+
+    def find(self, feats, grid, patch, image_hw):
+        return lost(feats, grid, (patch, patch), image_hw, self.cfg.k_patches)
+
+
+@register_protocol("tokencut")
+class TokenCut(Discovery):
+    Config = TokenCutConfig
+    PRESETS = load_presets("tokencut", Path(__file__).parent / "presets")
+    DEFAULT_PRESET = "tokencut"
+    PANEL = "TokenCut"
+
+    def find(self, feats, grid, patch, image_hw):
+        c = self.cfg
+        return tokencut(feats, grid, (patch, patch), image_hw, c.tau, c.eps, c.binary_graph)
 
 
 def draw_boxes(rgb: np.ndarray, boxes, colour, width: int = 2) -> np.ndarray:
@@ -189,4 +235,4 @@ def draw_boxes(rgb: np.ndarray, boxes, colour, width: int = 2) -> np.ndarray:
     return out
 
 
-__all__ = ["Config", "LOST", "PadToPatchMultiple", "draw_boxes"]
+__all__ = ["Config", "TokenCutConfig", "LOST", "TokenCut", "PadToPatchMultiple", "draw_boxes"]
