@@ -23,7 +23,7 @@ from harness.registry import DATASETS, register_protocol
 from harness.results.records import iter_records
 from harness.models.zoo import load_zoo
 
-KNOWN_PROTOCOLS = {"dense_nn", "knn", "linear", "seg_linear", "segmenter", "lost"}
+KNOWN_PROTOCOLS = {"dense_nn", "knn", "linear", "seg_linear", "segmenter", "lost", "tokencut"}
 
 
 # ----------------------------------------------------------------------------- published numbers
@@ -32,7 +32,8 @@ def test_paper_csv_schema():
     files = sorted(PAPER_DIR.glob("*.csv"))
     assert {f.stem for f in files} == {"cribo_table1", "cribo_table2", "cribo_table3", "ibot_imagenet",
                                        "dino_imagenet", "synclr_imagenet", "dinov2_imagenet", "hbird_readme",
-                                       "neco_readme", "synthscenes", "lost_corloc"}
+                                       "neco_readme", "synthscenes", "lost_corloc",
+                                       "tokencut_corloc"}
     for f in files:
         df = read_paper_csv(f)
         assert list(df.columns) == CSV_COLUMNS
@@ -92,7 +93,8 @@ def test_paper_spot_values():
             assert set(t[(t["method"] == method) & (t["pretrain_data"] == data)]["zoo_name"]) == {zoo}
     lost = paper_numbers("lost-corloc")
     assert _value(lost, zoo_name="dino_vits16", dataset="coco20k") == 50.7 and len(lost) == 6
-    assert len(paper_numbers()) == 94 + 48 + 44 + 14 + 8 + 2 + 16 + 19 + 9 + 35 + 6  # + SynthScenes (shipped zoo), LOST
+    assert _value(paper_numbers("tokencut-corloc"), zoo_name="dino_vitb16", dataset="voc12") == 72.4
+    assert len(paper_numbers()) == 94 + 48 + 44 + 14 + 8 + 2 + 16 + 19 + 9 + 35 + 6 + 6  # + SynthScenes, LOST, TokenCut
 
 
 def test_vit_flops():
