@@ -103,6 +103,16 @@ class Discovery(Protocol):
     NOT_IN_FINGERPRINT = ("threads", "progress")
     CONFORMANCE_RUN = ("synth", {"progress": False}, ".")
 
+    @classmethod
+    def conformance_check(cls, model, exported: dict, data_root: Path) -> dict:
+        """The synth preset on this protocol's own tiny SynthScenes set (the box layout the tiny
+        SynthScenes root lacks), generated once in the cache beside it."""
+        from harness.data.declared_synthetic import generate_declared
+
+        preset, values, _ = cls.CONFORMANCE_RUN
+        root = generate_declared(cls.registry_name, "tiny", 0, progress=False)
+        return cls.from_preset(preset, values).run(model, root)[0].metrics
+
     @property
     def split(self) -> str:
         return self.cfg.split or DEFAULT_SPLITS.get(self.cfg.dataset, "trainval")
@@ -170,7 +180,7 @@ class Discovery(Protocol):
                     "n_skipped_hard": skipped, "features": cfg.which_features,
                     "run_fingerprint": self.fingerprint()},
             artifacts={"predictions": str(art / "preds.json")},
-            cost={"lost_s": round(seconds, 3), "s_per_image": round(seconds / max(len(ds), 1), 5)},
+            cost={"discover_s": round(seconds, 3), "s_per_image": round(seconds / max(len(ds), 1), 5)},
             per_image=hits_block({"corloc": flags}))]
 
     def examples(self, model, data_root, count: int = 4, seed: int = 0) -> list[Example]:
