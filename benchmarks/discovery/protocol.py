@@ -97,7 +97,7 @@ class PadToPatchMultiple:
         return out
 
 
-class Discovery(Protocol):
+class DiscoveryProtocol(Protocol):
     """What LOST and TokenCut share: the readers, the padded input, the keys, CorLoc, the panels."""
 
     NOT_IN_FINGERPRINT = ("threads", "progress")
@@ -207,7 +207,7 @@ class Discovery(Protocol):
 
 
 @register_protocol("lost")
-class LOST(Discovery):
+class LOST(DiscoveryProtocol):
     Config = Config
     PRESETS = load_presets("lost", Path(__file__).parent / "presets")
     DEFAULT_PRESET = "lost"
@@ -218,7 +218,7 @@ class LOST(Discovery):
 
 
 @register_protocol("tokencut")
-class TokenCut(Discovery):
+class TokenCut(DiscoveryProtocol):
     Config = TokenCutConfig
     PRESETS = load_presets("tokencut", Path(__file__).parent / "presets")
     DEFAULT_PRESET = "tokencut"
