@@ -156,6 +156,15 @@ def test_lost_on_synthscenes_tiny_end_to_end(discovery_tiny, tiny_vit, isolated_
     assert len(preds) == 24 and all(len(b) == 4 for b in preds.values())
 
 
+def test_no_hard_skips_images_with_only_hard_objects(discovery_tiny, tiny_vit, isolated_home, tmp_path):
+    root = tmp_path / "hard"
+    shutil.copytree(discovery_tiny, root)
+    xml = sorted((root / "VOC2007" / "Annotations").glob("*.xml"))[0]
+    xml.write_text(xml.read_text().replace("<difficult>0</difficult>", "<difficult>1</difficult>"))
+    result = LOST.from_preset("synth", {"progress": False, "threads": 1, "no_hard": True}).run(tiny_vit, root)[0]
+    assert result.params["n_skipped_hard"] == 1 and result.params["n_images"] == 23
+
+
 def test_tokencut_on_synthscenes_tiny_end_to_end(discovery_tiny, tiny_vit, isolated_home):
     result = TokenCut.from_preset("synth", {"progress": False, "threads": 1}).run(tiny_vit, discovery_tiny)[0]
     assert result.params["n_images"] == 24 and 0.0 <= result.metrics["corloc"] <= 100.0
