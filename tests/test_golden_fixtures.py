@@ -28,7 +28,9 @@ READERS = {
     "ibot_masks.json": ["test_methods_shared.py"],
     "knn_dino_golden.json": ["test_knn.py"],
     "linear_dino_parity.json": ["test_linear_probe_dino_parity.py"],
+    "lost_parity.json": ["test_lost.py"],
     "synclr_golden.json": ["test_synclr.py"],
+    "tokencut_parity.json": ["test_lost.py"],
 }
 
 

@@ -24,7 +24,7 @@ from harness.results.records import iter_records
 from harness.models.zoo import load_zoo
 
 KNOWN_PROTOCOLS = {"dense_nn", "knn", "linear", "seg_linear", "segmenter", "davis", "image_retrieval", "copy_detection",
-                   "depth_linear"}
+                   "depth_linear", "lost", "tokencut"}
 
 
 # ----------------------------------------------------------------------------- published numbers
@@ -34,7 +34,7 @@ def test_paper_csv_schema():
     assert {f.stem for f in files} == {"cribo_table1", "cribo_table2", "cribo_table3", "ibot_imagenet",
                                        "dino_imagenet", "synclr_imagenet", "dinov2_imagenet", "hbird_readme",
                                        "neco_readme", "synthscenes", "ibot_table16_davis", "ibot_table16", "dino_copydays",
-                                       "dinov3_dense"}
+                                       "dinov3_dense", "lost_corloc", "tokencut_corloc"}
     for f in files:
         df = read_paper_csv(f)
         assert list(df.columns) == CSV_COLUMNS
@@ -95,8 +95,11 @@ def test_paper_spot_values():
     davis = paper_numbers("ibot-table16-davis")
     assert len(davis) == 6 and _value(davis, zoo_name="ibot_vits16", metric="J_mean") == 60.4
     assert _value(davis, zoo_name="dino_vits16", metric="F_mean") == 63.4
-    # + SynthScenes (shipped zoo), DAVIS, iBOT Table 16 retrieval, DINO Copydays, DINOv3 NYU
-    assert len(paper_numbers()) == 94 + 48 + 44 + 14 + 8 + 2 + 16 + 19 + 9 + 35 + 6 + 8 + 1 + 9
+    lost = paper_numbers("lost-corloc")
+    assert _value(lost, zoo_name="dino_vits16", dataset="coco20k") == 50.7 and len(lost) == 6
+    assert _value(paper_numbers("tokencut-corloc"), zoo_name="dino_vitb16", dataset="voc12") == 72.4
+    # + SynthScenes (shipped zoo), DAVIS, iBOT Table 16 retrieval, DINO Copydays, DINOv3 NYU, LOST, TokenCut
+    assert len(paper_numbers()) == 94 + 48 + 44 + 14 + 8 + 2 + 16 + 19 + 9 + 35 + 6 + 8 + 1 + 9 + 6 + 6
 
 
 def test_vit_flops():
