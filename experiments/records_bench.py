@@ -1,6 +1,6 @@
 """Results at scale: `ssl-bench leaderboard` (the first call, which computes and keeps the
 one-seed intervals, then again with the index and the intervals warm), `ssl-bench report` and
-skip-if-done over 10,000 and 100,000 records (docs/BENCHMARKS.md, "Records at scale").
+skip-if-done over 10,000 and 100,000 records (docs/benchmarks/suites.md, "Records at scale").
 
 The records are copies of a realistic set (a run's records, by default results/runs: run
 `ssl-bench` first) under other model names: copy k of model ``synth_dino`` is ``synth_dino_c0007``
