@@ -79,7 +79,8 @@ def one(n: int, dtype: str, device: str) -> dict:
     top_k(bank, q, 100, chunk=16)
     sync(device)
     t3 = time.perf_counter()
-    out = {"n": n, "dtype": dtype, "device": device, "bank_mb": bank.features.numel() * bank.features.element_size() / 2**20,
+    out = {"n": n, "dtype": dtype, "device": device,
+           "bank_mb": bank.features.numel() * bank.features.element_size() / 2**20,
            "build_s": t1 - t0, "ranks_s": t2 - t1, "topk_s": t3 - t2, "peak_rss_mb": peak_rss_mb(),
            "rss_before_mb": rss0}
     if device.startswith("cuda"):
@@ -123,7 +124,8 @@ def main(argv=None) -> None:
         for dtype in args.dtypes:
             cmd = [sys.executable, "-m", "experiments.retrieval_scale_bench", "--one", str(n), dtype,
                    "--device", args.device, "--threads", str(args.threads)]
-            r = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+            r = json.loads(subprocess.run(cmd, capture_output=True, text=True,
+                                          check=True).stdout.strip().splitlines()[-1])
             gpu = f" {r['peak_gpu_mb']:11.0f}" if "peak_gpu_mb" in r else ""
             print(f"{n:>9} {dtype:>8} {r['bank_mb']:8.0f} {r['build_s']:8.2f} {r['ranks_s']:8.2f} {r['topk_s']:9.2f} "
                   f"{r['peak_rss_mb']:12.0f}{gpu}", flush=True)

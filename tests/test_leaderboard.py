@@ -8,7 +8,8 @@ import pytest
 from PIL import Image
 
 from harness.errors import SslBenchError
-from harness.results.leaderboard import (build_leaderboard, compare, format_console, random_init_references, to_markdown,
+from harness.results.leaderboard import (build_leaderboard, compare, format_console, random_init_references,
+                                         to_markdown,
                                  write_leaderboard)
 from harness.results.records import make_record, write_record
 from harness.results.table import IncomparableResultsError

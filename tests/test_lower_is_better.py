@@ -160,7 +160,8 @@ def test_paper_verdict_of_a_lower_is_better_cell(depth_demo):
                           message="", skipped=False)
     cells = compare_cells(tab, [job])
     assert list(cells["reads"]) == ["better", "worse", "better"]  # 0.30 < 0.40 is better; > 0.20 worse
-    assert cells.at[0, "verdict"].startswith(DIFFERS) and "measured is better: lower is better" in cells.at[0, "verdict"]
+    assert cells.at[0, "verdict"].startswith(DIFFERS) and "measured is better: lower is better" in cells.at[0,
+                                                                                                            "verdict"]
     assert cells.at[1, "verdict"].startswith(DIFFERS) and "measured is worse" in cells.at[1, "verdict"]
     assert cells.at[2, "verdict"].startswith(OK)  # within the tolerance either way
     # the tolerance is two-sided whatever the direction; a higher-is-better DIFFERS reads as before

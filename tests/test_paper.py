@@ -33,7 +33,8 @@ def test_paper_csv_schema():
     files = sorted(PAPER_DIR.glob("*.csv"))
     assert {f.stem for f in files} == {"cribo_table1", "cribo_table2", "cribo_table3", "ibot_imagenet",
                                        "dino_imagenet", "synclr_imagenet", "dinov2_imagenet", "hbird_readme",
-                                       "neco_readme", "synthscenes", "ibot_table16_davis", "ibot_table16", "dino_copydays",
+                                       "neco_readme", "synthscenes", "ibot_table16_davis", "ibot_table16",
+                                       "dino_copydays",
                                        "dinov3_dense", "lost_corloc", "tokencut_corloc"}
     for f in files:
         df = read_paper_csv(f)
@@ -185,7 +186,8 @@ def test_every_table_protocol_states_tolerance_reason_and_variant(tmp_path):
         raw = yaml.safe_load(spec_path(name).read_text())
         for proto, ps in raw["protocols"].items():
             assert isinstance(ps.get("tolerance"), (int, float)) and ps["tolerance"] >= 0, (name, proto)
-            assert isinstance(ps.get("tolerance_reason"), str) and len(ps["tolerance_reason"].split()) >= 10, (name, proto)
+            assert isinstance(ps.get("tolerance_reason"), str) and len(ps["tolerance_reason"].split()) >= 10, (name,
+                                                                                                               proto)
             assert isinstance(ps.get("variant"), dict), (name, proto)
     spec = spec_path("neco-readme")
     bad = tmp_path / "bad.yaml"

@@ -96,7 +96,7 @@ def test_copy_detection_end_to_end(tiny_vit, tmp_path, monkeypatch):
     proto = CopyDetection.from_preset("dino", {"imsize": fixture["imsize"], "whitening": "whitening",
                                                "n_whitening": None, "distractors": "distractors",
                                                "n_distractors": None, "progress": False})
-    queries, originals = Copydays(DATA, "query"), Copydays(DATA, "database")
+    queries = Copydays(DATA, "query")
     ext = fixture["extractions"]
     official_q = np.concatenate([np.array(e["features"]) for e in ext[:len(BLOCKS)]])
     official_db = np.concatenate([np.array(e["features"]) for e in ext[len(BLOCKS):len(BLOCKS) + 2]])

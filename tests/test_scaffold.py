@@ -61,7 +61,6 @@ def _project_copy(root):
 
 
 def test_new_protocol_writes_one_folder_and_lists_its_package(tmp_path, capsys):
-    from harness.registry import read_declarations
 
     root = _project_copy(tmp_path)
     before = (root / "pyproject.toml").read_text()

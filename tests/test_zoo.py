@@ -59,7 +59,8 @@ def test_zoo_lists_every_published_checkpoint():
     assert zoo["mae_vitb16"].layout == "mae" and zoo["mae_vitb16"].epochs == 1600
     assert zoo["croc_vits16_in1k"].url.endswith("/28925") and zoo["croc_vits16_in1k"].needs_trust
     assert zoo["leopart_vits16"].which == "student" and zoo["timet_vits16"].layout == "timet"
-    assert zoo["neco_dinov2r_vitb14_teacher"].url.endswith("vit-base/dinov2-architectures/neco_on_dinov2r_vit14_teacher.ckpt")
+    assert zoo["neco_dinov2r_vitb14_teacher"].url.endswith(
+        "vit-base/dinov2-architectures/neco_on_dinov2r_vit14_teacher.ckpt")
 
 
 def test_unknown_name_suggests():

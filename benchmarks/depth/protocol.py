@@ -12,7 +12,6 @@ evaluation images one at a time (with their flip); no feature is kept beyond its
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,11 +87,13 @@ class Config:
         checks = [
             (self.layers >= 1, f"layers must be >= 1, found {self.layers}"),
             (self.n_bins >= 1, f"n_bins must be >= 1, found {self.n_bins}"),
-            (0 < self.min_depth < self.max_depth, f"need 0 < min_depth < max_depth, found {self.min_depth}, {self.max_depth}"),
+            (0 < self.min_depth < self.max_depth, f"need 0 < min_depth < max_depth, found {self.min_depth}, "
+                                                  f"{self.max_depth}"),
             (self.total_iters >= 1 and 0 <= self.warmup_iters < self.total_iters,
              f"need 0 <= warmup_iters < total_iters, found {self.warmup_iters}, {self.total_iters}"),
             (self.batch_size >= 2, f"batch_size must be >= 2 (BatchNorm statistics), found {self.batch_size}"),
-            (len(self.random_crop) == 2 and min(self.random_crop) >= 1, f"random_crop needs (h, w), found {self.random_crop}"),
+            (len(self.random_crop) == 2 and min(self.random_crop) >= 1, f"random_crop needs (h, w), found "
+                                                                        f"{self.random_crop}"),
             (len(self.brightness) == 2, "brightness needs (low, high)"),
             (self.depth_scale > 0, "depth_scale must be > 0"),
         ]
@@ -231,7 +232,8 @@ class DepthLinear(Protocol):
 
     def train_head(self, head, backbone, train, stride: int, device) -> list[float]:
         cfg = self.cfg
-        augment = TrainAugment(tuple(cfg.random_crop), cfg.fixed_crop, cfg.rotation, tuple(cfg.brightness), cfg.colour_p)
+        augment = TrainAugment(tuple(cfg.random_crop), cfg.fixed_crop, cfg.rotation, tuple(cfg.brightness),
+                               cfg.colour_p)
         opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, betas=(cfg.max_momentum, cfg.beta2),
                                 weight_decay=cfg.weight_decay)
         loss_fn = SILogLoss(cfg.silog_lambda, cfg.silog_warmup_iters)
@@ -247,7 +249,8 @@ class DepthLinear(Protocol):
             for img, gt in loader:
                 if step >= cfg.total_iters:
                     break
-                losses.append(self.train_step(head, backbone, opt, loss_fn, img.to(device), gt.to(device), step, stride))
+                losses.append(self.train_step(head, backbone, opt, loss_fn, img.to(device), gt.to(device), step,
+                                              stride))
                 step += 1
             epoch += 1
         return losses

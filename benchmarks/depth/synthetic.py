@@ -137,7 +137,8 @@ def generate(out_dir, preset: str = "small", seed: int = 0, progress: bool = Tru
     if (out / "meta.json").is_file():
         if _meta_matches(out / "meta.json", preset, seed):
             return out
-        raise DataError(f"{out} holds another SynthScenes data set (see its meta.json); delete it or choose another folder")
+        raise DataError(f"{out} holds another SynthScenes data set (see its meta.json); delete it or choose another "
+                        f"folder")
     if out.exists() and any(out.iterdir()):
         raise DataError(f"{out} exists, is not empty and has no SynthScenes meta.json; choose an empty folder")
     cfg = PRESETS[preset]

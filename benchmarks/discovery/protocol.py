@@ -160,7 +160,8 @@ class DiscoveryProtocol(Protocol):
         hits, preds, skipped = [], {}, 0
         t0 = time.perf_counter()
         with torch.no_grad(), intra_op_threads(cfg.threads or torch.get_num_threads()):
-            for i in tqdm(range(len(ds)), desc=f"{self.registry_name} {cfg.dataset}/{self.split}", disable=not cfg.progress):
+            for i in tqdm(range(len(ds)), desc=f"{self.registry_name} {cfg.dataset}/{self.split}",
+                          disable=not cfg.progress):
                 gt = ds.boxes(i)
                 if cfg.no_hard and not len(gt):  # main_lost.py: images with only hard objects are skipped
                     skipped += 1
@@ -170,7 +171,8 @@ class DiscoveryProtocol(Protocol):
                 preds[str(ds.stems[i])] = [int(v) for v in found.box]
         seconds = time.perf_counter() - t0
         if not hits:
-            raise DataError(f"{self.registry_name} evaluated no image of {cfg.dataset}/{self.split} (all skipped as hard)")
+            raise DataError(f"{self.registry_name} evaluated no image of {cfg.dataset}/{self.split} (all skipped as "
+                            f"hard)")
         flags = np.asarray(hits, dtype=bool)
         art = self.artifact_dir(model, Path(data_root))
         atomic_write_json(art / "preds.json", preds)

@@ -16,7 +16,6 @@ evaluation computes them (davisvideochallenge/davis2017-evaluation ``davis2017/m
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 from scipy.spatial import cKDTree

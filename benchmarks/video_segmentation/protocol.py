@@ -126,8 +126,9 @@ class VideoSegmentation(Protocol):
                               f"choose a scale_size and size_multiple divisible by {patch}")
         lh, lw = frames.label_size(h, w, c.scale_size, c.size_multiple)
         if (lh // patch) * (lw // patch) != (th // patch) * (tw // patch):
-            raise ConfigError(f"sequence {seq.name!r}: its labels ({lw // patch}x{lh // patch} patches) and its frames "
-                              f"({tw // patch}x{th // patch} patches) have different grids at scale_size {c.scale_size}")
+            raise ConfigError(f"sequence {seq.name!r}: its labels ({lw // patch}x{lh // patch} patches) and its "
+                              f"frames ({tw // patch}x{th // patch} patches) have different grids at "
+                              f"scale_size {c.scale_size}")
         return Geometry((h, w), (th, tw), (th // patch, tw // patch), (lh, lw))
 
     def run(self, model, data_root) -> list[ProtocolResult]:

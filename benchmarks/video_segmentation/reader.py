@@ -90,7 +90,8 @@ class DAVIS2017:
         return len(self._items)
 
     def __repr__(self) -> str:
-        return f"DAVIS2017(root={str(self.root)!r}, split={self.split!r}, sequences={len(self.sequences)}, frames={len(self)})"
+        return (f"DAVIS2017(root={str(self.root)!r}, split={self.split!r}, sequences={len(self.sequences)}, "
+                f"frames={len(self)})")
 
     def load_image(self, i: int) -> Image.Image:
         s, t = self._items[i]

@@ -131,7 +131,8 @@ def generate(out_dir: Path, preset: str = "small", seed: int = 0, progress: bool
             old = {}
         if all(old.get(k) == meta[k] for k in ("generator", "preset", "seed", "version")):
             return out_dir
-        raise DataError(f"{out_dir} already holds another data set (see its meta.json); delete it or choose another folder")
+        raise DataError(f"{out_dir} already holds another data set (see its meta.json); delete it or choose another "
+                        f"folder")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise DataError(f"{out_dir} exists, is not empty and has no meta.json; choose an empty or new folder")
     out_dir.parent.mkdir(parents=True, exist_ok=True)

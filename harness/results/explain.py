@@ -123,7 +123,8 @@ def _record_by_id(spec: str, folder: Path) -> dict | None:
     hits = sorted(folder.glob(f"{spec}*.json"))
     if len(hits) > 1:
         raise ConfigError(f"record id prefix {spec!r} names {len(hits)} records in {folder} "
-                          f"({', '.join(h.stem for h in hits[:5])}{', ...' if len(hits) > 5 else ''}); give more digits")
+                          f"({', '.join(h.stem for h in hits[:5])}{', ...' if len(hits) > 5 else ''}); "
+                          "give more digits")
     return _load_record_file(hits[0]) if hits else None
 
 

@@ -27,7 +27,7 @@ from harness.io_utils import atomic_write_text
 from harness.protocol_info import headline_metric, variant_text
 from harness.results.records import runs_dir as runs_dir_default
 from harness.results.plots import bar_spec, draw_once, fraction_curve_specs, safe_name
-from harness.results.run_table import (LEVELS, STATS, RunTable, headline_keys, run_table, table_of_folder,
+from harness.results.run_table import (RunTable, headline_keys, run_table, table_of_folder,
                                        table_of_records)
 from harness.results.table import SHORT_FP, IncomparableResultsError, conflict_message, fingerprint_conflicts
 from harness.text_table import text_table

@@ -61,7 +61,8 @@ def build_clip(root: Path) -> dict[str, bytes]:
     from harness.data import synthetic as ss
 
     cfg = ClipPreset(sequences=3, frames=5, max_objects=3)
-    views = {"wide": lambda a: a, "square": lambda a: a[:, 32:96], "tall": lambda a: np.ascontiguousarray(np.swapaxes(a, 0, 1))}
+    views = {"wide": lambda a: a, "square": lambda a: a[:, 32:96],
+             "tall": lambda a: np.ascontiguousarray(np.swapaxes(a, 0, 1))}
     files = {}
     for i, (name, view) in enumerate(views.items()):
         images, labels = draw_clip(CLIP_SEED, i, cfg)
@@ -117,7 +118,8 @@ def metric_case(case: dict) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng([case["seed"], 48])
     h, w, t = case["h"], case["w"], case["frames"]
     gt = np.stack([_ellipses(rng, h, w, int(rng.integers(1, 4))) for _ in range(t)])
-    seg = np.stack([_ellipses(rng, h, w, int(rng.integers(1, 4))) if k % 3 else gt[k] ^ (rng.integers(0, 40, (h, w)) == 0)
+    seg = np.stack([_ellipses(rng, h, w, int(rng.integers(1, 4))) if k % 3 else gt[k] ^ (rng.integers(0, 40, (h,
+                                                                                                              w)) == 0)
                     for k in range(t)])
     seg[1] = False
     gt[2], seg[2] = False, False

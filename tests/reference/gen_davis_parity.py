@@ -6,7 +6,8 @@ DAVIS-2017 evaluation (davisvideochallenge/davis2017-evaluation).
 ``imwrite_indexed``), unmodified, on a three-sequence clip (landscape, square, portrait) in
 DAVIS's layout, with a stand-in model (davis_common.OfficialStandIn: a fixed random projection
 of each 32x32 patch, tanh) and its defaults (n_last_frames 7, size_mask_neighborhood 12, topk 5;
-a patch of 32 keeps the grids at 15x30 so the test runs in seconds); the masks it writes are stored. Then davis2017-evaluation's ``DAVISEvaluation``
+a patch of 32 keeps the grids at 15x30 so the test runs in seconds); the masks it writes are stored. Then
+davis2017-evaluation's ``DAVISEvaluation``
 (semi-supervised, val) on them: per object J and F mean / recall / decay and the global row as
 ``evaluation_method.py`` aggregates it.
 (b) J and F per frame (``db_eval_iou``, ``db_eval_boundary``) and ``db_statistics`` on the masks
@@ -17,7 +18,8 @@ itself (CPU run); the module-level ``args`` that ``restrict_neighborhood`` reads
 UVC palette the script downloads is replaced by DAVIS's colour map (colours only, labels are the
 indices). Needs opencv-python and scikit-image (the official code's imports).
 
-    python tests/reference/gen_davis_parity.py --official <dino checkout> --commit 7c446df5b9f45747937fb0d72314eb9f7b66930a \
+    python tests/reference/gen_davis_parity.py --official <dino checkout> --commit
+    7c446df5b9f45747937fb0d72314eb9f7b66930a \
         --davis-eval <davis2017-evaluation checkout> [--davis-commit ac7c43fca936f9722837b7fbd337d284ba37004b]
 """
 from __future__ import annotations
