@@ -12,15 +12,14 @@ shape), darkened with distance. numpy and PIL only, seeded per image.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
-from harness.errors import ConfigError, DataError
+from harness.data.generated import write_once
+from harness.errors import ConfigError
 
 VERSION = 2
 GENERATOR = "synthscenes-depth"
@@ -129,35 +128,15 @@ def _meta_matches(path: Path, preset: str, seed: int) -> bool:
 
 
 def generate(out_dir, preset: str = "small", seed: int = 0, progress: bool = True) -> Path:
-    """Write the ``preset`` data set under ``out_dir`` (idempotent: a meta.json with the same
-    preset, seed and version returns at once; written in a temp folder renamed into place)."""
+    """Write the ``preset`` data set under ``out_dir`` (once: harness.data.generated.write_once)."""
     if preset not in PRESETS:
         raise ConfigError(f"unknown depth SynthScenes preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    out = Path(out_dir).expanduser().resolve()
-    if (out / "meta.json").is_file():
-        if _meta_matches(out / "meta.json", preset, seed):
-            return out
-        raise DataError(f"{out} holds another SynthScenes data set (see its meta.json); delete it or choose another "
-                        f"folder")
-    if out.exists() and any(out.iterdir()):
-        raise DataError(f"{out} exists, is not empty and has no SynthScenes meta.json; choose an empty folder")
     cfg = PRESETS[preset]
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    meta = {"generator": GENERATOR, "preset": preset, "seed": seed, "version": VERSION,
+            "layout": "nyu", "depth_unit": "mm", "size": [cfg.height, cfg.width]}
+
+    def write(tmp: Path) -> None:
         _write_split(tmp, "train", cfg.n_train, cfg, seed)
         _write_split(tmp, "test", cfg.n_test, cfg, seed)
-        meta = {"generator": GENERATOR, "preset": preset, "seed": seed, "version": VERSION,
-                "layout": "nyu", "depth_unit": "mm", "size": [cfg.height, cfg.width]}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        if out.exists():
-            out.rmdir()
-        os.rename(tmp, out)
-    except OSError:
-        if _meta_matches(out / "meta.json", preset, seed):
-            return out
-        raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+
+    return write_once(out_dir, meta, write)

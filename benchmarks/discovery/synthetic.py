@@ -15,9 +15,6 @@ own RNG seeded by (seed, index).
 """
 from __future__ import annotations
 
-import json
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +22,8 @@ from pathlib import Path
 from PIL import Image
 
 from harness.data.synthetic import draw_scene
-from harness.errors import ConfigError, DataError
+from harness.data.generated import write_once
+from harness.errors import ConfigError
 
 GENERATOR_VERSION = 2
 JPEG_QUALITY = 95  # as SynthScenes writes its JPEGs (4:4:4 chroma)
@@ -87,31 +85,10 @@ def _write(root: Path, preset: str, seed: int, progress: bool) -> None:
         (voc / "Annotations" / f"{stem}.xml").write_text(voc_xml(stem, cfg.image_size, name, box))
         stems.append(stem)
     (voc / "ImageSets" / "Main" / "trainval.txt").write_text("".join(f"{s}\n" for s in stems))
-    (root / "meta.json").write_text(json.dumps(_meta(preset, seed), indent=1))
 
 
 def generate(out_dir, preset: str = "small", seed: int = 0, progress: bool = True) -> Path:
-    """Write the discovery set under ``out_dir`` (idempotent: an existing one with the same
-    preset, seed and version is returned as it is), through a temp dir renamed into place."""
+    """Write the discovery set under ``out_dir`` (once: harness.data.generated.write_once)."""
     if preset not in PRESETS:
         raise ConfigError(f"unknown SynthScenes discovery preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    out = Path(out_dir).expanduser().resolve()
-    meta_path = out / "meta.json"
-    if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
-        if all(meta.get(k) == v for k, v in _meta(preset, seed).items()):
-            return out
-        raise DataError(f"{out} holds another data set (see its meta.json); delete it or choose another folder")
-    if out.exists() and any(out.iterdir()):
-        raise DataError(f"{out} exists, is not empty and has no meta.json; choose an empty or new folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        _write(tmp, preset, seed, progress)
-        if out.exists():
-            out.rmdir()
-        os.rename(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return write_once(out_dir, _meta(preset, seed), lambda tmp: _write(tmp, preset, seed, progress))

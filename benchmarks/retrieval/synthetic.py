@@ -14,10 +14,7 @@ into place.
 """
 from __future__ import annotations
 
-import json
-import os
 import pickle
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,7 +22,8 @@ import numpy as np
 from PIL import Image, ImageFilter
 
 from harness.data.synthetic import draw_scene
-from harness.errors import ConfigError, DataError
+from harness.data.generated import write_once
+from harness.errors import ConfigError
 
 VERSION = 1
 JPEG_QUALITY = 95
@@ -160,27 +158,12 @@ def _meta(preset: str, seed: int) -> dict:
 
 def generate(out_dir, preset: str = "small", seed: int = 0, progress: bool = True) -> Path:
     """Write the retrieval SynthScenes ``preset`` under ``out_dir`` (roxford5k/, copydays/,
-    distractors/, whitening/, meta.json) and return it; a no-op when already there."""
+    distractors/, whitening/, meta.json) and return it; once: harness.data.generated.write_once."""
     if preset not in PRESETS:
         raise ConfigError(f"unknown retrieval SynthScenes preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    out_dir = Path(out_dir).expanduser().resolve()
-    meta_path = out_dir / "meta.json"
-    if meta_path.is_file():
-        if json.loads(meta_path.read_text()) == json.loads(json.dumps(_meta(preset, seed))):
-            return out_dir
-        raise DataError(f"{out_dir} holds another data set (see its meta.json); delete it or choose another folder")
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise DataError(f"{out_dir} exists, is not empty and has no meta.json; choose an empty or new folder")
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir(parents=True)
+
+    def write(tmp: Path) -> None:
         write_revisited(tmp, PRESETS[preset], seed)
         write_copydays(tmp, PRESETS[preset], seed)
-        (tmp / "meta.json").write_text(json.dumps(_meta(preset, seed), indent=1))
-        if out_dir.exists():
-            out_dir.rmdir()
-        os.rename(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out_dir
+
+    return write_once(out_dir, _meta(preset, seed), write)

@@ -21,6 +21,7 @@ import torch
 from benchmarks.video_segmentation import davis_metrics, frames
 from benchmarks.video_segmentation.propagation import PropagationSettings, propagate_video, segmentation
 from harness.data.io import image_size
+from harness.data.synthetic import voc_palette
 from harness.errors import ConfigError, DataError
 from harness.per_image import ratios_block
 from harness.presets import load_presets
@@ -236,27 +237,11 @@ def _save_masks(folder: Path, seq, pred: np.ndarray) -> None:
     from PIL import Image
 
     folder.mkdir(parents=True, exist_ok=True)
-    palette = davis_palette()
+    palette = voc_palette()  # DAVIS colours its objects with the VOC map (davis2017 utils.color_map)
     for t, frame in enumerate(seq.frames):
         im = Image.fromarray(pred[t])
         im.putpalette(palette)
         im.save(folder / f"{frame.stem}.png", format="PNG")
-
-
-def davis_palette() -> list[int]:
-    """The DAVIS colour map (PASCAL VOC's bit-interleaved colours, davis2017 ``utils.color_map``):
-    index k -> the colour of object k. Colours only; the labels are the indices."""
-    out = []
-    for i in range(256):
-        r = g = b = 0
-        c = i
-        for j in range(8):
-            r |= ((c >> 0) & 1) << (7 - j)
-            g |= ((c >> 1) & 1) << (7 - j)
-            b |= ((c >> 2) & 1) << (7 - j)
-            c >>= 3
-        out += [r, g, b]
-    return out
 
 
 __all__ = ["Config", "PRESETS", "VideoSegmentation", "patch_size_of"]

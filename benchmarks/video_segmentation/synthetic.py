@@ -12,16 +12,15 @@ from its own RNG seeded by (seed, sequence), so the bytes written do not depend 
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from harness.data import synthetic as ss
-from harness.errors import ConfigError, DataError
+from harness.data.generated import write_once
+from harness.errors import ConfigError
 
 GENERATOR = "synthscenes-davis"
 VERSION = 2   # 2: objects painted with the background's colours (presets "shared")
@@ -117,34 +116,9 @@ def _write(root: Path, cfg: ClipPreset, seed: int) -> None:
 
 
 def generate(out_dir: Path, preset: str = "small", seed: int = 0, progress: bool = True) -> Path:
-    """Write the clips of ``preset`` under ``out_dir`` (idempotent: an existing folder with the
-    same meta.json is returned as it is; written in a temp folder renamed into place)."""
+    """Write the clips of ``preset`` under ``out_dir`` (once: harness.data.generated.write_once)."""
     if preset not in PRESETS:
         raise ConfigError(f"unknown SynthScenes DAVIS preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    out_dir = Path(out_dir).expanduser().resolve()
     meta = {"generator": GENERATOR, "preset": preset, "seed": seed, "version": VERSION,
             "sequences": PRESETS[preset].sequences, "frames": PRESETS[preset].frames, "size": [WIDTH, HEIGHT]}
-    if (out_dir / "meta.json").is_file():
-        try:
-            old = json.loads((out_dir / "meta.json").read_text())
-        except (OSError, ValueError):
-            old = {}
-        if all(old.get(k) == meta[k] for k in ("generator", "preset", "seed", "version")):
-            return out_dir
-        raise DataError(f"{out_dir} already holds another data set (see its meta.json); delete it or choose another "
-                        f"folder")
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise DataError(f"{out_dir} exists, is not empty and has no meta.json; choose an empty or new folder")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir()
-        _write(tmp, PRESETS[preset], seed)
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-        if out_dir.exists():
-            out_dir.rmdir()
-        os.rename(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out_dir
+    return write_once(out_dir, meta, lambda tmp: _write(tmp, PRESETS[preset], seed))

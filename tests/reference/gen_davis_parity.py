@@ -98,7 +98,7 @@ def main() -> None:
     args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT, extra=extra)
     import torch
 
-    from benchmarks.video_segmentation.protocol import davis_palette
+    from harness.data.synthetic import voc_palette
 
     davis_eval = args.davis_eval.resolve()
     if davis_eval.is_relative_to(common.ROOT):
@@ -110,7 +110,7 @@ def main() -> None:
     evs.args = argparse.Namespace(output_dir=str(args.work / "out"), **SETTINGS)
     import numpy as np
 
-    palette = np.asarray(davis_palette(), dtype=np.uint8).reshape(-1, 3)
+    palette = np.asarray(voc_palette(), dtype=np.uint8).reshape(-1, 3)
     masks = run_propagation(evs, args.work, palette)
     official = common.loaded_official_files(args.official)
     evaluation = run_davis_eval(davis_eval, args.work)
