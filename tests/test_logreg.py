@@ -1,0 +1,97 @@
+"""Logistic regression (benchmarks/logistic_regression): the current cyanure against the official
+eval_logistic_regression.py run under cyanure 0.22 (tests/fixtures/logreg_cyanure022.json), the
+protocol on a tiny set, and the refusal where cyanure is missing."""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.cli import main
+from harness.errors import ConfigError
+from harness.models.handle import ModelHandle
+from harness.per_image import read_per_image
+from image_folders import make_image_folder
+
+FIXTURES = Path(__file__).parent / "fixtures"
+DATA = json.loads((FIXTURES / "logreg_cyanure022.json").read_text())
+# Same accuracy per lambda: at most this many test images predicted differently from the
+# official run (measured: 0), and the weights within this relative difference (measured: 1e-6).
+MAX_CHANGED_PREDICTIONS = 0
+WEIGHTS_RTOL = 1e-4
+
+
+def _features():
+    path = FIXTURES / DATA["features"]
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == DATA["features_sha256"], "features file changed"
+    return np.load(path)
+
+
+@pytest.mark.parametrize("name", sorted(DATA["sets"]))
+def test_accuracy_per_lambda_equals_the_official_under_cyanure_022(name):
+    pytest.importorskip("cyanure.estimators", reason="the logreg extra (cyanure) is not installed")
+    from benchmarks.logistic_regression.solver import logistic_regression
+
+    z = _features()
+    tx, ty, vx, vy = (z[f"{name}_{p}"] for p in ("train_x", "train_y", "test_x", "test_y"))
+    for row in DATA["sets"][name]:
+        fit = logistic_regression(tx, ty, vx, row["lambda"], threads=1)
+        assert np.mean(fit.predictions == vy) == pytest.approx(row["accuracy"], abs=1e-12), row["lambda"]
+        assert (fit.predictions != np.asarray(row["predictions"])).sum() <= MAX_CHANGED_PREDICTIONS
+        w = np.asarray(row["weights"])
+        assert np.abs(fit.weights - w).max() <= WEIGHTS_RTOL * np.abs(w).max()
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("SSL_BENCH_HOME", str(tmp_path / "home"))
+    return make_image_folder(tmp_path / "data", splits=(("train", 6), ("val", 3)))
+
+
+def test_protocol_reports_each_lambda(folder):
+    pytest.importorskip("cyanure.estimators", reason="the logreg extra (cyanure) is not installed")
+    from benchmarks.logistic_regression.protocol import LogRegProtocol
+
+    proto = LogRegProtocol.from_preset("synth", {"dataset": "imagefolder", "resize": 32, "crop": 32,
+                                                 "progress": False, "threads": 1})
+    results = proto.run(ModelHandle.random_init("vit_cpu_tiny", seed=0), folder)
+    assert [r.variant for r in results] == [{"lambda": lam, "feature": "cls"} for lam in (0.01, 0.1, 1.0)]
+    for r in results:
+        stats = read_per_image(r.per_image)
+        assert stats.images == 9 and stats.metric_of_weights(np.ones((1, 9)), "top1")[0] == r.metrics["top1"]
+        assert r.params["n_train"] == 18 and 0 <= r.params["train_top1"] <= 100
+
+
+def test_fingerprints():
+    from benchmarks.logistic_regression.protocol import LogRegProtocol
+
+    ibot = LogRegProtocol.from_preset("ibot", {"dataset": "imagenet"})
+    for change in ({"avgpool_patchtokens": 2}, {"epochs": 50}, {"crop": 192}, {"seed": 1}):
+        assert LogRegProtocol.from_preset("ibot", {"dataset": "imagenet", **change}).fingerprint() != ibot.fingerprint()
+    for same in ({"lambdas": [0.1]}, {"threads": 1}, {"batch_size": 8}):
+        assert LogRegProtocol.from_preset("ibot", {"dataset": "imagenet", **same}).fingerprint() == ibot.fingerprint()
+
+
+def test_missing_cyanure_is_one_error_line(isolated_home, synth_tiny, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cyanure.estimators", None)  # import fails as if not installed
+    from benchmarks.logistic_regression.solver import require_cyanure
+
+    with pytest.raises(ConfigError, match=r"pip install 'ssl-bench\[logreg\]'"):
+        require_cyanure()
+    rc = main(["--threads", "1", "eval", "--protocol", "logreg", "--preset", "synth", "--dataset", "imagefolder",
+               "--data-root", str(synth_tiny / "imagenet"), "--random-init", "vit_cpu_tiny", "--set", "progress=false"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len([x for x in err.splitlines() if x.startswith("error:")]) == 1 and "cyanure" in err
+    runs = isolated_home / "results" / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_cli_bad_layout(isolated_home, tmp_path, capsys):
+    (tmp_path / "flat").mkdir()
+    rc = main(["--threads", "1", "eval", "--protocol", "logreg", "--preset", "synth", "--dataset", "imagefolder",
+               "--data-root", str(tmp_path / "flat"), "--random-init", "vit_cpu_tiny", "--set", "progress=false"])
+    assert rc == 2 and "error:" in capsys.readouterr().err
