@@ -23,7 +23,7 @@ from harness.registry import DATASETS, register_protocol
 from harness.results.records import iter_records
 from harness.models.zoo import load_zoo
 
-KNOWN_PROTOCOLS = {"dense_nn", "knn", "linear", "seg_linear", "segmenter"}
+KNOWN_PROTOCOLS = {"dense_nn", "knn", "linear", "seg_linear", "segmenter", "unsup_cls"}
 
 
 # ----------------------------------------------------------------------------- published numbers
@@ -32,7 +32,7 @@ def test_paper_csv_schema():
     files = sorted(PAPER_DIR.glob("*.csv"))
     assert {f.stem for f in files} == {"cribo_table1", "cribo_table2", "cribo_table3", "ibot_imagenet",
                                        "dino_imagenet", "synclr_imagenet", "dinov2_imagenet", "hbird_readme",
-                                       "neco_readme", "synthscenes"}
+                                       "neco_readme", "synthscenes", "ibot_table5"}
     for f in files:
         df = read_paper_csv(f)
         assert list(df.columns) == CSV_COLUMNS
@@ -90,7 +90,7 @@ def test_paper_spot_values():
                               ("CrOC", "IN1K", "croc_vits16_in1k"), ("TimeT", "IN1K+YTVOS", "timet_vits16")):
         for t in (t1, t2, t3):
             assert set(t[(t["method"] == method) & (t["pretrain_data"] == data)]["zoo_name"]) == {zoo}
-    assert len(paper_numbers()) == 94 + 48 + 44 + 14 + 8 + 2 + 16 + 19 + 9 + 35  # + SynthScenes (shipped zoo)
+    assert len(paper_numbers()) == 94 + 48 + 44 + 14 + 8 + 2 + 16 + 19 + 9 + 35 + 8  # + SynthScenes (shipped zoo), iBOT Table 5
 
 
 def test_vit_flops():

@@ -118,11 +118,11 @@ def load_head(model: ModelHandle, head_checkpoint: str, branch: str, trust: bool
         where = f" ({given} is not a file)" if given else ""
         raise ConfigError(f"model {model.name} has no projection head{where}: {NO_HEAD}")
     sha = sha256_file(path)
-    try:
-        obj, _ = read_file(path, trust=trust)
+    recorded = model.meta.get("source_sha256")
+    try:  # the very file the model was imported from was trusted then (zoo import / convert)
+        obj, _ = read_file(path, trust=trust or sha == recorded)
     except CheckpointError as exc:
         raise ConfigError(f"head_checkpoint {path}: {exc}") from None
-    recorded = model.meta.get("source_sha256")
     if recorded and recorded != sha:
         raise ConfigError(f"head_checkpoint {path} (sha256 {sha[:12]}) is not the file model {model.name} was "
                           f"imported from (sha256 {recorded[:12]}): its head belongs to another model")
