@@ -37,6 +37,7 @@ def _arrays(case):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
 def test_scores_equal_the_official_eval_pred(case):
     y, p = _arrays(case)
+    copies = case["copies"]  # the official function scored this many stacked copies
     if "official_acc_error" in case:  # get_y_preds indexes out of range: so do we, by raising
         with pytest.raises(AccUndefined):
             assignment_scores(y, p)
@@ -45,9 +46,17 @@ def test_scores_equal_the_official_eval_pred(case):
         got = scores(table, lv, cv)
         assert np.isnan(got["ACC"])
     else:
-        got = assignment_scores(y, p)
+        got = assignment_scores(y, p, copies=copies)
     for m, want in case["official"].items():
         assert abs(got[m] - want) <= TOL, (m, got[m], want)
+
+
+def test_copies_move_ari_and_fmi_only():
+    case = next(c for c in CASES if c["copies"] == 8)
+    y, p = _arrays(case)
+    once, eight = assignment_scores(y, p), assignment_scores(y, p, copies=8)
+    assert once["ACC"] == eight["ACC"] and once["NMI"] == pytest.approx(eight["NMI"], abs=1e-12)
+    assert once["ARI"] < eight["ARI"] and once["FMI"] < eight["FMI"]
 
 
 def test_hungarian_acc_is_the_official_where_no_quirk_applies():
@@ -62,15 +71,15 @@ def test_hungarian_acc_is_the_official_where_no_quirk_applies():
 
 
 def test_per_image_kind_gives_back_the_numbers_and_rematches():
-    case = next(c for c in CASES if c["name"] == "noisy_c10")
+    case = next(c for c in CASES if c["name"] == "eight_copies_c10")
     y, p = _arrays(case)
-    stats = read_per_image(json.loads(json.dumps(clusters_block(y, p, matching="official"))))
+    stats = read_per_image(json.loads(json.dumps(clusters_block(y, p, matching="official", copies=case["copies"]))))
     for m in ("ACC", "ARI", "NMI", "FMI"):
         assert stats.metric_of_weights(np.ones((1, len(y))), m)[0] == pytest.approx(100 * case["official"][m], abs=1e-9)
     # a resample holding only the images of clusters 0..4 (weights 0 elsewhere) is matched anew
     w = (p < 5).astype(float)[None]
-    sub = assignment_scores(y[p < 5], p[p < 5], "hungarian")
-    stats_h = read_per_image(clusters_block(y, p, matching="hungarian"))
+    sub = assignment_scores(y[p < 5], p[p < 5], "hungarian", copies=8)
+    stats_h = read_per_image(clusters_block(y, p, matching="hungarian", copies=8))
     assert stats_h.metric_of_weights(w, "ACC")[0] == pytest.approx(100 * sub["ACC"])
     from harness.results.bootstrap import intervals
     iv = intervals(stats, ["ACC", "NMI"], resamples=200)
@@ -135,7 +144,8 @@ def test_head_problems_are_refused(folder, tmp_path):
 
 def test_fingerprints():
     ibot = UnsupClsProtocol.from_preset("ibot", {"dataset": "imagenet"})
-    for change in ({"acc_matching": "hungarian"}, {"kmeans_seed": 1}, {"crop": 192}, {"head_branch": "student"}):
+    for change in ({"acc_matching": "hungarian"}, {"kmeans_seed": 1}, {"crop": 192}, {"head_branch": "student"},
+                   {"gather_copies": 1}):
         assert UnsupClsProtocol.from_preset("ibot", {"dataset": "imagenet", **change}).fingerprint() != ibot.fingerprint()
     for same in ({"batch_size": 8}, {"assignments": ["kmeans"]}, {"head_checkpoint": "/x.pth"}):
         assert UnsupClsProtocol.from_preset("ibot", {"dataset": "imagenet", **same}).fingerprint() == ibot.fingerprint()

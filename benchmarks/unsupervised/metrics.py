@@ -149,7 +149,10 @@ def scores(table: np.ndarray, label_values: np.ndarray, cluster_values: np.ndarr
     return {"ACC": value, "ARI": ari(table), "NMI": nmi(table), "FMI": fmi(table)}
 
 
-def assignment_scores(labels: np.ndarray, clusters: np.ndarray, matching: str = "official") -> dict[str, float]:
-    """:func:`scores` of two per-image arrays; an undefined ACC is an AccUndefined error here."""
+def assignment_scores(labels: np.ndarray, clusters: np.ndarray, matching: str = "official",
+                      copies: int = 1) -> dict[str, float]:
+    """:func:`scores` of two per-image arrays, as the official code scores ``copies`` stacked copies of
+    them (see the protocol's ``gather_copies``); an undefined ACC is an AccUndefined error here."""
     table, lv, cv = contingency(labels, clusters)
+    table = table * int(copies)
     return {"ACC": acc(table, lv, cv, matching), "ARI": ari(table), "NMI": nmi(table), "FMI": fmi(table)}

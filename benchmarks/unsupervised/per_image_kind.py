@@ -24,11 +24,12 @@ KIND = "clusters"
 METRICS = ("ACC", "ARI", "NMI", "FMI")
 
 
-def clusters_block(labels: np.ndarray, clusters: np.ndarray, *, matching: str) -> dict[str, Any]:
+def clusters_block(labels: np.ndarray, clusters: np.ndarray, *, matching: str, copies: int = 1) -> dict[str, Any]:
     """The ``per_image`` block of one assignment: the distinct (label, cluster) pairs and each
-    image's pair."""
+    image's pair; ``copies``: the table is scored as that many stacked copies of the images."""
     pairs, index = np.unique(np.stack([np.asarray(labels), np.asarray(clusters)], 1), axis=0, return_inverse=True)
     return {"kind": KIND, "metrics": list(METRICS), "images": int(len(index)), "matching": matching,
+            "copies": int(copies),
             "pairs": encode_array(pairs.astype(np.int64)), "index": encode_array(index.ravel().astype(np.int64))}
 
 
@@ -43,6 +44,7 @@ class ClusterStats(PerImageStats):
         if pairs.ndim != 2 or pairs.shape[1] != 2 or index.ndim != 1 or (index.size and index.max() >= len(pairs)):
             raise PerImageError(f"clusters block with pairs {pairs.shape} and index {index.shape}")
         self.matching = str(block.get("matching", "official"))
+        self.copies = int(block.get("copies", 1))
         self.label_values, li = np.unique(pairs[:, 0], return_inverse=True)
         self.cluster_values, ci = np.unique(pairs[:, 1], return_inverse=True)
         self.pair_cells = (li.ravel(), ci.ravel())
@@ -55,7 +57,7 @@ class ClusterStats(PerImageStats):
         shape = (len(self.label_values), len(self.cluster_values))
         for b, row in enumerate(np.asarray(sums)):
             table = np.zeros(shape, dtype=np.int64)
-            table[self.pair_cells] = np.rint(row).astype(np.int64)
+            table[self.pair_cells] = np.rint(row).astype(np.int64) * self.copies
             out[b] = 100.0 * self._score(table, metric)
         return out
 

@@ -57,6 +57,11 @@ class UnsupClsConfig:
     # official: get_y_preds as unsup_cls.py runs it, quirks kept; hungarian: the opt-in fix
     # (one-to-one matching on the contingency table, any number of clusters)
     acc_matching: Literal["official", "hungarian"] = "official"
+    # unsup_cls.py gives its val loader no DistributedSampler: on the README's 8 GPUs
+    # (run.sh imagenet_unsup_cls ... 8) every rank scores all of val and concat_all_gather stacks
+    # 8 copies of labels and predictions. ACC and NMI do not change; ARI and FMI count pairs and
+    # do. 8 = the published runs; 1 = each image once (the opt-in fix)
+    gather_copies: int = 8
     kmeans_niter: int = 100
     kmeans_seed: int = 0
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"
@@ -69,6 +74,8 @@ class UnsupClsConfig:
         bad = [a for a in self.assignments if a not in ASSIGNMENTS]
         if not self.assignments or bad or len(set(self.assignments)) != len(self.assignments):
             raise ValueError(f"assignments must be distinct entries of {list(ASSIGNMENTS)}, found {self.assignments}")
+        if self.gather_copies < 1:
+            raise ValueError(f"gather_copies must be >= 1, found {self.gather_copies}")
         if self.kmeans_niter < 1 or self.crop > self.resize:
             raise ValueError(f"need kmeans_niter >= 1 and crop <= resize, found {self.kmeans_niter}, "
                              f"crop {self.crop}, resize {self.resize}")
@@ -134,6 +141,7 @@ class UnsupClsProtocol(Protocol):
         for a in c.assignments:
             t1 = time.perf_counter()
             params = {"n_images": int(len(labels)), "num_classes": num_classes, "acc_matching": c.acc_matching,
+                      "gather_copies": c.gather_copies,
                       "transform": f"resize {c.resize} {c.interpolation} -> center crop {c.crop}",
                       "features_from_cache": bool(feats.from_cache)}
             if a == "head":
@@ -150,7 +158,7 @@ class UnsupClsProtocol(Protocol):
     def _result(self, assignment, labels, clusters, params, t_feat, t_assign) -> ProtocolResult:
         c = self.cfg
         try:
-            s = assignment_scores(labels, clusters, c.acc_matching)
+            s = assignment_scores(labels, clusters, c.acc_matching, c.gather_copies)
         except AccUndefined as exc:
             raise DataError(f"{c.dataset} {c.split!r}: {exc} (every class needs images for the official "
                             f"matching; or set acc_matching=hungarian)") from None
@@ -158,5 +166,6 @@ class UnsupClsProtocol(Protocol):
         return ProtocolResult(metrics={m: 100.0 * v for m, v in s.items()}, dataset=c.dataset, split=c.split,
                               seed=c.kmeans_seed if assignment == "kmeans" else None,
                               variant={"assignment": assignment}, params=params,
-                              per_image=clusters_block(labels, clusters, matching=c.acc_matching),
+                              per_image=clusters_block(labels, clusters, matching=c.acc_matching,
+                                                       copies=c.gather_copies),
                               cost={"extract_s": round(t_feat, 3), "assign_s": round(t_assign, 3)})
