@@ -95,3 +95,48 @@ def test_cli_bad_layout(isolated_home, tmp_path, capsys):
     rc = main(["--threads", "1", "eval", "--protocol", "logreg", "--preset", "synth", "--dataset", "imagefolder",
                "--data-root", str(tmp_path / "flat"), "--random-init", "vit_cpu_tiny", "--set", "progress=false"])
     assert rc == 2 and "error:" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- named training subsets
+def test_a_named_subset_restricts_the_training_split_and_enters_the_fingerprint(folder, tmp_path):
+    pytest.importorskip("cyanure.estimators", reason="the logreg extra (cyanure) is not installed")
+    from benchmarks.logistic_regression.protocol import LogRegProtocol
+
+    train = sorted((folder / "train").rglob("*.png"))
+    listed = [p.name for p in train if p.stem.endswith(("_0", "_1", "_2"))]  # 3 per class
+    a, b = tmp_path / "a" / "1percent.txt", tmp_path / "b" / "1percent.txt"
+    for path, names in ((a, listed), (b, listed[::-1])):
+        path.parent.mkdir()
+        path.write_text("\n".join(names) + "\n")
+    base = {"dataset": "imagefolder", "resize": 32, "crop": 32, "progress": False, "threads": 1, "lambdas": [0.1]}
+    proto = LogRegProtocol.from_preset("synth", {**base, "train_subset": str(a)})
+    r, = proto.run(ModelHandle.random_init("vit_cpu_tiny", seed=0), folder)
+    assert r.params["n_train"] == 9 and r.params["train_subset"] == "1percent"
+    whole = LogRegProtocol.from_preset("synth", base).fingerprint()
+    assert proto.fingerprint() != whole  # the subset is part of what was measured
+    # the same names in another order and place: the same subset, the same fingerprint
+    assert LogRegProtocol.from_preset("synth", {**base, "train_subset": str(b)}).fingerprint() == proto.fingerprint()
+    c = tmp_path / "c.txt"
+    c.write_text("\n".join(listed[:-1]))
+    assert LogRegProtocol.from_preset("synth", {**base, "train_subset": str(c)}).fingerprint() != proto.fingerprint()
+
+
+def test_a_subset_naming_files_not_in_the_split_is_refused(folder, tmp_path):
+    from benchmarks.logistic_regression.protocol import LogRegProtocol
+    from harness.errors import DataError
+
+    bad = tmp_path / "bad.txt"
+    bad.write_text("n01440764_10026.JPEG\n")
+    proto = LogRegProtocol.from_preset("synth", {"dataset": "imagefolder", "train_subset": str(bad), "progress": False})
+    with pytest.raises(DataError, match="not in the training split"):
+        proto.features(ModelHandle.random_init("vit_cpu_tiny", seed=0), folder)
+
+
+def test_cli_missing_simclr_subset_list_is_one_error_line(isolated_home, synth_tiny, capsys):
+    rc = main(["--threads", "1", "eval", "--protocol", "logreg", "--preset", "synth", "--dataset", "imagefolder",
+               "--data-root", str(synth_tiny / "imagenet"), "--random-init", "vit_cpu_tiny", "--set", "progress=false",
+               "--set", "train_subset=imagenet_1pct"])
+    err = capsys.readouterr().err
+    assert rc == 2 and [x for x in err.splitlines() if x.startswith("error:")] and "1percent.txt" in err
+    runs = isolated_home / "results" / "runs"
+    assert not runs.exists() or not any(runs.iterdir())

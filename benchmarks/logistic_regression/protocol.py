@@ -43,6 +43,9 @@ class LogRegConfig:
     interpolation: Literal["bicubic", "bilinear"] = "bicubic"
     n_last_blocks: int = 1
     avgpool_patchtokens: int = 0
+    # a named training subset (benchmarks.logistic_regression.subsets: imagenet_1pct / imagenet_10pct, or a
+    # list file); its content hash is in the fingerprint, the setting itself is not
+    train_subset: str = ""
     lambdas: list[float] = field(default_factory=lambda: [0.01, 0.1, 1.0])
     epochs: int = 100  # --epochs -> max_epochs
     it0: int = 10  # --it0: epochs between duality-gap checks
@@ -71,9 +74,23 @@ class LogRegProtocol(Protocol):
     Config = LogRegConfig
     CONFORMANCE_RUN = ("synth", {"dataset": "imagefolder", "cache": False, "progress": False}, "imagenet")
     # lambdas: each lambda is its own result, so the sweep list changes no number
-    NOT_IN_FINGERPRINT = ("lambdas", "threads", "batch_size", "num_workers", "cache", "progress")
+    NOT_IN_FINGERPRINT = ("lambdas", "train_subset", "threads", "batch_size", "num_workers", "cache", "progress")
     PRESETS = load_presets("logreg")  # configs/protocols/logreg_*.yaml
     DEFAULT_PRESET = "ibot"
+
+    def subset(self):
+        """The named training subset, or None (resolved once; a missing list is a DataError)."""
+        from benchmarks.logistic_regression.subsets import resolve
+
+        if not self.cfg.train_subset:
+            return None
+        if "_subset" not in self.__dict__:
+            self.__dict__["_subset"] = resolve(self.cfg.train_subset)
+        return self.__dict__["_subset"]
+
+    def fingerprint(self, extra: dict | None = None) -> str:
+        subset = self.subset()
+        return super().fingerprint({**(extra or {}), **(subset.fingerprint_items() if subset else {})})
 
     def transform(self) -> ResizeCenterCrop:
         c = self.cfg
@@ -83,6 +100,12 @@ class LogRegProtocol(Protocol):
         """(splits, train features, val features): float32, L2-normalised as the script does."""
         c = self.cfg
         splits = load_splits(c.dataset, data_root, c.train_split, c.val_split)
+        subset = self.subset()
+        if subset is not None:
+            from benchmarks.logistic_regression.subsets import SubsetSource
+
+            splits.train = SubsetSource(splits.train, subset)
+            splits.train_labels = np.asarray(splits.train.targets, dtype=np.int64)
         kw = dict(n_last_blocks=c.n_last_blocks, norm=True, batch_size=c.batch_size, num_workers=c.num_workers,
                   cache=c.cache, progress=c.progress, precision=c.precision)
         out = []
@@ -118,6 +141,8 @@ class LogRegProtocol(Protocol):
                         "train_top1": 100.0 * fit.train_accuracy, "feature_dim": int(train_x.shape[1]),
                         "n_train": int(len(train_x)), "n_val": int(len(val_x)), "num_classes": splits.num_classes,
                         "transform": f"resize {c.resize} {c.interpolation} -> center crop {c.crop}",
-                        "features_from_cache": bool(c1 and c2)},
+                        "features_from_cache": bool(c1 and c2),
+                        **({"train_subset": self.subset().name, "train_subset_file_sha256": self.subset().file_sha256}
+                           if self.subset() else {})},
                 cost={"extract_s": round(t_feat, 3), "fit_s": round(time.perf_counter() - t1, 3)}))
         return out
