@@ -140,3 +140,11 @@ def test_cli_missing_simclr_subset_list_is_one_error_line(isolated_home, synth_t
     assert rc == 2 and [x for x in err.splitlines() if x.startswith("error:")] and "1percent.txt" in err
     runs = isolated_home / "results" / "runs"
     assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_chance_row_is_a_uniform_guess(folder):
+    from benchmarks.logistic_regression.protocol import LogRegProtocol
+
+    rows = LogRegProtocol.from_preset("synth", {"dataset": "imagefolder"}).chance_results(folder)
+    assert [r.variant["lambda"] for r in rows] == [0.01, 0.1, 1.0]
+    assert all(r.metrics == {"top1": pytest.approx(100 / 3)} for r in rows)

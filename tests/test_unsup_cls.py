@@ -174,3 +174,10 @@ def test_cli_bad_layout(isolated_home, tmp_path, capsys):
                "--data-root", str(tmp_path / "flat"), "--random-init", "vit_cpu_tiny", "--set", "progress=false"])
     err = capsys.readouterr().err
     assert rc == 2 and "error:" in err and _no_records(isolated_home)
+
+
+def test_chance_row_is_a_seeded_random_assignment(folder):
+    rows = UnsupClsProtocol.from_preset("synth", {"dataset": "imagefolder"}).chance_results(folder)
+    assert [r.variant for r in rows] == [{"assignment": "kmeans"}] and rows[0].seed == 0
+    again = UnsupClsProtocol.from_preset("synth", {"dataset": "imagefolder"}).chance_results(folder)
+    assert again[0].metrics == rows[0].metrics and 100 / 3 <= rows[0].metrics["ACC"] <= 100

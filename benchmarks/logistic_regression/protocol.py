@@ -115,6 +115,19 @@ class LogRegProtocol(Protocol):
             out.append((F.normalize(x.float(), dim=1, p=2).numpy().astype(np.float32), fs.from_cache))
         return splits, out[0], out[1]
 
+    def chance_results(self, data_root: Path) -> list[ProtocolResult]:
+        """The chance row's records (harness.context.chance): a uniform guess, per lambda."""
+        from harness.context.chance import uniform_topk
+
+        c = self.cfg
+        splits = load_splits(c.dataset, data_root, c.train_split, c.val_split)
+        return [ProtocolResult(metrics={"top1": uniform_topk(splits.num_classes, ks=(1,))["top1"]}, dataset=c.dataset,
+                               split=c.val_split, seed=None,
+                               variant={"lambda": lambd, "feature": _FEATURE[c.avgpool_patchtokens]},
+                               params={"chance": "uniform random guess", "num_classes": splits.num_classes,
+                                       "n_val": len(splits.val)})
+                for lambd in c.lambdas]
+
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
         c = self.cfg
         require_cyanure()  # before any work: one error line where it is missing

@@ -124,6 +124,23 @@ class UnsupClsProtocol(Protocol):
                               f"one-to-one assignment'); pretrain with that out_dim, or set acc_matching=hungarian")
         return head
 
+    def chance_results(self, data_root: Path) -> list[ProtocolResult]:
+        """The chance row's records (harness.context.chance): one seeded uniform random cluster per
+        image (k = the number of classes), scored as any assignment (ACC's expected value under
+        matching is above 100 / classes, and ARI's is 0)."""
+        c = self.cfg
+        _, labels, num_classes = self.split(data_root)
+        clusters = np.random.default_rng(0).integers(0, num_classes, len(labels))
+        s = assignment_scores(labels, clusters, "hungarian" if c.acc_matching == "hungarian" else "official",
+                              c.gather_copies)
+        return [ProtocolResult(metrics={m: 100.0 * v for m, v in s.items()}, dataset=c.dataset, split=c.split,
+                               seed=0, variant={"assignment": a},
+                               params={"chance": "uniform random cluster per image, numpy default_rng(0)",
+                                       "num_classes": num_classes, "n_images": int(len(labels))},
+                               per_image=clusters_block(labels, clusters, matching=c.acc_matching,
+                                                        copies=c.gather_copies))
+                for a in c.assignments]
+
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
         c = self.cfg
         patch = int(model.backbone.patch_size)
