@@ -181,3 +181,20 @@ def test_chance_row_is_a_seeded_random_assignment(folder):
     assert [r.variant for r in rows] == [{"assignment": "kmeans"}] and rows[0].seed == 0
     again = UnsupClsProtocol.from_preset("synth", {"dataset": "imagefolder"}).chance_results(folder)
     assert again[0].metrics == rows[0].metrics and 100 / 3 <= rows[0].metrics["ACC"] <= 100
+
+
+def test_an_imported_checkpoint_finds_its_head_in_the_file_it_came_from(folder, tmp_path):
+    from harness.models.importers import import_checkpoint
+
+    source = ModelHandle.random_init("vit_cpu_tiny", seed=0)
+    official = _head_file(tmp_path / "checkpoint.pth", source, out_dim=3)
+    import_checkpoint(official, tmp_path / "model", arch="vit_cpu_tiny")
+    model = ModelHandle.from_checkpoint(tmp_path / "model.safetensors")
+    r, = UnsupClsProtocol.from_preset("ibot", {"dataset": "imagefolder", "resize": 32, "crop": 32,
+                                               "progress": False}).run(model, folder)
+    assert r.params["head_source"] == str(official) and r.params["head_out_dim"] == 3
+    # another file beside it is refused by its sha256
+    other = _head_file(tmp_path / "other.pth", source, out_dim=3, seed=5)
+    with pytest.raises(ConfigError, match="is not the file model"):
+        UnsupClsProtocol.from_preset("ibot", {"dataset": "imagefolder", "resize": 32, "crop": 32, "progress": False,
+                                              "head_checkpoint": str(other)}).run(model, folder)
