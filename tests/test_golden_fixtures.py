@@ -27,7 +27,9 @@ READERS = {
     "ibot_masks.json": ["test_methods_shared.py"],
     "knn_dino_golden.json": ["test_knn.py"],
     "linear_dino_parity.json": ["test_linear_probe_dino_parity.py"],
+    "logreg_cyanure022.json": ["test_logreg.py"],
     "synclr_golden.json": ["test_synclr.py"],
+    "unsup_cls_eval_pred.json": ["test_unsup_cls.py"],
 }
 
 
