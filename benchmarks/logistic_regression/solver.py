@@ -23,8 +23,20 @@ MISSING = ("logreg needs cyanure (the official script's solver), which is not in
            "pip install 'ssl-bench[logreg]' (or pip install 'cyanure>=1.2')")
 
 
-def require_cyanure():
-    """cyanure's Classifier, or one ConfigError saying how to install it."""
+def require_cyanure() -> None:
+    """One ConfigError saying how to install cyanure where it is missing (found without importing
+    it: the fits run in a child process, see :func:`fit_sweep`)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("cyanure.estimators") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(MISSING)
+
+
+def _classifier():
     try:
         from cyanure.estimators import Classifier
     except ImportError:
@@ -44,7 +56,7 @@ def logistic_regression(train_x: np.ndarray, train_y: np.ndarray, test_x: np.nda
                         epochs: int = 100, it0: int = 10, tol: float = 1e-3, seed: int = 0,
                         threads: int = -1) -> Fit:
     """One lambda of the sweep: fit on train, predict test (argmax of X W, as cyanure's score)."""
-    Classifier = require_cyanure()
+    Classifier = _classifier()
     classes = np.unique(train_y)
     if len(classes) < 3:  # cyanure 1.x turns a two-class problem into a binary one, 0.2x did not
         raise ConfigError(f"logreg needs at least 3 classes (multiclass-logistic), found {len(classes)}")
@@ -59,3 +71,34 @@ def logistic_regression(train_x: np.ndarray, train_y: np.ndarray, test_x: np.nda
     n_iter = getattr(clf, "n_iter_", None)
     epochs_run = int(np.max(n_iter)) if n_iter is not None and np.size(n_iter) else -1
     return Fit(np.asarray(clf.coef_), pred, train_acc, epochs_run)
+
+
+def _fit_files(folder: str, lambdas: list[float], kw: dict) -> list[Fit]:
+    """In the child: read the arrays :func:`fit_sweep` wrote, fit every lambda."""
+    from pathlib import Path
+
+    d = Path(folder)
+    train_x, train_y, test_x = (np.load(d / f"{n}.npy") for n in ("train_x", "train_y", "test_x"))
+    return [logistic_regression(train_x, train_y, test_x, lambd, **kw) for lambd in lambdas]
+
+
+def fit_sweep(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, lambdas: list[float], *,
+              isolate: bool = True, **kw) -> list[Fit]:
+    """:func:`logistic_regression` for each lambda. ``isolate``: in one spawned child process.
+
+    Why a child: cyanure 1.2.2's fit can leave the calling process in a state where later torch
+    training yields NaN (measured: tests/test_conformance.py's methods trained after a logreg
+    conformance run in the same process, and a tiny fit of 24 x 192 features followed by an iBOT
+    training step; not every time). The arrays go through a temporary folder, not a pipe."""
+    if not isolate:
+        return [logistic_regression(train_x, train_y, test_x, lambd, **kw) for lambd in lambdas]
+    import multiprocessing
+    import tempfile
+    from concurrent.futures import ProcessPoolExecutor
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory(prefix="ssl-bench-logreg-") as tmp:
+        for name, a in (("train_x", train_x), ("train_y", train_y), ("test_x", test_x)):
+            np.save(Path(tmp) / f"{name}.npy", np.ascontiguousarray(a))
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(_fit_files, tmp, list(lambdas), kw).result()
