@@ -31,16 +31,31 @@ def _features():
     return np.load(path)
 
 
-@pytest.mark.parametrize("name", sorted(DATA["sets"]))
-def test_accuracy_per_lambda_equals_the_official_under_cyanure_022(name):
-    pytest.importorskip("cyanure.estimators", reason="the logreg extra (cyanure) is not installed")
-    from benchmarks.logistic_regression.solver import fit_sweep
+def _fit_every_set(npz: str) -> dict:
+    """In one child process (as the protocol fits, solver.fit_sweep says why): every set, every lambda."""
+    from benchmarks.logistic_regression.solver import logistic_regression
 
-    z = _features()
-    tx, ty, vx, vy = (z[f"{name}_{p}"] for p in ("train_x", "train_y", "test_x", "test_y"))
-    rows = DATA["sets"][name]
-    # in a child process, as the protocol fits (solver.fit_sweep says why)
-    for row, fit in zip(rows, fit_sweep(tx, ty, vx, [r["lambda"] for r in rows], threads=1)):
+    z = np.load(npz)
+    return {name: [logistic_regression(z[f"{name}_train_x"], z[f"{name}_train_y"], z[f"{name}_test_x"],
+                                       row["lambda"], threads=1) for row in rows]
+            for name, rows in DATA["sets"].items()}
+
+
+@pytest.fixture(scope="module")
+def current_cyanure_fits():
+    pytest.importorskip("cyanure.estimators", reason="the logreg extra (cyanure) is not installed")
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    _features()  # checks the features file's sha256 first
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_fit_every_set, str(FIXTURES / DATA["features"])).result()
+
+
+@pytest.mark.parametrize("name", sorted(DATA["sets"]))
+def test_accuracy_per_lambda_equals_the_official_under_cyanure_022(name, current_cyanure_fits):
+    vy = _features()[f"{name}_test_y"]
+    for row, fit in zip(DATA["sets"][name], current_cyanure_fits[name]):
         assert np.mean(fit.predictions == vy) == pytest.approx(row["accuracy"], abs=1e-12), row["lambda"]
         assert (fit.predictions != np.asarray(row["predictions"])).sum() <= MAX_CHANGED_PREDICTIONS
         w = np.asarray(row["weights"])
@@ -100,7 +115,6 @@ def test_cli_bad_layout(isolated_home, tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- named training subsets
 def test_a_named_subset_restricts_the_training_split_and_enters_the_fingerprint(folder, tmp_path):
-    pytest.importorskip("cyanure.estimators", reason="the logreg extra (cyanure) is not installed")
     from benchmarks.logistic_regression.protocol import LogRegProtocol
 
     train = sorted((folder / "train").rglob("*.png"))
@@ -111,8 +125,9 @@ def test_a_named_subset_restricts_the_training_split_and_enters_the_fingerprint(
         path.write_text("\n".join(names) + "\n")
     base = {"dataset": "imagefolder", "resize": 32, "crop": 32, "progress": False, "threads": 1, "lambdas": [0.1]}
     proto = LogRegProtocol.from_preset("synth", {**base, "train_subset": str(a)})
-    r, = proto.run(ModelHandle.random_init("vit_cpu_tiny", seed=0), folder)
-    assert r.params["n_train"] == 9 and r.params["train_subset"] == "1percent"
+    splits, (train_x, _), _ = proto.features(ModelHandle.random_init("vit_cpu_tiny", seed=0), folder)
+    assert len(train_x) == len(splits.train_labels) == 9 and proto.subset().name == "1percent"
+    assert sorted(splits.train_labels.tolist()) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     whole = LogRegProtocol.from_preset("synth", base).fingerprint()
     assert proto.fingerprint() != whole  # the subset is part of what was measured
     # the same names in another order and place: the same subset, the same fingerprint
