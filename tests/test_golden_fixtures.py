@@ -28,9 +28,11 @@ READERS = {
     "ibot_masks.json": ["test_methods_shared.py"],
     "knn_dino_golden.json": ["test_knn.py"],
     "linear_dino_parity.json": ["test_linear_probe_dino_parity.py"],
+    "logreg_cyanure022.json": ["test_logreg.py"],
     "lost_parity.json": ["test_lost.py"],
     "synclr_golden.json": ["test_synclr.py"],
     "tokencut_parity.json": ["test_lost.py"],
+    "unsup_cls_eval_pred.json": ["test_unsup_cls.py"],
 }
 
 

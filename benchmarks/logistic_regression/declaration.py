@@ -1,0 +1,11 @@
+"""The logistic-regression protocol's declaration (harness.declaration), torch-free."""
+from harness.declaration import ProtocolDeclaration
+from harness.metrics import Metric
+
+DECLARATIONS = (
+    ProtocolDeclaration(
+        name="logreg", module="benchmarks.logistic_regression.protocol",
+        metrics=(Metric("top1", unit="%", per_image="hits", label="top-1"),),
+        headline="top1", variant_labels={"lambda": "lambda={}", "feature": "{}"},
+        summary="iBOT's cyanure logistic regression on frozen features, lambda sweep"),
+)

@@ -1,0 +1,96 @@
+"""Named training subsets: the 1% and 10% ImageNet label fractions of SimCLRv2 (iBOT Table 12 runs
+its frozen-feature protocols on them: evaluation/README.md, "Semi-Supervised Classification").
+
+A protocol's training split is restricted to the images a subset file lists (SimCLRv2's format: one
+training file name per line, e.g. ``n01440764_10026.JPEG``). ``train_subset`` names the file: a
+known name (``imagenet_1pct``, ``imagenet_10pct``) looked up under ``$SSL_BENCH_HOME/subsets/`` and
+``configs/subsets/``, or a path. The subset's content hash (sorted names, order-free) and size go
+into the protocol's fingerprint; the file's own sha256 into the record.
+
+The SimCLRv2 lists are NOT shipped with ssl-bench: they were not obtainable where this was written
+(no network). A known name whose file is absent is one DataError saying where to put it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.config import CONFIG_ROOT
+from harness.errors import DataError
+
+SIMCLR = "https://github.com/google-research/simclr/tree/master/imagenet_subsets"
+# name -> (the file's name at its source, its source)
+KNOWN = {"imagenet_1pct": ("1percent.txt", SIMCLR), "imagenet_10pct": ("10percent.txt", SIMCLR)}
+
+
+@dataclass(frozen=True)
+class TrainSubset:
+    name: str
+    path: Path
+    names: frozenset[str]
+    file_sha256: str
+    content_sha256: str  # of the sorted names: what the fingerprint holds
+
+    def fingerprint_items(self) -> dict:
+        return {"train_subset": self.name, "train_subset_sha256": self.content_sha256,
+                "train_subset_images": len(self.names)}
+
+
+def _candidates(name: str) -> list[Path]:
+    home = Path(os.environ.get("SSL_BENCH_HOME", Path.home() / ".cache" / "ssl-bench"))
+    return [home / "subsets" / f"{name}.txt", CONFIG_ROOT / "subsets" / f"{name}.txt"]
+
+
+def resolve(spec: str) -> TrainSubset:
+    """The subset a ``train_subset`` setting names; a DataError saying what to do otherwise."""
+    if spec in KNOWN:
+        found = [p for p in _candidates(spec) if p.is_file()]
+        if not found:
+            source_name, source = KNOWN[spec]
+            raise DataError(f"train_subset {spec!r}: its list (SimCLRv2's {source_name}, {source}) is not shipped "
+                            f"with ssl-bench; download it to {_candidates(spec)[0]} or pass its path as train_subset")
+        path, name = found[0], spec
+    else:
+        path, name = Path(spec).expanduser(), Path(spec).stem
+        if not path.is_file():
+            raise DataError(f"train_subset {spec!r}: no such file, and not a known subset name "
+                            f"({', '.join(KNOWN)})")
+    raw = path.read_bytes()
+    names = [line.strip() for line in raw.decode("utf-8", errors="replace").splitlines() if line.strip()]
+    if not names:
+        raise DataError(f"train_subset {path}: empty; expected one training image file name per line")
+    if len(set(names)) != len(names):
+        raise DataError(f"train_subset {path}: names {len(names) - len(set(names))} image(s) twice")
+    content = hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()
+    return TrainSubset(name, path, frozenset(names), hashlib.sha256(raw).hexdigest(), content)
+
+
+class SubsetSource:
+    """The images of a split reader whose file names the subset lists (ImageSource contract)."""
+
+    def __init__(self, reader, subset: TrainSubset):
+        paths = getattr(reader, "image_paths", None)
+        if paths is None:
+            raise DataError(f"train_subset: the {type(reader).__name__} reader lists no image files to filter")
+        self.reader, self.subset = reader, subset
+        self.indices = [i for i, p in enumerate(paths) if Path(p).name in subset.names]
+        missing = len(subset.names) - len(self.indices)
+        if missing:
+            have = {Path(p).name for p in paths}
+            example = next(n for n in sorted(subset.names) if n not in have)
+            raise DataError(f"train_subset {subset.path}: {missing} listed image(s) are not in the training split "
+                            f"(e.g. {example}); the list must name files of this split")
+        self.classes = reader.classes
+        self.targets = [reader.targets[i] for i in self.indices]
+        self.thread_safe = getattr(reader, "thread_safe", True)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def load_image(self, i: int):
+        return self.reader.load_image(self.indices[i])
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(f"{self.reader.fingerprint()}|subset={self.subset.content_sha256}".encode()).hexdigest()
