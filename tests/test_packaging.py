@@ -49,7 +49,9 @@ def test_the_wheel_lists_every_shipped_file_and_every_module(monkeypatch):
     # the installed layout shipped() reads: harness/_shipped/<the path in the repository>
     packaged = PACKAGED_DATA.relative_to(PACKAGE_DIR.parent)
     want = {packaged / folder / rel for folder in SHIPPED_FOLDERS for rel in _files(REPO / folder)}
-    want |= {Path(top) / rel for top in CODE_PACKAGES for rel in _files(REPO / top) if rel.suffix == ".py"}
+    # a protocol folder's tests/ is test code, not shipped
+    want |= {Path(top) / rel for top in CODE_PACKAGES for rel in _files(REPO / top)
+             if rel.suffix == ".py" and "tests" not in rel.parts}
     # data files beside the code (templates, the HTML pages' script and style), wherever they sit
     want |= {Path("harness") / rel for rel in _files(REPO / "harness") if rel.suffix not in {".py", ".pyc"}}
     want.add(Path("run_benchmark.py"))  # the console script's module
