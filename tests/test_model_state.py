@@ -119,7 +119,7 @@ def test_a_linear_probe_run_changes_nothing(sources, synth_tiny, isolated_home):
 
 
 def test_the_probe_leaves_each_module_in_its_own_mode(sources):
-    from harness.models.adapters.generic import FunctionBackbone
+    from harness.models.sources.generic import FunctionBackbone
     from harness.models.feature_backbone import probing
 
     repo, code, cnn, _ = sources

@@ -156,11 +156,11 @@ def adapt_module(model: nn.Module, name: str, *, features: FeatureFn | None = No
     if features is not None:
         return FunctionBackbone(model, name, features, features_name, patch_size=patch_size, **norm)
     if hasattr(model, "forward_intermediates") and getattr(model, "feature_info", None):
-        from harness.models.adapters.timm_adapter import TimmBackbone
+        from harness.models.sources.timm_adapter import TimmBackbone
 
         return TimmBackbone(model, name, **norm)
     if hasattr(model, "config") and hasattr(model, "can_generate"):  # a transformers PreTrainedModel
-        from harness.models.adapters.hf_adapter import HFBackbone
+        from harness.models.sources.hf_adapter import HFBackbone
 
         return HFBackbone(model, name, **norm)
     if hasattr(model, "get_intermediate_layers") and hasattr(model, "blocks"):

@@ -1,1 +1,0 @@
-"""Adapters that give foreign models the feature contract (harness.models.feature_backbone)."""
