@@ -64,25 +64,25 @@ def test_new_protocol_writes_one_folder_and_lists_its_package(tmp_path, capsys):
 
     root = _project_copy(tmp_path)
     before = (root / "pyproject.toml").read_text()
-    assert main(["new-protocol", "depth_demo", "--root", str(root)]) == 0
+    assert main(["new-protocol", "scaffold_selftest", "--root", str(root)]) == 0
     written = {p.relative_to(root).as_posix() for p in map(__import__("pathlib").Path, (
         line.split("wrote ", 1)[1] for line in capsys.readouterr().out.splitlines() if line.startswith("wrote ")))}
-    outside = {p for p in written if not p.startswith("benchmarks/depth_demo/")}
+    outside = {p for p in written if not p.startswith("benchmarks/scaffold_selftest/")}
     assert outside == {"pyproject.toml"}  # the one file outside the folder
-    assert '"benchmarks.depth_demo"' in (root / "pyproject.toml").read_text()
-    assert (root / "pyproject.toml").read_text().replace(', "benchmarks.depth_demo"', "") == before
+    assert '"benchmarks.scaffold_selftest"' in (root / "pyproject.toml").read_text()
+    assert (root / "pyproject.toml").read_text().replace(', "benchmarks.scaffold_selftest"', "") == before
     # its declaration reads torch-free beside the built-in ones, with a lower-is-better headline
     import os
     import subprocess
 
     probe = ("import sys, benchmarks; from harness.registry import read_declarations; "
              "d = read_declarations([benchmarks]); "
-             "print(sorted(d), d['depth_demo'].metric('rmse').higher_is_better, 'torch' in sys.modules)")
+             "print(sorted(d), d['scaffold_selftest'].metric('rmse').higher_is_better, 'torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(root)})
     assert done.returncode == 0, done.stderr[-2000:]
     names, higher, torch_loaded = done.stdout.rsplit(" ", 2)
-    assert {"'knn'", "'dense_nn'", "'depth_demo'"} <= set(names.strip("[]").split(", "))
+    assert {"'knn'", "'dense_nn'", "'scaffold_selftest'"} <= set(names.strip("[]").split(", "))
     assert (higher, torch_loaded.strip()) == ("False", "False")
 
 
@@ -103,10 +103,10 @@ def test_a_scaffolded_protocol_passes_its_own_tests(tmp_path):
     import subprocess
 
     root = _project_copy(tmp_path)
-    assert main(["new-protocol", "depth_demo", "--root", str(root)]) == 0
+    assert main(["new-protocol", "scaffold_selftest", "--root", str(root)]) == 0
     env = {**os.environ, "PYTHONPATH": str(root), "SSL_BENCH_HOME": str(tmp_path / "home")}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root),
-                           str(root / "benchmarks" / "depth_demo")], cwd=root, env=env, capture_output=True,
+                           str(root / "benchmarks" / "scaffold_selftest")], cwd=root, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "2 passed" in done.stdout
