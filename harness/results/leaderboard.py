@@ -236,7 +236,9 @@ def _table_cells(t: RunTable, table: ProtocolTable, best_mark, digits: int = 2) 
 
 
 def _legend(t: RunTable, best: str) -> str:
-    refs = sorted({r for rows in random_init_baselines(t).values() for r in rows})
+    # rows share one list per architecture: read each distinct list once
+    lists = {id(rows): rows for rows in random_init_baselines(t).values()}.values()
+    refs = sorted({r for rows in lists for r in rows})
     text = f"{best}: the best mean of the column (higher is better)"
     if any(not t.metric(c).higher_is_better for c in t.keys):
         text = f"{best}: the best mean of the column (higher is better; ↓: lower is better, the lowest is best)"

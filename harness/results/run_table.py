@@ -229,12 +229,14 @@ class RunTable:
         Shared by every view of the table: read it, do not change it."""
         refs = [m for m in self.models if self.context[m] == "random_init"]
         arch_of = {m: (self.model_info.get(m) or {}).get("arch") for m in self.models}
+        by_arch: dict[Any, list[str]] = {}
+        for r in refs:  # one shared list per architecture: rows of one architecture share it
+            by_arch.setdefault(arch_of[r], []).append(r)
         out = {}
         for m in self.models:
             if self.context[m] is not None or not refs:
                 continue
-            same_arch = [r for r in refs if arch_of[r] == arch_of[m]]
-            chosen = same_arch or (refs if len(refs) == 1 else [])
+            chosen = by_arch.get(arch_of[m]) or (refs if len(refs) == 1 else [])
             if chosen:
                 out[m] = chosen
         return out
