@@ -157,6 +157,7 @@ def texture_split(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow  # end to end (seconds); CI runs it with the slow suite
 def test_supervised_reference_beats_chance_on_knn(texture_split, isolated_home):
     spec = SupervisedSpec(steps=80, batch_size=16, lr=2e-3, seed=0)
     model = ModelHandle("supervised", train_supervised(spec, texture_split, progress=False),

@@ -226,6 +226,7 @@ def test_trainer_wraps_the_method_in_distributed_data_parallel(tmp_path, synth_t
     assert (on["from_step"], on["to_step"]) == (0, 2)
 
 
+@pytest.mark.slow  # end to end (seconds); CI runs it with the slow suite
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_half_precision_pretraining_runs_and_logs_the_data_share(tmp_path, synth_tiny, precision):
     import yaml

@@ -135,6 +135,7 @@ def test_torchrun_two_processes_match_one_process(tmp_path, tiny_data, dino_six_
     np.testing.assert_allclose(l2, l1, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # end to end (seconds); CI runs it with the slow suite
 def test_ibot_without_mim_masks_or_bn_trains_as_dino(tmp_path, tiny_data, dino_six_steps):
     """iBOT's [CLS] part is DINO: with its MIM loss and masking off and no BatchNorm in the head
     (the official head's BatchNorm spans every token), the same seed gives DINO's run. Not to the

@@ -114,6 +114,7 @@ features.extract_features(ModelHandle.random_init("vit_cpu_tiny", seed=3), Rando
 """
 
 
+@pytest.mark.slow  # end to end (seconds); CI runs it with the slow suite
 def test_temp_dirs_of_killed_extractions_are_cleaned(tmp_path, model):
     """kill -9 during an extraction leaves its `.<key>.<random>/` folder; the next extraction
     removes it (its owner process is dead)."""

@@ -146,6 +146,7 @@ def _records_and_features(home: Path) -> list:
     return [p for p in home.rglob("*") if p.is_file() and (p.suffix == ".json" or "features" in p.parts)]
 
 
+@pytest.mark.slow  # end to end (seconds); CI runs it with the slow suite
 @pytest.mark.parametrize("spec", CLI_CASES)
 def test_the_command_line_prints_one_error_line_and_exits_2(spec, inputs, synth_tiny, tmp_path):
     message = dict(CASES)[spec]

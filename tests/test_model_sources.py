@@ -99,6 +99,7 @@ def test_timm_vit_and_harness_vit_give_identical_records_and_share_the_cache(vit
     assert second.from_cache and second.key == first.key
 
 
+@pytest.mark.slow  # end to end (seconds); CI runs it with the slow suite
 def test_a_bare_timm_name_reads_a_users_file_as_zoo_convert_does(vit_pair, synth_tiny, isolated_home):
     """docs/MODELS.md, "Identity": no pretrained tag's mean and std for the user's own file."""
     path, converted = vit_pair[0].meta["checkpoint"], vit_pair[1].meta["checkpoint"]
