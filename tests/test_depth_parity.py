@@ -43,9 +43,10 @@ def test_metrics_match_dinov3_per_image_and_mean(ref):
         rows.append(mine)
         for name, official in OFFICIAL_NAMES.items():
             want = case["per_image"][i][official]
-            assert mine[name] == pytest.approx(want, abs=1e-6), (i, name)
+            # float32 sums: other CPU kernels round the last bits differently (1e-6 relative)
+            assert mine[name] == pytest.approx(want, rel=1e-6, abs=1e-6), (i, name)
     for name, official in OFFICIAL_NAMES.items():
-        assert np.mean([r[name] for r in rows]) == pytest.approx(case["mean"][official], abs=1e-6)
+        assert np.mean([r[name] for r in rows]) == pytest.approx(case["mean"][official], rel=1e-6, abs=1e-6)
 
 
 def _my_head(inputs, tag, layers, cls_token):
