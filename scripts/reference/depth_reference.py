@@ -211,7 +211,7 @@ def main(argv=None) -> None:
         "repository": REPOSITORY, "commit": commit,
         "official_files": {f: hashlib.sha1((args.dinov3 / f).read_bytes()).hexdigest() for f in FILES},
         "generator": "scripts/reference/depth_reference.py",
-        "command": "python scripts/reference/depth_reference.py /work/official/dinov3",
+        "command": "python scripts/reference/depth_reference.py DINOV3_CHECKOUT",
         "environment": {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
                         "platform": platform.platform(), "torch_threads": torch.get_num_threads(),
                         "date": datetime.date.today().isoformat()}}

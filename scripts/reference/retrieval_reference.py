@@ -1,7 +1,7 @@
 """Parity fixtures for image_retrieval and copy_detection, from the official code run unmodified.
 
-    python -m scripts.reference.retrieval_reference --dino /work/official/dino \
-        --revisitop /work/official/revisitop [--out tests/fixtures/retrieval]
+    python -m scripts.reference.retrieval_reference --dino DINO_CHECKOUT \
+        --revisitop REVISITOP_CHECKOUT [--out tests/fixtures/retrieval]
 
 Writes into ``--out``:
 

@@ -9,11 +9,11 @@ longer has: it runs in a separate interpreter (``--cyanure-python``, a venv hold
 cyanure-openblas 0.22.post1 built from its sdist after ``apt-get install libopenblas-dev``, plus
 numpy<2 and scipy):
 
-    python -m venv /work/venv-cyanure022
-    /work/venv-cyanure022/bin/pip install "numpy<2" scipy setuptools wheel
-    /work/venv-cyanure022/bin/pip install --no-build-isolation cyanure-openblas==0.22.post1
+    python -m venv CYANURE022_VENV
+    CYANURE022_VENV/bin/pip install "numpy<2" scipy setuptools wheel
+    CYANURE022_VENV/bin/pip install --no-build-isolation cyanure-openblas==0.22.post1
     python tests/reference/gen_logreg_cyanure022.py --official <ibot checkout> \
-        --cyanure-python /work/venv-cyanure022/bin/python
+        --cyanure-python CYANURE022_VENV/bin/python
 
 That interpreter has no torch: the script's imports of torch, torchvision and the iBOT model and
 data code (used only by its feature extraction) are stubbed there. The classifier the official
@@ -109,7 +109,7 @@ def main() -> None:
     import numpy as np
 
     args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT, extra=lambda p: p.add_argument(
-        "--cyanure-python", default="/work/venv-cyanure022/bin/python",
+        "--cyanure-python", required=True,
         help="an interpreter with cyanure-openblas 0.22.post1, numpy and scipy (no torch needed)"))
     rng = np.random.default_rng(SEED)
     arrays = {}
@@ -131,7 +131,8 @@ def main() -> None:
            "value (cyanure's score, a fraction); predictions and weights read from the classifier it built.")
     data = {"provenance": common.provenance(args, __file__, {"seed": SEED, "lambdas": LAMBDAS, "sets": SETS,
                                                              "it0": 10, "epochs": 100,
-                                                             "cyanure_python": args.cyanure_python,
+                                                             # the interpreter's folder is this machine's
+                                                             "cyanure_python": "CYANURE022_VENV/bin/python",
                                                              "cyanure": result["cyanure"]},
                                             ["evaluation/eval_logistic_regression.py"]),
             "how": how, "features": FEATURES,
