@@ -132,7 +132,7 @@ class ProtocolTable:
 
 def protocol_tables(df: RunTable | Iterable[dict], headline_only: bool = False) -> list[ProtocolTable]:
     """The leaderboard split into one table per (protocol, dataset, split), in table order.
-    Headers read metric then variant as the protocol declares it (``VARIANT_LABELS``), with the
+    Headers read metric then variant as the protocol declares it (its ``variant_labels``), with the
     short fingerprint where one (protocol, dataset, split, variant, metric) has several.
     ``headline_only``: the headline metric's columns alone, and of a sweep that also reports its
     best (``lr=<value>`` and ``lr=best``) the best alone (the console's view)."""
@@ -252,7 +252,7 @@ def _legend(t: RunTable, best: str) -> str:
 
 def format_console(df: RunTable | Iterable[dict]) -> str:
     """One block per (protocol, dataset, split): the headline metric's columns (the protocol's
-    ``HEADLINE_METRIC``), the best marked ``*``, each row's delta to random init; then the
+    declared ``headline``), the best marked ``*``, each row's delta to random init; then the
     fingerprint messages."""
     t = run_table(df)
     if t.empty:

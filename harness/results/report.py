@@ -3,7 +3,7 @@
 One file, readable offline: CSS and JavaScript inline (harness.results.html_assets, the same as
 leaderboard.html's), plots embedded as SVG data URIs, no request leaves the page. It shows
 
-- one section per protocol: its headline metric (the protocol's ``HEADLINE_METRIC``) per
+- one section per protocol: its headline metric (the ``headline`` of the protocol's declaration) per
   model and variant as ``mean ± std (n)``, the best value of each column marked, the
   difference to the random-init baseline (models whose method is ``random_init``), the
   other metrics in a folded table, and curves of the headline metric against every
