@@ -7,8 +7,18 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-# Tests are sized for 2 cores; more threads than cores only adds contention.
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# Tests are sized for 2 cores; more threads than cores only adds contention. Under
+# pytest-xdist each worker process holds one core.
+_THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
+torch.set_num_threads(min(_THREADS, torch.get_num_threads()))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``--dist loadgroup``), the tests that share the session's pretrained
+    DINO checkpoint run on one worker: a second worker would find the pretraining folder locked."""
+    for item in items:
+        if "dino_cpu_checkpoint" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("dino_cpu_checkpoint"))
 
 
 @pytest.fixture(scope="session")

@@ -161,6 +161,7 @@ def test_the_lock_goes_with_its_holder(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH")
+@pytest.mark.xdist_group("torchrun_port_29531")  # one master port: never two at once
 def test_a_locked_out_dir_stops_every_torchrun_rank(tmp_path, synth_tiny):
     """Only the main process takes the lock; the others learn of the refusal and stop too
     instead of waiting in a collective."""

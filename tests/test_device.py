@@ -250,6 +250,7 @@ def test_half_precision_pretraining_runs_and_logs_the_data_share(tmp_path, synth
     assert [on["precision"] for on in meta["trained_on"]] == [precision]
 
 
+@pytest.mark.xdist_group("torchrun_port_29531")  # one master port: never two at once
 @pytest.mark.slow  # 14 s of torchrun; the fast suite keeps the one-process path (CI runs both)
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH")
 def test_two_rank_sharded_knn_extraction_equals_one_rank(tmp_path, synth_tiny):

@@ -341,11 +341,16 @@ class RecordIndex:
         self._name_bad(bad)
         return [r for r in found if r.status != "bad" and (r.status == "record" or not (records_only or where))]
 
-    def numbers(self) -> tuple[list[tuple], dict[str, tuple[int, int]]]:
+    def served(self) -> list[FileRow]:
+        """The readable records' rows without their text, checked as :meth:`rows` checks them."""
+        return self.rows(records_only=True, body=False)
+
+    def numbers(self, served: list[FileRow] | None = None) -> tuple[list[tuple], dict[str, tuple[int, int]]]:
         """(rows, stamps): every readable record's numbers as (file name, ``NUMBER_FIELDS``...),
         in file-name then metric order, read from the index without parsing a record; and each
-        served file's (mtime_ns, size). Files are checked as :meth:`rows` checks them."""
-        served = self.rows(records_only=True, body=False)
+        served file's (mtime_ns, size). Files are checked as :meth:`rows` checks them (or
+        ``served``: :meth:`served` of a moment ago)."""
+        served = self.served() if served is None else served
         stamps = {r.name: (r.mtime_ns, r.size) for r in served}
         fresh = {r.name: r.numbers for r in served if r.body is not None}  # read again just now: in hand
         sql = f"SELECT name, {', '.join(NUMBER_FIELDS)} FROM numbers ORDER BY name, pos"

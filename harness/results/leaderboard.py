@@ -92,11 +92,13 @@ def format_cell(mean: float, std: float, n: float, digits: int = 2) -> str:
 
 
 def _formatted_columns(t: RunTable, keys: list[tuple], digits: int = 2) -> dict[tuple, list[str]]:
+    """Column key -> every row's :func:`format_cell` text, column by column."""
     out = {}
     for c in keys:
         j = t.col[c]
-        out[c] = [format_cell(m, s, n, digits) if n > 0 else "" for m, s, n in
-                  zip(t.mean[:, j].tolist(), t.std[:, j].tolist(), t.n[:, j].tolist())]
+        out[c] = [("" if mean != mean else f"{mean:.{digits}f} ± {std:.{digits}f} (n={n})" if n > 1
+                   else f"{mean:.{digits}f}") if n > 0 else ""
+                  for mean, std, n in zip(t.mean[:, j].tolist(), t.std[:, j].tolist(), t.n[:, j].tolist())]
     return out
 
 
@@ -206,33 +208,54 @@ def delta_text(t: RunTable, col: tuple, delta: float, digits: int = 2) -> str:
     return f"{text} ({metric.compare_word(d, 0.0)})" if d else text
 
 
+def _best_indices(t: RunTable, col: tuple, idx: np.ndarray) -> set[int]:
+    """:func:`best_rows` of the rows ``idx`` as row indices, over arrays."""
+    j = t.col[col]
+    rows = idx[t.n[idx, j] > 0]
+    means = t.mean[rows, j]
+    means, rows = means[~np.isnan(means)], rows[~np.isnan(means)]
+    if len(rows) < 2:
+        return set()
+    top = means.max() if t.metric(col).higher_is_better else means.min()
+    best = np.abs(means - top) <= 1e-9  # as best_rows: math.isclose(v, top, rel_tol=0, abs_tol=1e-9)
+    return set(rows[best].tolist()) if best.sum() < len(rows) else set()
+
+
+def _column_cells(t: RunTable, col: tuple, idx: np.ndarray, best_mark, headline: bool, digits: int) -> list[str]:
+    """The cells of one column for the rows ``idx`` (see :func:`_table_cells`), formatted column
+    by column: a table of 100,000 records holds some 150,000 cells."""
+    j = t.col[col]
+    ns = t.n[idx, j].tolist()
+    means, stds = t.mean[idx, j].tolist(), t.std[idx, j].tolist()
+    best_idx = _best_indices(t, col, idx)
+    if headline and t.baselines:
+        refs = np.array([t.models[i] in t.baselines for i in idx.tolist()], dtype=bool)
+        base = t.baseline_mean[idx, j]
+        deltas = np.where(refs & ~np.isnan(base), t.mean[idx, j] - base, np.nan).tolist()
+    else:
+        deltas = [math.nan] * len(ns)
+    cells = []
+    for i, mean, std, n, delta in zip(idx.tolist(), means, stds, ns, deltas):
+        if not n > 0:
+            cells.append("")
+            continue
+        value = f"{mean:.{digits}f}"
+        text = (best_mark(value) if i in best_idx else value) + (
+            f" ± {std:.{digits}f} (n={n})" if n > 1 else " (n=1)")
+        if delta == delta:
+            text += " " + delta_text(t, col, delta, digits)
+        cells.append(text)
+    return cells
+
+
 def _table_cells(t: RunTable, table: ProtocolTable, best_mark, digits: int = 2) -> tuple[list[str], list[list[str]]]:
     """(rows, cells) of one protocol table: ``mean ± std (n=k)`` (``mean (n=1)`` for one seed),
     ``best_mark(text)`` on the best mean of each column, and on headline columns the delta to
     the row's random-init reference (``Δ +1.23``)."""
     rows = t.rows_with(table.columns)
-    baselines = random_init_baselines(t)
-    best = {c: best_rows(t, c, rows) for c in table.columns}
-    cols = [(c, t.col[c], table.is_headline(c)) for c in table.columns]
-    cells = []
-    for m in rows:
-        i = t.row[m]
-        line = []
-        for c, j, headline in cols:
-            n = t.n[i, j]
-            if not n > 0:
-                line.append("")
-                continue
-            mean, std = t.mean[i, j], t.std[i, j]
-            value = f"{mean:.{digits}f}"
-            text = (best_mark(value) if m in best[c] else value) + (
-                f" ± {std:.{digits}f} (n={int(n)})" if n > 1 else " (n=1)")
-            delta = baseline_delta(t, m, c, baselines) if headline else None
-            if delta is not None:
-                text += " " + delta_text(t, c, delta, digits)
-            line.append(text)
-        cells.append(line)
-    return rows, cells
+    idx = np.array([t.row[m] for m in rows], dtype=int)
+    columns = [_column_cells(t, c, idx, best_mark, table.is_headline(c), digits) for c in table.columns]
+    return rows, [list(line) for line in zip(*columns)] if columns else [[] for _ in rows]
 
 
 def _legend(t: RunTable, best: str) -> str:

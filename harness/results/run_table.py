@@ -29,11 +29,11 @@ import pandas as pd
 
 from harness.metrics import Metric
 from harness.protocol_info import headline_metric, metric_of
-from harness.results import bootstrap
+from harness.results import bootstrap, kept_table
 from harness.results.index import index_of, is_record, record_numbers
 from harness.results.records import to_records
 from harness.results.table import (column_label, conflict_message, disambiguate_data, disambiguate_models,
-                                   fingerprint_conflicts, flatten_records, numbers_frame)
+                                   fingerprint_conflicts, flatten_records, group_ids, numbers_frame)
 from harness.variants import fraction_value, parse_variant
 
 # Quantiles of Student's t distribution, 0.975, by degrees of freedom (n - 1): the two-sided
@@ -133,10 +133,19 @@ class RunTable:
         return {(i, j): found[(rid, self.keys[j][4])] for (i, j), (rid, _) in self.per_image.items()
                 if (rid, self.keys[j][4]) in found}
 
+    @cached_property
+    def _bootstrapped_cells(self) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray]:
+        """:attr:`bootstrapped` as arrays: (rows, columns), lows, highs."""
+        found = self.bootstrapped
+        cells = np.fromiter((k for pair in found for k in pair), dtype=int, count=2 * len(found)).reshape(-1, 2)
+        lows = np.fromiter((ci.low for ci in found.values()), dtype=float, count=len(found))
+        highs = np.fromiter((ci.high for ci in found.values()), dtype=float, count=len(found))
+        return (cells[:, 0], cells[:, 1]), lows, highs
+
     def _bounds(self, side: int) -> np.ndarray:
         bounds = self.mean + side * self.ci_half
-        for (i, j), ci in self.bootstrapped.items():
-            bounds[i, j] = ci.high if side > 0 else ci.low
+        cells, lows, highs = self._bootstrapped_cells
+        bounds[cells] = highs if side > 0 else lows
         return bounds
 
     @cached_property
@@ -157,9 +166,11 @@ class RunTable:
         """(rows x columns) of :meth:`ci_method`, for every cell at once."""
         chance = np.array([self.context.get(m) == "chance" for m in self.models], dtype=bool)[:, None]
         out = np.where(self.n > 1, CI_SEEDS, np.where(chance, CI_COMPUTED, CI_NONE)).astype(object)
+        said: dict[tuple, str] = {}  # one text per (images, resamples, seed)
         for (i, j), found in self.bootstrapped.items():
             if self.n[i, j] == 1:
-                out[i, j] = found.method
+                how = (found.images, found.resamples, found.seed)
+                out[i, j] = said.get(how) or said.setdefault(how, found.method)
         return out
 
     def ci_method(self, model: str, key: tuple) -> str:
@@ -296,19 +307,26 @@ def table_of_numbers(flat: pd.DataFrame, source: bootstrap.PerImageSource | None
     ``dataset@data8`` columns, a column under several fingerprints a message; of a re-run of the
     same (model, column, seed) the newest number counts; a cell is the mean, the sample std (0
     for one seed) and the count over seeds. ``source``: where per-image blocks are."""
+    # each key column factorised once here; every later grouping reads its codes
+    flat = flat.astype({k: "category" for k in ("model", "sha", "data", "seed", *COL_KEYS)})
     flat = disambiguate_data(disambiguate_models(flat))
     conflicts = fingerprint_conflicts(flat)
     source = source or bootstrap.PerImageSource()
     if flat.empty:
         empty = np.zeros((0, 0))
         return RunTable([], [], empty, empty, empty.astype(int), {}, [], [], {}, source)
-    flat = flat.sort_values("created", na_position="first", kind="stable").drop_duplicates(
-        ["model", *COL_KEYS, "seed"], keep="last")
-    groups = flat.groupby(["model", *COL_KEYS], sort=False)  # the one group-by
+    flat = flat.sort_values("created", na_position="first", kind="stable")
+    flat = flat[~pd.Series(group_ids(flat, ["model", *COL_KEYS, "seed"], na_is_value=True)).duplicated(
+        keep="last").to_numpy()]  # of a re-run, the newest
+    cell = group_ids(flat, ["model", *COL_KEYS])  # integers: one factorisation per key column
+    flat, cell = flat[cell >= 0], cell[cell >= 0]
+    cell = pd.factorize(cell)[0]
+    groups = flat.groupby(cell, sort=True)  # the one group-by; codes number cells by first appearance
     cells = groups.agg(mean=("value", "mean"), n=("value", "count"), id=("id", "first"),
                        file=("file", "first"), per_image=("per_image", "max"))
-    cell_models = cells.index.get_level_values(0).tolist()  # lists: pandas strings iterate slowly
-    cell_keys = list(zip(*(cells.index.get_level_values(k).tolist() for k in COL_KEYS)))
+    first = np.unique(cell, return_index=True)[1]  # each cell's first row gives its model and key
+    cell_models = flat["model"].to_numpy()[first].tolist()  # lists: pandas strings iterate slowly
+    cell_keys = list(zip(*(flat[k].to_numpy()[first].tolist() for k in COL_KEYS)))
     models, keys = sorted(set(cell_models)), sorted(set(cell_keys), key=column_sort_key)
     row, col = {m: i for i, m in enumerate(models)}, {c: j for j, c in enumerate(keys)}
     ii = np.array([row[m] for m in cell_models], dtype=int)
@@ -317,7 +335,7 @@ def table_of_numbers(flat: pd.DataFrame, source: bootstrap.PerImageSource | None
     mean, std, n = np.full(shape, np.nan), np.full(shape, np.nan), np.zeros(shape, dtype=int)
     counts = cells["n"].to_numpy(dtype=int)
     mean[ii, jj] = cells["mean"].to_numpy(dtype=float)
-    std[ii, jj] = _sample_std(groups.ngroup().to_numpy(), flat["value"].to_numpy(dtype=float), counts)
+    std[ii, jj] = _sample_std(cell, flat["value"].to_numpy(dtype=float), counts)
     n[ii, jj] = counts
     single = (counts == 1) & cells["per_image"].to_numpy(dtype=bool)
     per_image = {(int(i), int(j)): (rid, file) for i, j, rid, file in
@@ -355,10 +373,21 @@ def table_of_records(records: Iterable[dict] | pd.DataFrame) -> RunTable:
 
 def table_of_folder(folder: str | Path) -> RunTable:
     """The RunTable of a records folder, read from its index's number rows (no record is
-    parsed); per-image blocks are read from the index on demand, intervals kept beside it."""
+    parsed) and kept beside the index for this set of record files (harness.results.kept_table);
+    per-image blocks are read from the index on demand, intervals kept beside it."""
     index = index_of(Path(folder))
-    rows, stamps = index.numbers()
-    return table_of_numbers(numbers_frame(rows), bootstrap.PerImageSource(index=index, stamps=stamps))
+    served = index.served()
+    stamps = {r.name: (r.mtime_ns, r.size) for r in served}
+    source = bootstrap.PerImageSource(index=index, stamps=stamps)
+    key = kept_table.records_key(stamps)
+    kept = kept_table.load(index.path.parent, key) if not index.in_memory else None
+    if kept is not None:
+        return RunTable(**kept, messages=[conflict_message(c) for c in kept["conflicts"]], source=source)
+    rows, _ = index.numbers(served)
+    table = table_of_numbers(numbers_frame(rows), source)
+    if not index.in_memory:
+        kept_table.keep(index.path.parent, key, table)
+    return table
 
 
 def run_table(source: RunTable | pd.DataFrame | Iterable[dict]) -> RunTable:

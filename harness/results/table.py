@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+import numpy as np
 import pandas as pd
 
 from harness.errors import ConfigError
@@ -66,27 +67,54 @@ def flatten_records(records: Iterable[dict] | pd.DataFrame) -> pd.DataFrame:
     return numbers_frame([("", *n) for r in records if is_record(r) for n in record_numbers(r)])
 
 
+def group_ids(frame: pd.DataFrame, columns: list[str], na_is_value: bool = False) -> np.ndarray:
+    """Each row's combination of ``columns`` as a compact integer, numbered in order of first
+    appearance (the order of ``groupby(columns, sort=False)``'s groups). A missing value makes
+    the row -1 (a group-by drops it), or with ``na_is_value`` a value of its own (as
+    ``drop_duplicates`` counts it). One factorisation per column: grouping by several string
+    columns at once factorises them again for every group-by."""
+    ids = np.zeros(len(frame), dtype=np.int64)
+    missing = np.zeros(len(frame), dtype=bool)
+    for column in columns:
+        codes, uniques = pd.factorize(frame[column], use_na_sentinel=not na_is_value)
+        missing |= codes < 0
+        ids = pd.factorize(ids * (len(uniques) + 1) + codes + 1)[0]  # renumbered: no overflow
+    return np.where(missing, -1, ids) if missing.any() else ids
+
+
+def _groups_with_several(frame: pd.DataFrame, keys: list[str], column: str) -> np.ndarray:
+    """Rows whose group of ``keys`` holds more than one distinct value of ``column``."""
+    ids = group_ids(frame, keys)
+    values = pd.factorize(frame[column])[0]
+    kept = (ids >= 0) & (values >= 0)  # as nunique: missing keys or values do not count
+    pairs = np.unique(np.stack([ids[kept], values[kept]]), axis=1)
+    several = np.zeros(ids.max() + 2 if len(ids) else 1, dtype=bool)
+    groups, counts = np.unique(pairs[0], return_counts=True)
+    several[groups[counts > 1]] = True
+    return several[ids] & (ids >= 0)
+
+
 def disambiguate_data(flat: pd.DataFrame) -> pd.DataFrame:
     """A (protocol, dataset, split) measured on several data sets (other roots or contents)
     becomes one ``dataset@data8`` column per data set, never one cell mixing or hiding them."""
-    keys = ["protocol", "dataset", "split"]
-    counts = flat.groupby(keys)["data"].transform("nunique")
-    if not (counts > 1).any():
+    mask = _groups_with_several(flat, ["protocol", "dataset", "split"], "data")
+    if not mask.any():
         return flat
     flat = flat.copy()
-    mask = counts > 1
-    flat.loc[mask, "dataset"] = flat.loc[mask, "dataset"] + "@" + flat.loc[mask, "data"].str[:8]
+    dataset = flat["dataset"].astype(object)  # new names: a categorical column holds only its own
+    dataset[mask] = dataset[mask] + "@" + flat.loc[mask, "data"].astype(object).str[:8]
+    flat["dataset"] = dataset
     return flat
 
 
 def disambiguate_models(flat: pd.DataFrame) -> pd.DataFrame:
     """Two different checkpoints under one name become ``name@sha8`` rows, never one row."""
-    shas = flat.groupby("model")["sha"].nunique()
-    clash = set(shas[shas > 1].index)
-    if clash:
+    mask = _groups_with_several(flat, ["model"], "sha")
+    if mask.any():
         flat = flat.copy()
-        mask = flat["model"].isin(clash)
-        flat.loc[mask, "model"] = flat.loc[mask, "model"] + "@" + flat.loc[mask, "sha"].str[:8]
+        model = flat["model"].astype(object)  # new names: a categorical column holds only its own
+        model[mask] = model[mask] + "@" + flat.loc[mask, "sha"].astype(object).str[:8]
+        flat["model"] = model
     return flat
 
 
@@ -97,12 +125,13 @@ def fingerprint_conflicts(records: Iterable[dict] | pd.DataFrame) -> list[dict]:
     flat = records if isinstance(records, pd.DataFrame) and "sha" in records.columns else flatten_records(records)
     out = []
     keys = ["protocol", "dataset", "split", "variant", "metric"]
-    for key, grp in flat.groupby(keys, sort=True):
+    if flat.empty:
+        return out
+    conflicted = flat[_groups_with_several(flat, keys, "fingerprint")]  # only these are grouped
+    for key, grp in conflicted.groupby(keys, sort=True, observed=True):
         fps = sorted(grp["fingerprint"].unique())
-        if len(fps) > 1:
-            out.append({**dict(zip(keys, key)), "fingerprints": fps,
-                        "models": {fp: sorted(grp.loc[grp["fingerprint"] == fp, "model"].unique())
-                                   for fp in fps}})
+        out.append({**dict(zip(keys, key)), "fingerprints": fps,
+                    "models": {fp: sorted(grp.loc[grp["fingerprint"] == fp, "model"].unique()) for fp in fps}})
     return out
 
 
@@ -117,4 +146,4 @@ def conflict_message(conflict: dict) -> str:
 
 
 __all__ = ["SHORT_FP", "FLAT_COLUMNS", "IncomparableResultsError", "column_label", "flatten_records", "numbers_frame",
-           "disambiguate_data", "disambiguate_models", "fingerprint_conflicts", "conflict_message"]
+           "group_ids", "disambiguate_data", "disambiguate_models", "fingerprint_conflicts", "conflict_message"]
