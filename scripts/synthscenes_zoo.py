@@ -2,7 +2,7 @@
 
     python -m scripts.synthscenes_zoo train --out RUNS [--only synth_dino ...]
     python -m scripts.synthscenes_zoo register --runs RUNS [--only synth_ibot ...]
-    python -m scripts.synthscenes_zoo table --records RESULTS/runs
+    python -m scripts.synthscenes_zoo table --records RESULTS/runs [--add]
 
 `train` generates SynthScenes (the recipes file's preset and seed, cached under
 SSL_BENCH_HOME) and runs each recipe of configs/zoo/synthscenes_recipes.yaml as its own
@@ -20,7 +20,9 @@ and keeps the zoo file's other entries as they are.
 
 `table` writes results/paper/synthscenes.csv, the "published" numbers of the SynthScenes table
 (configs/paper/synthscenes.yaml): for every cell, the mean over seeds of the records a default
-run (`python run_benchmark.py`) wrote for the shipped checkpoints under the table's settings.
+run (`python run_benchmark.py`) wrote for the shipped checkpoints under the table's settings;
+with `--add`, the cells already in the CSV stay as they are and only the missing ones are added
+(a protocol that joined the default run after the zoo was made).
 """
 from __future__ import annotations
 
@@ -206,12 +208,16 @@ def table(args) -> None:
             continue
         label = ",".join(f"{k}={v}" for k, v in variant.items())
         for metric, value in (r.get("metrics") or {}).items():
-            if metric.lower() not in ("top1", "miou"):
+            if metric.lower() not in ("top1", "miou", "acc"):  # each protocol's headline
                 continue
             key = (model, proto["name"], readers[proto["dataset"]], label, metric)
             cells.setdefault(key, []).append(float(value))
     rows = []
-    for i, ((model, protocol, dataset, variant, metric), values) in enumerate(sorted(cells.items())):
+    if args.add:  # the cells already published stay as they are; the new ones follow them
+        rows = pd.read_csv(out, dtype=str, keep_default_na=False).to_dict("records")
+        have = {(r["zoo_name"], r["protocol"], r["dataset"], r["variant"], r["metric"]) for r in rows}
+        cells = {k: v for k, v in cells.items() if k not in have}
+    for i, ((model, protocol, dataset, variant, metric), values) in enumerate(sorted(cells.items()), len(rows)):
         e = zoo[model]
         rows.append({"paper": "ssl-bench SynthScenes zoo", "table": "synthscenes", "row": str(i + 1),
                      "method": e.method, "arch": e.arch, "pretrain_data": e.pretrain_data,
@@ -236,6 +242,8 @@ def main(argv=None) -> None:
     r.set_defaults(func=register)
     tb = sub.add_parser("table")
     tb.add_argument("--records", required=True, help="a results/runs folder of a default run")
+    tb.add_argument("--add", action="store_true",
+                    help="keep the CSV's cells as they are and add the cells it does not have yet")
     tb.set_defaults(func=table)
     args = ap.parse_args(argv)
     args.func(args)

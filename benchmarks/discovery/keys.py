@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, NotApplicable
 
 WHICH = {"q": 0, "k": 1, "v": 2}
 
@@ -27,9 +27,10 @@ def _vit_of(backbone) -> nn.Module | None:
 
 
 def check_has_keys(backbone, method: str = "LOST") -> None:
-    """ConfigError unless the backbone is a ViT whose last block has a fused qkv projection."""
+    """NotApplicable unless the backbone is a ViT whose last block has a fused qkv projection (a
+    suite skips the model; ``eval`` prints the one error line)."""
     if _vit_of(backbone) is None:
-        raise ConfigError(f"{method} needs a ViT's keys (the last block's attn.qkv), and the model "
+        raise NotApplicable(f"{method} needs a ViT's keys (the last block's attn.qkv), and the model "
                           f"{getattr(backbone, 'arch', type(backbone).__name__)!r} has none (a CNN or "
                           f"another architecture); evaluate a ViT")
 

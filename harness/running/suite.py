@@ -309,11 +309,20 @@ def runnable_protocols(suite: SuiteConfig, log=print) -> list[ProtocolEntry]:
     for p in suite.protocols:
         missing = [m for m in p.requires if not _importable(m)]
         if missing:
-            log(f"skipping protocol {p.name}: needs {', '.join(missing)} "
-                "(install with: bash scripts/install_mmcv.sh)")
+            log(f"skipping protocol {p.name}: needs {', '.join(missing)} ({_install_hint(missing)})")
             continue
         runnable.append(p)
     return runnable
+
+
+# how to install an optional dependency a suite's protocol names in ``requires``
+_MMCV_HINT = "install with: bash scripts/install_mmcv.sh"
+_INSTALL_HINTS = {"mmseg": _MMCV_HINT, "mmcv": _MMCV_HINT, "cyanure": "install with: pip install -e \".[logreg]\""}
+
+
+def _install_hint(missing: list[str]) -> str:
+    hints = dict.fromkeys(_INSTALL_HINTS.get(m.split(".")[0], f"install {m}") for m in missing)
+    return "; ".join(hints)
 
 
 @dataclass
