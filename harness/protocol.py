@@ -11,6 +11,11 @@ from harness.models.handle import ModelHandle
 from harness.paths import results_dir
 
 
+# Settings that ask for nothing while empty, left out of the request hash then: a protocol that
+# gains one (a training subset) keeps the requests, and so the records, it had without it.
+OMITTED_WHEN_EMPTY = ("train_subset",)
+
+
 @dataclass
 class ProtocolResult:
     """One measured number set: becomes one result record."""
@@ -120,6 +125,9 @@ class Protocol:
         Whether progress bars are drawn asks for nothing: it is left out."""
         request = to_dict(self.cfg)
         request.pop("progress", None)
+        for name in OMITTED_WHEN_EMPTY:  # an empty one asks for nothing more than its absence did
+            if name in request and not request[name]:
+                request.pop(name)
         return fingerprint({"protocol": self.registry_name, **request})
 
     def model_settings(self, model: ModelHandle) -> dict[str, Any]:

@@ -126,7 +126,7 @@ def test_a_named_subset_restricts_the_training_split_and_enters_the_fingerprint(
     base = {"dataset": "imagefolder", "resize": 32, "crop": 32, "progress": False, "threads": 1, "lambdas": [0.1]}
     proto = LogRegProtocol.from_preset("synth", {**base, "train_subset": str(a)})
     splits, (train_x, _), _ = proto.features(ModelHandle.random_init("vit_cpu_tiny", seed=0), folder)
-    assert len(train_x) == len(splits.train_labels) == 9 and proto.subset().name == "1percent"
+    assert len(train_x) == len(splits.train_labels) == 9 and proto.train_subset().name == "1percent"
     assert sorted(splits.train_labels.tolist()) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     whole = LogRegProtocol.from_preset("synth", base).fingerprint()
     assert proto.fingerprint() != whole  # the subset is part of what was measured

@@ -32,6 +32,7 @@ from benchmarks.classification.common import (FeatureKind, accuracy_metrics, acc
                                               load_splits, topk_hit_flags)
 from benchmarks.classification.similarity_buffer import SimilarityBuffer
 from harness.context.chance import uniform_topk
+from harness.data.subsets import TrainSubsetSetting
 from harness.data.transforms import ResizeCenterCrop
 from harness.runtime.device import resolve_device
 from harness.errors import ConfigError, DataError
@@ -236,6 +237,9 @@ class KNNConfig:
     ks: list[int] = field(default_factory=lambda: [10, 20, 100, 200])
     temperature: float = 0.07
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"  # feature extraction (harness.runtime.device)
+    # a named training subset (harness.data.subsets: imagenet_1pct / imagenet_10pct or a list's
+    # path); its name, content hash and size join the fingerprint; empty: the whole training split
+    train_subset: str = ""
     # Exact search either way; the two differ only in float rounding of the similarities.
     # auto: faiss on the CPU, torch where the search runs on a GPU.
     backend: Backend = "auto"
@@ -260,14 +264,14 @@ class KNNConfig:
 
 
 @register_protocol("knn")
-class KNNProtocol(Protocol):
+class KNNProtocol(TrainSubsetSetting, Protocol):
     """Weighted k-NN (DINO). One ProtocolResult per k, variant {"k", "feature"}."""
 
     Config = KNNConfig
     CONFORMANCE_RUN = ("synth", {"dataset": "imagefolder", "ks": [5], "cache": False, "progress": False}, "imagenet")
     # ks: each k is its own result (variant), so the sweep list does not change any number.
     NOT_IN_FINGERPRINT = ("ks", "backend", "search_device", "train_chunk", "test_chunk", "batch_size", "num_workers",
-                          "cache", "progress")
+                          "cache", "progress", "train_subset")
     PRESETS = load_presets("knn")  # configs/protocols/knn_*.yaml
     DEFAULT_PRESET = "dino"
 
@@ -281,7 +285,7 @@ class KNNProtocol(Protocol):
     def extract(self, model: ModelHandle, data_root: Path):
         """Both splits and their (cached) features: (splits, train FeatureSet, val FeatureSet)."""
         c = self.cfg
-        splits = load_splits(c.dataset, data_root, c.train_split, c.val_split)
+        splits = self.restrict_train(load_splits(c.dataset, data_root, c.train_split, c.val_split))
         tf = self.transform()
         kw = dict(n_last_blocks=c.n_last_blocks, norm=True, batch_size=c.batch_size, num_workers=c.num_workers,
                   cache=c.cache, progress=c.progress, precision=c.precision)
@@ -362,6 +366,7 @@ class KNNProtocol(Protocol):
                         "search_device": str(search_dev),
                         "transform": f"resize {c.resize} {c.interpolation} -> center crop {c.crop}",
                         "features_from_cache": bool(f_train.from_cache and f_val.from_cache),
-                        "feature_seconds": round(t_feat, 3), "search_seconds": round(t_search, 3)},
+                        "feature_seconds": round(t_feat, 3), "search_seconds": round(t_search, 3),
+                        **self.train_subset_params()},
             ))
         return out

@@ -41,6 +41,7 @@ from benchmarks.classification.linear_data import (STREAM_INIT, AugmentedImages,
 from benchmarks.classification.linear_heads import (GridHistory, GridSGD, LinearHeads, Schedule, select_best,
                                                     train_grid)
 from harness.context.chance import uniform_topk
+from harness.data.subsets import TrainSubsetSetting
 from harness.runtime.device import module_device, pin_memory
 from harness.data.transforms import ResizeCenterCrop
 from harness.errors import ConfigError
@@ -96,6 +97,9 @@ class LinearConfig:
     cached_features: bool = False  # train on cached val-transform features, no augmentation
     seed: int = 0
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"  # feature extraction (harness.runtime.device)
+    # a named training subset (harness.data.subsets: imagenet_1pct / imagenet_10pct or a list's
+    # path); its name, content hash and size join the fingerprint; empty: the whole training split
+    train_subset: str = ""
     # ---- execution only (not in the fingerprint)
     num_workers: int = 0
     feature_batch_size: int = 64
@@ -118,12 +122,12 @@ class LinearConfig:
 
 
 @register_protocol("linear")
-class LinearProbe(Protocol):
+class LinearProbe(TrainSubsetSetting, Protocol):
     Config = LinearConfig
     CONFORMANCE_RUN = ("synth", {"dataset": "imagefolder", "cached_features": True, "epochs": 1, "progress": False},
                        "imagenet")
     # recipe: a label (the settings are hashed); seed: recorded as the result's seed.
-    NOT_IN_FINGERPRINT = ("recipe", "seed", "num_workers", "feature_batch_size", "cache", "progress")
+    NOT_IN_FINGERPRINT = ("recipe", "seed", "num_workers", "feature_batch_size", "cache", "progress", "train_subset")
     PRESETS = load_presets("linear")  # configs/protocols/linear_*.yaml
     DEFAULT_PRESET = "dino"
 
@@ -175,7 +179,7 @@ class LinearProbe(Protocol):
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
         c = self.cfg
         t_start = time.perf_counter()
-        splits = load_splits(c.dataset, data_root, c.train_split, c.val_split)
+        splits = self.restrict_train(load_splits(c.dataset, data_root, c.train_split, c.val_split))
         n_blocks, avgpool = self.feature_choice(model)
         backbone = model.backbone
         was_training = backbone.training
@@ -285,7 +289,7 @@ class LinearProbe(Protocol):
                     "feature_layout": c.feature_layout, "feature_dim": dim, "batchnorm": c.batchnorm,
                     "top1_by_base_lr": per_lr, "n_train": len(splits.train), "n_val": len(splits.val),
                     "num_classes": splits.num_classes, "cached_features": c.cached_features,
-                    "seconds": round(seconds, 3)},
+                    "seconds": round(seconds, 3), **self.train_subset_params()},
         )
 
 

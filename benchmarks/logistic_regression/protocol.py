@@ -19,6 +19,7 @@ import numpy as np
 import torch.nn.functional as F
 
 from benchmarks.classification.common import feature_for, load_splits
+from harness.data.subsets import TrainSubsetSetting
 from harness.data.transforms import ResizeCenterCrop
 from harness.errors import ConfigError, DataError
 from harness.features.extract import extract_features
@@ -43,7 +44,7 @@ class LogRegConfig:
     interpolation: Literal["bicubic", "bilinear"] = "bicubic"
     n_last_blocks: int = 1
     avgpool_patchtokens: int = 0
-    # a named training subset (benchmarks.logistic_regression.subsets: imagenet_1pct / imagenet_10pct, or a
+    # a named training subset (harness.data.subsets: imagenet_1pct / imagenet_10pct, or a
     # list file); its content hash is in the fingerprint, the setting itself is not
     train_subset: str = ""
     lambdas: list[float] = field(default_factory=lambda: [0.01, 0.1, 1.0])
@@ -68,7 +69,7 @@ class LogRegConfig:
 
 
 @register_protocol("logreg")
-class LogRegProtocol(Protocol):
+class LogRegProtocol(TrainSubsetSetting, Protocol):
     """One ProtocolResult per lambda, variant {"lambda", "feature"}."""
 
     Config = LogRegConfig
@@ -78,20 +79,6 @@ class LogRegProtocol(Protocol):
     PRESETS = load_presets("logreg")  # configs/protocols/logreg_*.yaml
     DEFAULT_PRESET = "ibot"
 
-    def subset(self):
-        """The named training subset, or None (resolved once; a missing list is a DataError)."""
-        from benchmarks.logistic_regression.subsets import resolve
-
-        if not self.cfg.train_subset:
-            return None
-        if "_subset" not in self.__dict__:
-            self.__dict__["_subset"] = resolve(self.cfg.train_subset)
-        return self.__dict__["_subset"]
-
-    def fingerprint(self, extra: dict | None = None) -> str:
-        subset = self.subset()
-        return super().fingerprint({**(extra or {}), **(subset.fingerprint_items() if subset else {})})
-
     def transform(self) -> ResizeCenterCrop:
         c = self.cfg
         return ResizeCenterCrop(resize=c.resize, crop=c.crop, interpolation=c.interpolation)
@@ -100,12 +87,7 @@ class LogRegProtocol(Protocol):
         """(splits, train features, val features): float32, L2-normalised as the script does."""
         c = self.cfg
         splits = load_splits(c.dataset, data_root, c.train_split, c.val_split)
-        subset = self.subset()
-        if subset is not None:
-            from benchmarks.logistic_regression.subsets import SubsetSource
-
-            splits.train = SubsetSource(splits.train, subset)
-            splits.train_labels = np.asarray(splits.train.targets, dtype=np.int64)
+        self.restrict_train(splits)
         kw = dict(n_last_blocks=c.n_last_blocks, norm=True, batch_size=c.batch_size, num_workers=c.num_workers,
                   cache=c.cache, progress=c.progress, precision=c.precision)
         out = []
@@ -156,7 +138,6 @@ class LogRegProtocol(Protocol):
                         "n_train": int(len(train_x)), "n_val": int(len(val_x)), "num_classes": splits.num_classes,
                         "transform": f"resize {c.resize} {c.interpolation} -> center crop {c.crop}",
                         "features_from_cache": bool(c1 and c2),
-                        **({"train_subset": self.subset().name, "train_subset_file_sha256": self.subset().file_sha256}
-                           if self.subset() else {})},
+                        **self.train_subset_params()},
                 cost={"extract_s": round(t_feat, 3), "fit_s": round(t_fit, 3)}))
         return out

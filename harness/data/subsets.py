@@ -1,5 +1,7 @@
 """Named training subsets: the 1% and 10% ImageNet label fractions of SimCLRv2 (iBOT Table 12 runs
-its frozen-feature protocols on them: evaluation/README.md, "Semi-Supervised Classification").
+its frozen-feature protocols on them: evaluation/README.md, "Semi-Supervised Classification"), or
+any list of training file names. A protocol takes one with :class:`TrainSubsetSetting` and a
+``train_subset`` setting (the k-NN, linear and logistic-regression protocols do).
 
 A protocol's training split is restricted to the images a subset file lists (SimCLRv2's format: one
 training file name per line, e.g. ``n01440764_10026.JPEG``). ``train_subset`` names the file: a
@@ -16,6 +18,8 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from harness.config import CONFIG_ROOT
 from harness.errors import DataError
@@ -94,3 +98,38 @@ class SubsetSource:
 
     def fingerprint(self) -> str:
         return hashlib.sha256(f"{self.reader.fingerprint()}|subset={self.subset.content_sha256}".encode()).hexdigest()
+
+
+class TrainSubsetSetting:
+    """For a protocol whose configuration has ``train_subset`` (a name or a path; empty: the whole
+    training split): the subset resolved once, its content in the fingerprint, the training split
+    restricted to it, and what a record says about it. List ``train_subset`` in the protocol's
+    ``NOT_IN_FINGERPRINT``: the subset's name, content hash and size stand for it."""
+
+    def train_subset(self) -> TrainSubset | None:
+        """The named training subset, or None; a missing or wrong list is a DataError."""
+        spec = self.cfg.train_subset
+        if not spec:
+            return None
+        if self.__dict__.get("_train_subset_spec") != spec:
+            self.__dict__["_train_subset"] = resolve(spec)
+            self.__dict__["_train_subset_spec"] = spec
+        return self.__dict__["_train_subset"]
+
+    def fingerprint(self, extra: dict | None = None) -> str:
+        subset = self.train_subset()
+        return super().fingerprint({**(extra or {}), **(subset.fingerprint_items() if subset else {})})
+
+    def restrict_train(self, splits):
+        """``splits`` with its training reader and labels restricted to the subset (as they are
+        without one)."""
+        subset = self.train_subset()
+        if subset is not None:
+            splits.train = SubsetSource(splits.train, subset)
+            splits.train_labels = np.asarray(splits.train.targets, dtype=np.int64)
+        return splits
+
+    def train_subset_params(self) -> dict:
+        """A record's ``params`` about the subset: its name and the list file's sha256."""
+        subset = self.train_subset()
+        return {"train_subset": subset.name, "train_subset_file_sha256": subset.file_sha256} if subset else {}

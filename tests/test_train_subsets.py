@@ -1,0 +1,57 @@
+"""Any classification protocol's training set can be a named subset (harness.data.subsets): k-NN
+and the linear probe as logistic regression (tests/test_logreg.py). The subset restricts the
+training split, enters the fingerprint and the record, keys the feature cache, leaves every
+request without one as it was, and a bad list is one error line with no record."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.models.handle import ModelHandle
+from harness.registry import PROTOCOLS
+
+SETTINGS = {"knn": {"ks": [1], "resize": 32, "crop": 32},
+            "linear": {"cached_features": True, "epochs": 1, "resize": 32, "crop": 32}}
+
+
+def _subset(root: Path, path: Path, per_class: int = 1) -> list[str]:
+    by_class: dict[str, list[str]] = {}
+    for p in sorted((root / "train").rglob("*.jpg")):
+        by_class.setdefault(p.parent.name, []).append(p.name)
+    names = [n for files in by_class.values() for n in files[:per_class]]
+    path.write_text("\n".join(names) + "\n")
+    return names
+
+
+@pytest.mark.parametrize("name", ["knn", "linear"])
+def test_a_subset_restricts_training_and_is_in_fingerprint_and_record(name, synth_tiny, isolated_home):
+    root = synth_tiny / "imagenet"
+    listed = _subset(root, isolated_home / "one_per_class.txt")
+    base = {"dataset": "imagefolder", "progress": False, **SETTINGS[name]}
+    cls = PROTOCOLS.get(name)
+    whole = cls.from_preset("synth", base)
+    proto = cls.from_preset("synth", {**base, "train_subset": str(isolated_home / "one_per_class.txt")})
+    assert proto.fingerprint() != whole.fingerprint()
+    assert cls.from_preset("synth", {**base, "train_subset": ""}).request_hash() == whole.request_hash()
+    model = ModelHandle.random_init("vit_cpu_tiny", seed=0)
+    [result, *_] = proto.run(model, root)
+    assert result.params["n_train"] == len(listed)
+    assert result.params["train_subset"] == "one_per_class" and len(result.params["train_subset_file_sha256"]) == 64
+    [full, *_] = whole.run(model, root)
+    assert full.params["n_train"] > len(listed) and "train_subset" not in full.params
+
+
+def test_a_bad_subset_is_one_error_line_and_no_record(synth_tiny, isolated_home, capsys):
+    bad = isolated_home / "bad.txt"
+    bad.write_text("n01440764_10026.JPEG\n")
+    for name in ("knn", "linear"):
+        rc = main(["--threads", "1", "eval", "--protocol", name, "--preset", "synth", "--dataset", "imagefolder",
+                   "--data-root", str(synth_tiny / "imagenet"), "--random-init", "vit_cpu_tiny",
+                   "--set", "progress=false", "--set", f"train_subset={bad}"])
+        err = capsys.readouterr().err
+        assert rc == 2 and len([x for x in err.splitlines() if x.startswith("error:")]) == 1, err
+        assert "not in the training split" in err
+    runs = isolated_home / "results" / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
