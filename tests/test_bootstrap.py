@@ -271,3 +271,31 @@ def test_intervals_of_a_folder_are_computed_once_and_kept_beside_its_index(tmp_p
     t = build_leaderboard(runs_dir=runs)  # other settings: computed under their own key
     found = bootstrap.kept_intervals(t.source, {rid: (file, ["top1"]) for rid, file in t.per_image.values()}, 200)
     assert len(computed) == 2 and all(ci.resamples == 200 for ci in found.values())
+
+
+def test_a_runs_own_records_keep_their_intervals_beside_the_folder_they_were_written_to(tmp_path, monkeypatch):
+    """A suite's table is made of its records as dicts: those whose file is in the run's records
+    folder keep their intervals beside its index (computed once, then read), the same intervals
+    as computed in memory; a record with no file there is computed every time and keeps nothing."""
+    from harness.results.records import write_record
+    from harness.results.run_table import table_of_records
+
+    written = _record("a", 50.0, _knn_block()["per_image"])
+    loose = _record("b", 61.25, _knn_block(seed=1)["per_image"])
+    runs = tmp_path / "runs"
+    write_record(written, runs)
+    computed = []
+    real = bootstrap.record_intervals
+    monkeypatch.setattr(bootstrap, "record_intervals", lambda rid, *a, **k: computed.append(rid) or real(rid, *a, **k))
+
+    def intervals(**kw):
+        t = table_of_records([written, loose], **kw)
+        return {t.models[i]: (ci.low, ci.high) for (i, _), ci in t.bootstrapped.items()}
+
+    in_memory = intervals()
+    computed.clear()
+    assert intervals(kept_in=runs) == in_memory and sorted(computed) == sorted([written["id"], loose["id"]])
+    computed.clear()
+    assert intervals(kept_in=runs) == in_memory and computed == [loose["id"]]  # the written one was kept
+    computed.clear()
+    assert intervals(kept_in=tmp_path / "elsewhere") == in_memory and len(computed) == 2

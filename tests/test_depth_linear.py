@@ -71,6 +71,28 @@ def test_protocol_end_to_end_on_synthscenes_tiny(depth_tiny):
     assert res.cost["eval_ms_per_image"] > 0
 
 
+def test_examples_show_input_truth_prediction_and_error_with_the_runs_numbers(depth_tiny, tmp_path):
+    """What the report shows beside the numbers: the head trained as run() trains it, each drawn
+    image's prediction and its error, captioned with the image's RMSE as the record has it."""
+    from harness.results.panels import draw_examples
+
+    model = ModelHandle.random_init("vit_cpu_tiny", seed=0)
+    proto = DepthLinear.from_preset("synth", QUICK)
+    (res,) = proto.run(model, depth_tiny)
+    examples = proto.examples(model, depth_tiny, count=2, seed=0)
+    assert len(examples) == 2
+    per_image = dict(zip(res.per_image["metrics"], decode_array(res.per_image["values"]).T))
+    for ex in examples:
+        assert [p.label for p in ex.panels] == ["input", "ground truth", "prediction", "|error|"]
+        rgb, truth, pred, err = (p.image for p in ex.panels)
+        assert rgb.dtype == np.uint8 and truth.shape == pred.shape == err.shape == rgb.shape[:2]
+        i = int(ex.title.split()[-1])
+        rmse = float(ex.panels[2].text.split()[1])
+        assert rmse == pytest.approx(per_image["RMSE"][i], abs=6e-4)  # the caption rounds to 3 decimals
+        assert np.isnan(err[truth == 0]).all() and np.nanmax(err) > 0
+    assert draw_examples(examples, tmp_path / "depth.png", "depth_linear").stat().st_size > 0
+
+
 def test_a_model_without_a_patch_grid_is_refused_before_any_work(depth_tiny):
     class Pooled(torch.nn.Module):
         def forward(self, x):

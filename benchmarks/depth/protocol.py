@@ -27,6 +27,7 @@ from benchmarks.depth.metrics import REPORTED, evaluate_prediction
 from benchmarks.depth.transforms import TrainAugment, center_pad, normalize, nyu_crop_box, to_tensor
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from harness.errors import ConfigError, DataError, NotApplicable
+from harness.examples import Example, Panel, chosen_items, seen_by_model
 from harness.per_image import means_block
 from harness.presets import load_presets
 from harness.protocol import Protocol, ProtocolResult
@@ -212,6 +213,16 @@ class DepthLinear(Protocol):
 
     # ------------------------------------------------------------------ run
     def run(self, model, data_root: Path) -> list[ProtocolResult]:
+        t0 = time.perf_counter()
+        head, val, stride, losses = self.fit(model, data_root)
+        train_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        per_image = self.evaluate(head, model.backbone, val, stride, model.device)
+        eval_s = time.perf_counter() - t0
+        return [self.result(per_image, losses, train_s, eval_s, len(val))]
+
+    def fit(self, model, data_root: Path):
+        """(head, evaluation reader, stride, training losses): the checks, then the head trained."""
         cfg = self.cfg
         backbone = model.backbone
         stride = self.check_model(backbone)
@@ -222,13 +233,40 @@ class DepthLinear(Protocol):
         backbone.eval()
         torch.manual_seed(cfg.seed)
         head = self.make_head(int(backbone.embed_dim)).to(model.device)
-        t0 = time.perf_counter()
-        losses = self.train_head(head, backbone, train, stride, model.device)
-        train_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        per_image = self.evaluate(head, backbone, val, stride, model.device)
-        eval_s = time.perf_counter() - t0
-        return [self.result(per_image, losses, train_s, eval_s, len(val))]
+        return head, val, stride, self.train_head(head, backbone, train, stride, model.device)
+
+    def examples(self, model, data_root: Path, count: int = 4, seed: int = 0) -> list[Example]:
+        """Evaluation images drawn with ``seed``, after training the head as :meth:`run` does: the
+        image as the model saw it, the ground-truth depth, the predicted depth (test-time flip as
+        configured) and the absolute error inside the evaluation mask, captioned with its RMSE."""
+        head, val, stride, _ = self.fit(model, data_root)
+        head.eval()
+        data, out = _EvalImages(val, self.cfg), []
+        for i in chosen_items(len(val), count, seed):
+            img, gt = data[i]
+            pred = self.predict_image(head, model.backbone, img.to(model.device), stride).cpu()
+            if pred.shape[-2:] != gt.shape[-2:]:
+                pred = F.interpolate(pred, size=gt.shape[-2:], mode="bilinear", align_corners=False)
+            scores = evaluate_prediction(pred, gt[None], min_depth=self.cfg.min_depth, max_depth=self.cfg.max_depth,
+                                         eval_mask=self.cfg.eval_mask)
+            truth, guess = gt[0].numpy().astype(np.float32), pred[0, 0].numpy().astype(np.float32)
+            error = np.where(truth > 0, np.abs(guess - truth), np.nan).astype(np.float32)
+            out.append(Example(f"image {i}", [
+                Panel("input", image=seen_by_model(img, self.cfg.norm_mean, self.cfg.norm_std)),
+                Panel("ground truth", kind="values", image=truth, unit="m"),
+                Panel("prediction", kind="values", image=guess, unit="m", text=f"RMSE {scores['RMSE']:.3f} m"),
+                Panel("|error|", kind="values", image=error, unit="m")]))
+        return out
+
+    @torch.no_grad()
+    def predict_image(self, head, backbone, img: torch.Tensor, stride: int) -> torch.Tensor:
+        """(1, 1, H, W) depth of one (3, H, W) image; with ``tta``, eval.py's inverse_tta_hook:
+        (pred + hflip(pred of the flip)) / 2."""
+        x = img[None]
+        if self.cfg.tta:
+            x = torch.cat([x, x.flip(-1)])
+        pred = self.predict(head, backbone, x, stride)
+        return (pred[:1] + pred[1:].flip(-1)) / 2 if self.cfg.tta else pred
 
     def train_head(self, head, backbone, train, stride: int, device) -> list[float]:
         cfg = self.cfg
@@ -282,12 +320,7 @@ class DepthLinear(Protocol):
         rows = []
         loader = DataLoader(_EvalImages(val, cfg), batch_size=1, num_workers=cfg.num_workers, collate_fn=_first)
         for img, gt in loader:
-            x = img[None].to(device)
-            if cfg.tta:
-                x = torch.cat([x, x.flip(-1)])
-            pred = self.predict(head, backbone, x, stride)
-            if cfg.tta:  # eval.py inverse_tta_hook: (pred + hflip(pred of the flip)) / 2
-                pred = (pred[:1] + pred[1:].flip(-1)) / 2
+            pred = self.predict_image(head, backbone, img.to(device), stride)  # eval.py's inverse_tta_hook
             rows.append(evaluate_prediction(pred.cpu(), gt[None], min_depth=cfg.min_depth,
                                             max_depth=cfg.max_depth, eval_mask=cfg.eval_mask))
         return {m: np.array([r[m] for r in rows], dtype=np.float64) for m in rows[0]}

@@ -169,15 +169,16 @@ def kept_intervals(source: PerImageSource, wanted: dict[str, tuple[str, list[str
     known = _read_kept(db, resamples, seed) if db is not None else {}
     out, new_rows = {}, []
     for rid, (file, metrics) in wanted.items():
-        stamp = source.stamps.get(file, (0, 0))
-        keys = {m: (rid, file, *stamp, m) for m in metrics}
-        if db is not None and all(k in known for k in keys.values()):
+        stamp = source.stamps.get(file)  # None: no file of the folder holds it, nothing is kept
+        keys = {m: (rid, file, *stamp, m) for m in metrics} if stamp is not None else {}
+        if db is not None and keys and all(k in known for k in keys.values()):
             out.update({(rid, m): known[k] for m, k in keys.items() if known[k] is not None})
             continue
         block = source.block(rid, file)
         found = record_intervals(rid, block, metrics, resamples, seed) if block is not None else {}
         out.update({(rid, m): ci for m, ci in found.items()})
-        new_rows += [(rid, file, *stamp, resamples, seed, LEVEL, m, *_bounds(found.get(m))) for m in metrics]
+        if keys:
+            new_rows += [(rid, file, *stamp, resamples, seed, LEVEL, m, *_bounds(found.get(m))) for m in metrics]
     if db is not None:
         _keep(db, new_rows)
         db.close()

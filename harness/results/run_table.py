@@ -360,15 +360,31 @@ def _sample_std(codes: np.ndarray, values: np.ndarray, counts: np.ndarray) -> np
 MODEL_INFO = ("method", "context", "arch", "pretrain_data", "epochs", "sha")  # RunTable.model_info's fields
 
 
-def table_of_records(records: Iterable[dict] | pd.DataFrame) -> RunTable:
+def table_of_records(records: Iterable[dict] | pd.DataFrame, kept_in: Path | None = None) -> RunTable:
     """The RunTable of records given as dicts (or a load_results() frame): their number rows,
-    their per-image blocks in memory."""
+    their per-image blocks in memory. ``kept_in``: the records folder they were written to; the
+    intervals of those whose file is there are kept beside its index, as a folder's own are
+    (keyed by the file's stamp), instead of computed again on every call."""
     if isinstance(records, pd.DataFrame):
         records = to_records(records) if len(records) else []
     records = [r for r in records if is_record(r)]
     blocks = {row_id: r["per_image"] for r in records if r.get("per_image") is not None
               for row_id in {n[0] for n in record_numbers(r)}}
-    return table_of_numbers(flatten_records(records), bootstrap.PerImageSource(blocks=blocks))
+    flat = flatten_records(records)
+    if kept_in is None or not Path(kept_in).is_dir() or not blocks:
+        return table_of_numbers(flat, bootstrap.PerImageSource(blocks=blocks))
+    stamps = {}
+    for rid in blocks:
+        try:
+            st = (Path(kept_in) / f"{rid}.json").stat()
+        except OSError:
+            continue
+        stamps[f"{rid}.json"] = (st.st_mtime_ns, st.st_size)
+    if not stamps:
+        return table_of_numbers(flat, bootstrap.PerImageSource(blocks=blocks))
+    flat["file"] = [f"{rid}.json" if f"{rid}.json" in stamps else "" for rid in flat["id"].tolist()]
+    return table_of_numbers(flat, bootstrap.PerImageSource(blocks=blocks, index=index_of(Path(kept_in)),
+                                                           stamps=stamps))
 
 
 def table_of_folder(folder: str | Path) -> RunTable:

@@ -402,11 +402,11 @@ def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: P
     The leaderboard (one RunTable) and the paper cells are computed once and shared by the
     console, the files, the checks and the report."""
     from harness.paper.verdict import all_paper_cells
-    from harness.results.leaderboard import build_leaderboard, format_console, write_leaderboard
-    from harness.results.run_table import run_table
+    from harness.results.leaderboard import format_console, write_leaderboard
+    from harness.results.run_table import table_of_records
 
     out = Path(out_dir or results_dir())
-    table = run_table(build_leaderboard(records))
+    table = table_of_records(records, kept_in=out / "runs")  # intervals kept beside the records' index
     paper = None
     if len(table):
         tables = report_tables(suite)
