@@ -15,10 +15,14 @@ torch.set_num_threads(min(_THREADS, torch.get_num_threads()))
 
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``--dist loadgroup``), the tests that share the session's pretrained
-    DINO checkpoint run on one worker: a second worker would find the pretraining folder locked."""
+    DINO checkpoint run on one worker: a second worker would find the pretraining folder locked.
+    A fast test file runs on one worker, so that its module fixtures are made once; the slow
+    tests, minutes each, are spread one by one."""
     for item in items:
         if "dino_cpu_checkpoint" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("dino_cpu_checkpoint"))
+        elif item.get_closest_marker("slow") is None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session")
