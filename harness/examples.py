@@ -15,7 +15,8 @@ PanelKind = Literal["rgb", "labels", "values", "text"]
 class Panel:
     """One picture of an example. ``rgb``: (H, W, 3) uint8; ``labels``: (H, W) integer classes
     (``ignore`` drawn blank); ``values``: (H, W) floats (depth, error) with ``unit``; ``text``: a
-    caption only."""
+    caption only; ``value_range``: the colour scale of a ``values`` map, shared by panels meant to
+    be compared (ground truth and prediction)."""
 
     label: str
     kind: PanelKind = "rgb"
@@ -23,6 +24,7 @@ class Panel:
     text: str = ""
     ignore: int | None = None
     unit: str = ""
+    value_range: tuple[float, float] | None = None  # a values map's colour scale; None: its own
 
     def __post_init__(self):
         if self.kind != "text" and self.image is None:

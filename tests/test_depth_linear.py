@@ -90,6 +90,7 @@ def test_examples_show_input_truth_prediction_and_error_with_the_runs_numbers(de
         rmse = float(ex.panels[2].text.split()[1])
         assert rmse == pytest.approx(per_image["RMSE"][i], abs=6e-4)  # the caption rounds to 3 decimals
         assert np.isnan(err[truth == 0]).all() and np.nanmax(err) > 0
+        assert ex.panels[1].value_range == ex.panels[2].value_range  # truth and prediction on one scale
     assert draw_examples(examples, tmp_path / "depth.png", "depth_linear").stat().st_size > 0
 
 

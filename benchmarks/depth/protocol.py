@@ -251,10 +251,13 @@ class DepthLinear(Protocol):
                                          eval_mask=self.cfg.eval_mask)
             truth, guess = gt[0].numpy().astype(np.float32), pred[0, 0].numpy().astype(np.float32)
             error = np.where(truth > 0, np.abs(guess - truth), np.nan).astype(np.float32)
+            shown = np.concatenate([truth[truth > 0], guess.ravel()])
+            scale = (float(shown.min()), float(shown.max()))  # one colour scale: truth and prediction compare
             out.append(Example(f"image {i}", [
                 Panel("input", image=seen_by_model(img, self.cfg.norm_mean, self.cfg.norm_std)),
-                Panel("ground truth", kind="values", image=truth, unit="m"),
-                Panel("prediction", kind="values", image=guess, unit="m", text=f"RMSE {scores['RMSE']:.3f} m"),
+                Panel("ground truth", kind="values", image=truth, unit="m", value_range=scale),
+                Panel("prediction", kind="values", image=guess, unit="m", text=f"RMSE {scores['RMSE']:.3f} m",
+                      value_range=scale),
                 Panel("|error|", kind="values", image=error, unit="m")]))
         return out
 

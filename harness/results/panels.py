@@ -40,7 +40,8 @@ def _draw_panel(ax, panel: Panel) -> None:
         shown = np.ma.masked_equal(panel.image, panel.ignore) if panel.ignore is not None else panel.image
         ax.imshow(shown, cmap="tab20", vmin=0, vmax=19, interpolation="nearest")
     else:
-        im = ax.imshow(panel.image, cmap="viridis", interpolation="nearest")
+        low, high = panel.value_range or (None, None)
+        im = ax.imshow(panel.image, cmap="viridis", interpolation="nearest", vmin=low, vmax=high)
         ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02, label=panel.unit or None)
 
 
