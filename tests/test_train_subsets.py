@@ -55,3 +55,56 @@ def test_a_bad_subset_is_one_error_line_and_no_record(synth_tiny, isolated_home,
         assert "not in the training split" in err
     runs = isolated_home / "results" / "runs"
     assert not runs.exists() or not any(runs.iterdir())
+
+
+def _fake_simclr(tmp_path: Path, monkeypatch, text: str) -> Path:
+    """A checkout holding a list, and KNOWN naming that list's bytes (the real lists are not in the repository)."""
+    import hashlib
+
+    from harness.data import subsets
+
+    checkout = tmp_path / "simclr"
+    (checkout / "imagenet_subsets").mkdir(parents=True)
+    (checkout / "imagenet_subsets" / "1percent.txt").write_text(text)
+    known = subsets.KnownSubset("imagenet_subsets/1percent.txt", hashlib.sha256(text.encode()).hexdigest(),
+                                len(text.splitlines()))
+    monkeypatch.setitem(subsets.KNOWN, "imagenet_1pct", known)
+    return checkout
+
+
+def test_known_lists_are_pinned_to_simclr_with_their_sha256():
+    from harness.data.subsets import KNOWN, SIMCLR_COMMIT
+
+    assert {k: (v.images, v.url.endswith(v.source_path)) for k, v in KNOWN.items()} == {
+        "imagenet_1pct": (12811, True), "imagenet_10pct": (128116, True)}
+    assert all(SIMCLR_COMMIT in v.url and len(v.sha256) == 64 for v in KNOWN.values())
+
+
+def test_get_subsets_installs_a_checked_list_and_train_subset_finds_it(tmp_path, isolated_home, monkeypatch):
+    from harness.data.subsets import resolve
+    from scripts.get_subsets import main as get_subsets
+
+    checkout = _fake_simclr(tmp_path, monkeypatch, "a_1.JPEG\nb_2.JPEG\n")
+    assert get_subsets(["--simclr", str(checkout), "--only", "imagenet_1pct"]) == 0
+    subset = resolve("imagenet_1pct")
+    assert subset.names == {"a_1.JPEG", "b_2.JPEG"} and subset.path.parent == isolated_home / "home" / "subsets"
+
+
+def test_an_edited_known_list_is_refused(tmp_path, isolated_home, monkeypatch, capsys):
+    from harness.data.subsets import resolve
+    from harness.errors import DataError
+    from scripts.get_subsets import main as get_subsets
+
+    checkout = _fake_simclr(tmp_path, monkeypatch, "a_1.JPEG\nb_2.JPEG\n")
+    (checkout / "imagenet_subsets" / "1percent.txt").write_text("a_1.JPEG\n")  # truncated
+    assert get_subsets(["--simclr", str(checkout), "--only", "imagenet_1pct"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "is not SimCLRv2's" in err
+    installed = isolated_home / "home" / "subsets"
+    assert not installed.exists()  # nothing written
+    installed.mkdir(parents=True)
+    (installed / "imagenet_1pct.txt").write_text("a_1.JPEG\n")
+    with pytest.raises(DataError, match="is not SimCLRv2's"):
+        resolve("imagenet_1pct")
+    assert get_subsets(["--simclr", str(tmp_path / "nowhere")]) == 2
+    assert "has no imagenet_subsets" in capsys.readouterr().err

@@ -9,8 +9,11 @@ known name (``imagenet_1pct``, ``imagenet_10pct``) looked up under ``$SSL_BENCH_
 ``configs/subsets/``, or a path. The subset's content hash (sorted names, order-free) and size go
 into the protocol's fingerprint; the file's own sha256 into the record.
 
-The SimCLRv2 lists are NOT shipped with ssl-bench: they were not obtainable where this was written
-(no network). A known name whose file is absent is one DataError saying where to put it.
+The SimCLRv2 lists are not part of ssl-bench's source (they are google-research/simclr's files):
+``python -m scripts.get_subsets`` copies them from a checkout of that repository, or downloads them,
+into ``$SSL_BENCH_HOME/subsets/``. A known name is checked against its source file's sha256 and
+size, so that an edited or truncated list is refused instead of silently measuring another subset;
+a known name whose file is absent is one DataError saying how to get it.
 """
 from __future__ import annotations
 
@@ -24,9 +27,29 @@ import numpy as np
 from harness.config import CONFIG_ROOT
 from harness.errors import DataError
 
-SIMCLR = "https://github.com/google-research/simclr/tree/master/imagenet_subsets"
-# name -> (the file's name at its source, its source)
-KNOWN = {"imagenet_1pct": ("1percent.txt", SIMCLR), "imagenet_10pct": ("10percent.txt", SIMCLR)}
+SIMCLR_REPOSITORY = "https://github.com/google-research/simclr"
+SIMCLR_COMMIT = "383d4143fd8cf7879ae10f1046a9baeb753ff438"  # the newest commit touching neither list
+
+
+@dataclass(frozen=True)
+class KnownSubset:
+    """A published list: its file at its source, the file's sha256 and its number of names."""
+    source_path: str
+    sha256: str
+    images: int
+
+    @property
+    def url(self) -> str:
+        raw = SIMCLR_REPOSITORY.replace("github.com", "raw.githubusercontent.com")
+        return f"{raw}/{SIMCLR_COMMIT}/{self.source_path}"
+
+
+KNOWN = {
+    "imagenet_1pct": KnownSubset("imagenet_subsets/1percent.txt",
+                                 "71e82a48ba78252683ae334c4d019ebd5c6e855b9599c1389fbe83eb9549cf17", 12811),
+    "imagenet_10pct": KnownSubset("imagenet_subsets/10percent.txt",
+                                  "6d09de11e7bdaf5b1f3b1f249b6183695f97310cdd20f0c03e7235b6b9392091", 128116),
+}
 
 
 @dataclass(frozen=True)
@@ -52,10 +75,11 @@ def resolve(spec: str) -> TrainSubset:
     if spec in KNOWN:
         found = [p for p in _candidates(spec) if p.is_file()]
         if not found:
-            source_name, source = KNOWN[spec]
-            raise DataError(f"train_subset {spec!r}: its list (SimCLRv2's {source_name}, {source}) is not shipped "
-                            f"with ssl-bench; download it to {_candidates(spec)[0]} or pass its path as train_subset")
+            raise DataError(f"train_subset {spec!r}: its list (SimCLRv2's {KNOWN[spec].source_path}) is not installed; "
+                            f"run `python -m scripts.get_subsets` (or --simclr CHECKOUT) to put it in "
+                            f"{_candidates(spec)[0].parent}")
         path, name = found[0], spec
+        check_known(spec, path.read_bytes(), path)
     else:
         path, name = Path(spec).expanduser(), Path(spec).stem
         if not path.is_file():
@@ -69,6 +93,18 @@ def resolve(spec: str) -> TrainSubset:
         raise DataError(f"train_subset {path}: names {len(names) - len(set(names))} image(s) twice")
     content = hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()
     return TrainSubset(name, path, frozenset(names), hashlib.sha256(raw).hexdigest(), content)
+
+
+def check_known(name: str, raw: bytes, path: Path | str) -> None:
+    """A known subset's file must be its source's, byte for byte."""
+    known = KNOWN[name]
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != known.sha256:
+        lines = len(raw.splitlines())
+        raise DataError(f"train_subset {name!r}: {path} is not SimCLRv2's {known.source_path} "
+                        f"(sha256 {digest[:12]}..., {lines} lines; expected {known.sha256[:12]}..., "
+                        f"{known.images}); fetch it again with "
+                        f"`python -m scripts.get_subsets`")
 
 
 class SubsetSource:
