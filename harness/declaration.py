@@ -28,7 +28,9 @@ class ProtocolDeclaration:
     ({"k": "k={}"} reads "k=20"). ``datasets``: dataset name -> module registering its reader,
     for readers that live in the protocol's folder. ``per_image_kinds``: per-image statistic kind
     -> module defining it (harness.per_image.register_kind), for kinds of the protocol's own.
-    ``synthetic``: a module whose ``generate(out_dir, preset="small", seed=0, progress=True)``
+    ``variant_defaults``: variant key -> the value a result that leaves the key out stands for, shown
+    in its header all the same (a linear probe's paper column reads "[eval-split best]" beside its
+    "[holdout best]" column). ``synthetic``: a module whose ``generate(out_dir, preset="small", seed=0, progress=True)``
     writes the protocol's SynthScenes data set (idempotent, atomic); suites name its folder
     ``{synth:<protocol>}``."""
 
@@ -37,6 +39,7 @@ class ProtocolDeclaration:
     metrics: tuple[Metric, ...]
     headline: str | None = None
     variant_labels: Mapping[str, str] = field(default_factory=dict)
+    variant_defaults: Mapping[str, str] = field(default_factory=dict)
     datasets: Mapping[str, str] = field(default_factory=dict)
     per_image_kinds: Mapping[str, str] = field(default_factory=dict)
     synthetic: str | None = None
@@ -58,6 +61,10 @@ class ProtocolDeclaration:
                              f"({', '.join(table)})")
         object.__setattr__(self, "metrics", tuple(self.metrics))
         object.__setattr__(self, "variant_labels", dict(self.variant_labels))
+        object.__setattr__(self, "variant_defaults", dict(self.variant_defaults))
+        unlabelled = [k for k in self.variant_defaults if k not in self.variant_labels]
+        if unlabelled:
+            raise ValueError(f"protocol {self.name!r}: variant_defaults {unlabelled} have no variant_labels entry")
 
     @property
     def headline_metric(self) -> str:

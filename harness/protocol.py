@@ -12,8 +12,9 @@ from harness.paths import results_dir
 
 
 # Settings that ask for nothing while empty, left out of the request hash then: a protocol that
-# gains one (a training subset) keeps the requests, and so the records, it had without it.
-OMITTED_WHEN_EMPTY = ("train_subset",)
+# gains one (a training subset, a selection holdout) keeps the requests, and so the records, it had
+# without it.
+OMITTED_WHEN_EMPTY = ("train_subset", "selection_holdout", "selection_seed")
 
 
 @dataclass

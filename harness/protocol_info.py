@@ -53,8 +53,11 @@ def variant_formats(protocol: str) -> dict[str, str]:
 
 def variant_text(protocol: str, variant: dict) -> str:
     """A variant as a header reads it: the protocol's declared keys first, in its order, each
-    by its format (knn {"k": 20, "feature": "cls"} -> "k=20 cls"), then the others as key=value."""
+    by its format (knn {"k": 20, "feature": "cls"} -> "k=20 cls"), then the others as key=value; a
+    key the variant leaves out reads as the declaration's ``variant_defaults`` says."""
     formats = variant_formats(protocol)
+    d = protocol_declaration(protocol)
+    variant = {**(d.variant_defaults if d is not None else {}), **variant}  # what a left-out key stands for
     keys = [k for k in formats if k in variant] + sorted(k for k in variant if k not in formats)
     return " ".join(formats[k].format(variant[k]) if k in formats else f"{k}={variant[k]}" for k in keys)
 

@@ -13,6 +13,7 @@ DECLARATIONS = (
         summary="DINO's weighted k-NN on frozen features"),
     ProtocolDeclaration(
         name="linear", module="benchmarks.classification.linear_probe", metrics=_ACCURACY, headline="top1",
-        variant_labels={"recipe": "{}", "cached_features": "cached features"},
+        variant_labels={"recipe": "{}", "cached_features": "cached features", "selection": "[{}]"},
+        variant_defaults={"selection": "eval-split best"},  # selection.EVAL_BEST: the papers' rule
         summary="linear probe on frozen features (DINO, iBOT, SynCLR recipes)"),
 )

@@ -115,18 +115,31 @@ class GridHistory:
     top1: list[list[float]] = field(default_factory=list)  # [eval][head], percent
     top5: list[list[float]] = field(default_factory=list)
     train_loss: list[list[float]] = field(default_factory=list)  # [epoch][head], mean over steps
+    # [epoch][head], percent: top-1 on the epoch's training batches as the head saw them while training
+    train_top1: list[list[float]] = field(default_factory=list)
+    # [eval][head], percent: top-1 on a selection split (a holdout of the training split), when given
+    select_top1: list[list[float]] = field(default_factory=list)
     # the per-image top-1 / top-5 hits (N,) of select_best's (evaluation, head), and where it is
     best_hits: tuple[torch.Tensor, torch.Tensor] | None = None
     best_at: tuple[int, int] | None = None
+    last_hits: tuple[torch.Tensor, torch.Tensor] | None = None  # (H, N) each, of the last evaluation
+
+    @property
+    def criterion(self) -> list[list[float]]:
+        """What the best is chosen on: the selection split's top-1 when there is one, else the
+        evaluation split's (the papers' rule)."""
+        return self.select_top1 or self.top1
 
     def keep_if_best(self, f1: torch.Tensor, f5: torch.Tensor) -> None:
         """After an evaluation was appended: keep its per-image hits if it holds a new best
-        top-1 (select_best's rule: the first maximum over evaluations, then heads)."""
-        row = self.top1[-1]
+        criterion top-1 (select_best's rule: the first maximum over evaluations, then heads)."""
+        crit = self.criterion
+        row = crit[-1]
         j = max(range(len(row)), key=lambda h: (row[h], -h))
-        if self.best_at is None or row[j] > self.top1[self.best_at[0]][self.best_at[1]]:
-            self.best_at = (len(self.top1) - 1, j)
+        if self.best_at is None or row[j] > crit[self.best_at[0]][self.best_at[1]]:
+            self.best_at = (len(crit) - 1, j)
             self.best_hits = (f1[j].cpu(), f5[j].cpu())
+        self.last_hits = (f1.cpu(), f5.cpu())
 
 
 def select_best(top1: list[list[float]]) -> tuple[int, int]:
@@ -146,10 +159,12 @@ def select_best(top1: list[list[float]]) -> tuple[int, int]:
 def train_grid(heads: LinearHeads, opt: GridSGD, batches: Callable[[int], Iterable[tuple[torch.Tensor, torch.Tensor]]],
                val_x: torch.Tensor, val_y: torch.Tensor, *, epochs: int, steps_per_epoch: int,
                schedule: Schedule = "cosine_epoch", eval_every: int = 1,
-               on_epoch: Callable[[int, GridHistory], None] | None = None) -> GridHistory:
+               on_epoch: Callable[[int, GridHistory], None] | None = None,
+               select: tuple[torch.Tensor, torch.Tensor] | None = None) -> GridHistory:
     """Train every head for ``epochs`` epochs; ``batches(epoch)`` yields (features (B, D),
     labels (B,)). Evaluates after epoch e (0-based) when (e + 1) % eval_every == 0 and
-    after the last epoch (DINO: every epoch; StableRep: every 10th)."""
+    after the last epoch (DINO: every epoch; StableRep: every 10th). ``select``: a selection
+    split (features, labels) evaluated with it, on which the best is then chosen."""
     hist = GridHistory()
     total_steps = epochs * steps_per_epoch
     step = 0
@@ -157,7 +172,8 @@ def train_grid(heads: LinearHeads, opt: GridSGD, batches: Callable[[int], Iterab
     for epoch in range(epochs):
         heads.train()
         loss_sum = torch.zeros(heads.num_heads, dtype=torch.float64, device=heads.weight.device)
-        n_steps = 0
+        train_hits = torch.zeros(heads.num_heads, dtype=torch.float64, device=heads.weight.device)
+        n_steps = n_seen = 0
         for x, y in batches(epoch):
             if schedule == "cosine_epoch":
                 factor = cosine_factor(epoch, epochs)
@@ -172,10 +188,16 @@ def train_grid(heads: LinearHeads, opt: GridSGD, batches: Callable[[int], Iterab
             per_head.sum().backward()
             opt.step(factor)
             loss_sum += per_head.detach().double()
+            train_hits += (logits.detach().argmax(-1) == y).sum(1).double()
             n_steps += 1
+            n_seen += len(y)
             step += 1
         hist.train_loss.append((loss_sum / max(n_steps, 1)).tolist())
+        hist.train_top1.append(accuracy_percent(train_hits, max(n_seen, 1)).tolist())
         if (epoch + 1) % eval_every == 0 or epoch == epochs - 1:
+            if select is not None:
+                hist.select_top1.append(accuracy_percent(head_hit_flags(heads, *select)[0].sum(1).double(),
+                                                         select[0].shape[0]).tolist())
             f1, f5 = head_hit_flags(heads, val_x, val_y)
             t1, t5 = f1.sum(1), f5.sum(1)
             hist.epochs.append(epoch + 1)

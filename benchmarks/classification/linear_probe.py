@@ -20,7 +20,9 @@ Recipes (see docs/protocols/classification.md for the sources and every differen
           evaluated every 10 epochs, val Resize(256, bilinear) + CenterCrop(224).
 - synth:  a CPU preset for SynthScenes' 64 px images (few epochs, small lr grid).
 `cached_features: true` trains on cached val-transform features of the train split (no
-augmentation): fast screening, its own fingerprint.
+augmentation): fast screening, its own fingerprint. `selection_holdout: F` (0 = off, every preset)
+also trains the grid on the training split less a held-out fraction F and reports the number
+chosen on that holdout and the last epoch's (benchmarks/classification/selection.py).
 """
 from __future__ import annotations
 
@@ -40,7 +42,10 @@ from benchmarks.classification.linear_data import (STREAM_INIT, AugmentedImages,
                                                    steps_per_epoch)
 from benchmarks.classification.linear_heads import (GridHistory, GridSGD, LinearHeads, Schedule, select_best,
                                                     train_grid)
+from benchmarks.classification.selection import (EVAL_BEST, HOLDOUT_BEST, fit_params, holdout_choices,
+                                                 last_epoch_params)
 from harness.context.chance import uniform_topk
+from harness.data.holdout import SelectionHoldoutSetting
 from harness.data.subsets import TrainSubsetSetting
 from harness.runtime.device import module_device, pin_memory
 from harness.data.transforms import ResizeCenterCrop
@@ -100,6 +105,10 @@ class LinearConfig:
     # a named training subset (harness.data.subsets: imagenet_1pct / imagenet_10pct or a list's
     # path); its name, content hash and size join the fingerprint; empty: the whole training split
     train_subset: str = ""
+    # a fraction of every training class held out to choose the epoch and lr on (harness.data.holdout;
+    # 0 = off, the papers' rule alone); with its seed, in the fingerprint when on
+    selection_holdout: float = 0.0
+    selection_seed: int = 0
     # ---- execution only (not in the fingerprint)
     num_workers: int = 0
     feature_batch_size: int = 64
@@ -117,17 +126,21 @@ class LinearConfig:
             problems.append(f"n_last_blocks must be >= 1 or null (by arch), found {self.n_last_blocks}")
         if self.crop > self.resize:
             problems.append(f"crop {self.crop} is larger than resize {self.resize}")
+        if not 0.0 <= self.selection_holdout < 1.0:
+            problems.append(f"selection_holdout must be in [0, 1), found {self.selection_holdout}")
         if problems:
             raise ValueError("; ".join(problems))
 
 
 @register_protocol("linear")
-class LinearProbe(TrainSubsetSetting, Protocol):
+class LinearProbe(SelectionHoldoutSetting, TrainSubsetSetting, Protocol):
     Config = LinearConfig
     CONFORMANCE_RUN = ("synth", {"dataset": "imagefolder", "cached_features": True, "epochs": 1, "progress": False},
                        "imagenet")
     # recipe: a label (the settings are hashed); seed: recorded as the result's seed.
-    NOT_IN_FINGERPRINT = ("recipe", "seed", "num_workers", "feature_batch_size", "cache", "progress", "train_subset")
+    # train_subset, selection_*: their mixins fold them into the fingerprint when they ask for something
+    NOT_IN_FINGERPRINT = ("recipe", "seed", "num_workers", "feature_batch_size", "cache", "progress", "train_subset",
+                          "selection_holdout", "selection_seed")
     PRESETS = load_presets("linear")  # configs/protocols/linear_*.yaml
     DEFAULT_PRESET = "dino"
 
@@ -202,9 +215,13 @@ class LinearProbe(TrainSubsetSetting, Protocol):
                 batches = self._augmented_batches(backbone, splits, n_blocks, probe_input, device)
             lrs = self.lrs()
             hist = self._train_heads(lrs, batches, val_x, val_y, splits.num_classes, steps, device)
+            results = [self._result(hist, lrs, splits, n_blocks, avgpool, val_x.shape[1],
+                                    time.perf_counter() - t_start)]
+            if self.holdout_on():
+                results += self._holdout_results(model, splits, fkw, probe_input, (val_x, val_y), n_blocks, device)
         finally:
             backbone.train(was_training)
-        return [self._result(hist, lrs, splits, n_blocks, avgpool, val_x.shape[1], time.perf_counter() - t_start)]
+        return results
 
     def _steps_per_epoch(self, n_train: int) -> int:
         """Optimiser steps per epoch; a setting that leaves none, or a last batch BatchNorm
@@ -251,7 +268,7 @@ class LinearProbe(TrainSubsetSetting, Protocol):
         return batches
 
     def _train_heads(self, lrs: list[float], batches, val_x: torch.Tensor, val_y: torch.Tensor, num_classes: int,
-                     steps: int, device) -> GridHistory:
+                     steps: int, device, select=None) -> GridHistory:
         """One linear head per learning rate, trained together on the same batches."""
         c = self.cfg
         heads = LinearHeads(len(lrs), val_x.shape[1], num_classes, batchnorm=c.batchnorm,
@@ -260,7 +277,7 @@ class LinearProbe(TrainSubsetSetting, Protocol):
                       weight_decay=c.weight_decay)
         return train_grid(heads, opt, batches, val_x, val_y, epochs=c.epochs, steps_per_epoch=steps,
                           schedule=c.lr_schedule, eval_every=c.eval_every,
-                          on_epoch=self._log_epoch)
+                          on_epoch=self._log_epoch, select=select)
 
     def _log_epoch(self, epoch: int, hist: GridHistory) -> None:
         if hist.epochs and hist.epochs[-1] == epoch + 1:
@@ -274,9 +291,7 @@ class LinearProbe(TrainSubsetSetting, Protocol):
         if hist.best_at != (e, h):
             raise RuntimeError(f"the per-image hits kept during training are those of evaluation/head "
                                f"{hist.best_at}, not of the selected {(e, h)}")
-        metrics = {"top1": hist.top1[e][h]}
-        if splits.num_classes >= 5:  # as DINO: top-5 only with at least 5 classes
-            metrics["top5"] = hist.top5[e][h]
+        metrics = self._metrics(hist, e, h, splits.num_classes)
         per_lr = {f"{b:g}": max(row[j] for row in hist.top1) for j, b in enumerate(c.base_lrs)}
         variant = self._variant()
         return ProtocolResult(
@@ -289,8 +304,49 @@ class LinearProbe(TrainSubsetSetting, Protocol):
                     "feature_layout": c.feature_layout, "feature_dim": dim, "batchnorm": c.batchnorm,
                     "top1_by_base_lr": per_lr, "n_train": len(splits.train), "n_val": len(splits.val),
                     "num_classes": splits.num_classes, "cached_features": c.cached_features,
-                    "seconds": round(seconds, 3), **self.train_subset_params()},
+                    "seconds": round(seconds, 3), "selection": EVAL_BEST, **fit_params(hist, e, h),
+                    **last_epoch_params(hist, h), **self.train_subset_params()},
         )
+
+    @staticmethod
+    def _metrics(hist: GridHistory, e: int, h: int, num_classes: int) -> dict[str, float]:
+        metrics = {"top1": hist.top1[e][h]}
+        if num_classes >= 5:  # as DINO: top-5 only with at least 5 classes
+            metrics["top5"] = hist.top5[e][h]
+        return metrics
+
+    def _holdout_results(self, model: ModelHandle, splits, fkw: dict, probe_input, val, n_blocks: int,
+                         device) -> list[ProtocolResult]:
+        """The grid trained again on the training split less the holdout; the (epoch, lr) chosen on
+        the holdout, and the last epoch with the lr chosen there, measured on the evaluation split."""
+        c = self.cfg
+        t_start = time.perf_counter()
+        fit, held, held_y = self.carve_holdout(splits)
+        f_held = extract_features(model, held, self.val_transform(), desc="linear holdout", **fkw)
+        select = (probe_input(f_held.cls, f_held.patch_mean).to(device), torch.from_numpy(held_y).to(device))
+        if c.cached_features:
+            batches = self._cached_batches(model, fit, fkw, probe_input, device)
+        else:
+            batches = self._augmented_batches(model.backbone, fit, n_blocks, probe_input, device)
+        hist = self._train_heads(self.lrs(), batches, *val, splits.num_classes, self._steps_per_epoch(len(fit.train)),
+                                 device, select=select)
+        choices = holdout_choices(hist)
+        if hist.best_at != choices[HOLDOUT_BEST]:
+            raise RuntimeError(f"the per-image hits kept are those of {hist.best_at}, not of {choices[HOLDOUT_BEST]}")
+        seconds = time.perf_counter() - t_start
+        out = []
+        for selection, (e, h) in choices.items():
+            hits = hist.best_hits if selection == HOLDOUT_BEST else (hist.last_hits[0][h], hist.last_hits[1][h])
+            out.append(ProtocolResult(
+                metrics=self._metrics(hist, e, h, splits.num_classes), dataset=c.dataset, split=c.val_split,
+                seed=c.seed, variant={**self._variant(), "selection": selection},
+                per_image=accuracy_per_image({1: hits[0].numpy(), 5: hits[1].numpy()}, splits.num_classes),
+                params={"selection": selection, "chosen_base_lr": c.base_lrs[h], "chosen_epoch": hist.epochs[e],
+                        "selection_top1": hist.select_top1[e][h], **fit_params(hist, e, h),
+                        **self.holdout_params(len(fit.train), len(held)), "epochs": c.epochs,
+                        "num_classes": splits.num_classes, "n_val": len(splits.val), "seconds": round(seconds, 3),
+                        **self.train_subset_params()}))
+        return out
 
 
 # iBOT eval_linear_multi.py's grid: [base * n for base in 10**k, k in -4..0, for n in 1..9].

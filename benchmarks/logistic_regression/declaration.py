@@ -6,6 +6,6 @@ DECLARATIONS = (
     ProtocolDeclaration(
         name="logreg", module="benchmarks.logistic_regression.protocol",
         metrics=(Metric("top1", unit="%", per_image="hits", label="top-1"),),
-        headline="top1", variant_labels={"lambda": "lambda={}", "feature": "{}"},
+        headline="top1", variant_labels={"lambda": "lambda={}", "selection": "[{}]", "feature": "{}"},
         summary="iBOT's cyanure logistic regression on frozen features, lambda sweep"),
 )

@@ -7,6 +7,9 @@ CLS (the default), 1 = mean of the patch tokens, 2 = CLS then that mean; then L2
 (``nn.functional.normalize(dim=1, p=2)``). One cyanure multiclass logistic regression per lambda of
 ``lambdas`` (the script's ``--lr_lambd`` default [0.01, 0.1, 1], lambda unscaled), each its own
 result (a sweep variant); top-1 = cyanure's score in percent (benchmarks.logistic_regression.solver).
+The script leaves choosing a lambda to its reader, who reads them on the evaluation split; with
+``selection_holdout`` (harness.data.holdout) one more result says which lambda a holdout of the
+training split chooses (fits on the rest) and that lambda's number from the fit on every training image.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import numpy as np
 import torch.nn.functional as F
 
 from benchmarks.classification.common import feature_for, load_splits
+from harness.data.holdout import SelectionHoldoutSetting, carve
 from harness.data.subsets import TrainSubsetSetting
 from harness.data.transforms import ResizeCenterCrop
 from harness.errors import ConfigError, DataError
@@ -47,6 +51,10 @@ class LogRegConfig:
     # a named training subset (harness.data.subsets: imagenet_1pct / imagenet_10pct, or a
     # list file); its content hash is in the fingerprint, the setting itself is not
     train_subset: str = ""
+    # a fraction of every training class held out to choose lambda on (0 = off); with its seed, in the
+    # fingerprint when on
+    selection_holdout: float = 0.0
+    selection_seed: int = 0
     lambdas: list[float] = field(default_factory=lambda: [0.01, 0.1, 1.0])
     epochs: int = 100  # --epochs -> max_epochs
     it0: int = 10  # --it0: epochs between duality-gap checks
@@ -64,18 +72,22 @@ class LogRegConfig:
             raise ValueError(f"avgpool_patchtokens must be 0, 1 or 2 (iBOT), found {self.avgpool_patchtokens}")
         if not self.lambdas or min(self.lambdas) <= 0 or len(set(self.lambdas)) != len(self.lambdas):
             raise ValueError(f"lambdas must be distinct positive numbers, found {self.lambdas}")
+        if not 0.0 <= self.selection_holdout < 1.0:
+            raise ValueError(f"selection_holdout must be in [0, 1), found {self.selection_holdout}")
         if self.epochs < 1 or self.it0 < 1 or self.n_last_blocks < 1 or self.crop > self.resize:
             raise ValueError("need epochs, it0, n_last_blocks >= 1 and crop <= resize")
 
 
 @register_protocol("logreg")
-class LogRegProtocol(TrainSubsetSetting, Protocol):
-    """One ProtocolResult per lambda, variant {"lambda", "feature"}."""
+class LogRegProtocol(SelectionHoldoutSetting, TrainSubsetSetting, Protocol):
+    """One ProtocolResult per lambda, variant {"lambda", "feature"}; with a holdout one more,
+    variant {"selection": "holdout best", "feature"}."""
 
     Config = LogRegConfig
     CONFORMANCE_RUN = ("synth", {"dataset": "imagefolder", "cache": False, "progress": False}, "imagenet")
     # lambdas: each lambda is its own result, so the sweep list changes no number
-    NOT_IN_FINGERPRINT = ("lambdas", "train_subset", "threads", "batch_size", "num_workers", "cache", "progress")
+    NOT_IN_FINGERPRINT = ("lambdas", "train_subset", "selection_holdout", "selection_seed", "threads", "batch_size",
+                          "num_workers", "cache", "progress")
     PRESETS = load_presets("logreg")  # configs/protocols/logreg_*.yaml
     DEFAULT_PRESET = "ibot"
 
@@ -140,4 +152,24 @@ class LogRegProtocol(TrainSubsetSetting, Protocol):
                         "features_from_cache": bool(c1 and c2),
                         **self.train_subset_params()},
                 cost={"extract_s": round(t_feat, 3), "fit_s": round(t_fit, 3)}))
+        if self.holdout_on():
+            out.append(self._holdout_result(splits, train_x, out))
         return out
+
+    def _holdout_result(self, splits, train_x: np.ndarray, swept: list[ProtocolResult]) -> ProtocolResult:
+        """The lambda with the best top-1 on the holdout (fits on the rest of the training split; the
+        first of equals), reported with its fit on every training image (the sweep's result)."""
+        c = self.cfg
+        kept, held = carve(splits.train_labels, c.selection_holdout, c.selection_seed)
+        fits = fit_sweep(train_x[kept], splits.train_labels[kept], train_x[held], c.lambdas, epochs=c.epochs,
+                         it0=c.it0, tol=c.tol, seed=c.seed, threads=c.threads)
+        held_top1 = [accuracy_percent(int((f.predictions == splits.train_labels[held]).sum()), len(held))
+                     for f in fits]
+        j = max(range(len(fits)), key=lambda i: (held_top1[i], -i))
+        chosen = swept[j]
+        return ProtocolResult(
+            metrics=dict(chosen.metrics), dataset=c.dataset, split=c.val_split, seed=c.seed,
+            variant={"selection": "holdout best", "feature": chosen.variant["feature"]}, per_image=chosen.per_image,
+            params={**chosen.params, "selection": "holdout best", "chosen_lambda": c.lambdas[j],
+                    "selection_top1_by_lambda": {f"{lam:g}": v for lam, v in zip(c.lambdas, held_top1)},
+                    **self.holdout_params(len(kept), len(held))})
