@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from benchmarks.retrieval.chance import expected_random_ap
 from benchmarks.retrieval.common import extract_kwargs, patch_size, search_device, under_root
 from benchmarks.retrieval.copydays import BLOCKS, STRONG, Copydays, block_aps
 from benchmarks.retrieval.features import SquareBicubic, Whitening, gem, l2n
@@ -102,6 +103,24 @@ class CopyDetection(Protocol):
             return None
         path = under_root(data_root, setting)
         return ImageList(path, image_folder(path, limit, what), what)
+
+    def chance_results(self, data_root: Path) -> list[ProtocolResult]:
+        """The chance row (harness.context.chance): each strong query's exact expected AP when its
+        top-k list is a uniformly random draw from the originals and distractors
+        (benchmarks.retrieval.chance, cut at ``top_k``)."""
+        c = self.cfg
+        if DATASETS.get(c.dataset) is not Copydays:
+            raise ConfigError(f"copy_detection reads copydays, not {c.dataset!r}")
+        queries, originals = Copydays(data_root, "query"), Copydays(data_root, "database")
+        distractors = self.folder(data_root, c.distractors, c.n_distractors, "distractors")
+        n_bank = len(originals) + (len(distractors) if distractors is not None else 0)
+        strong = queries.positives[STRONG]
+        aps = [expected_random_ap(n_bank, len(set(pos)), len(pos), cutoff=c.top_k) for pos in strong]
+        return [ProtocolResult(
+            metrics={"mAP_strong": 100.0 * float(np.mean(aps))}, dataset=c.dataset, split=STRONG, seed=None,
+            variant={"imsize": c.imsize},
+            params={"chance": "uniformly random top-k list (exact expected AP)", "n_queries": len(strong),
+                    "n_bank": n_bank})]
 
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
         c = self.cfg

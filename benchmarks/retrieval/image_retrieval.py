@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from benchmarks.retrieval.chance import expected_random_ap
 from benchmarks.retrieval.common import extract_kwargs, patch_size, search_device, under_root
 from benchmarks.retrieval.features import MULTISCALES, ThumbnailScale, combine_scales, l2n
 from benchmarks.retrieval.reader import ImageList, RevisitedDataset, image_folder
@@ -93,14 +94,37 @@ class ImageRetrieval(Protocol):
                      for s in scales]
         return combine_scales(per_scale) if c.multiscale else l2n(per_scale[0])
 
+    def distractor_list(self, data_root: Path) -> ImageList | None:
+        c = self.cfg
+        if c.distractors is None:
+            return None
+        folder = under_root(data_root, c.distractors)
+        return ImageList(folder, image_folder(folder, c.max_distractors, "distractor"), "distractors")
+
+    def chance_results(self, data_root: Path) -> list[ProtocolResult]:
+        """The chance row (harness.context.chance): each query's exact expected AP under a uniformly
+        random ranking of the database (and distractors), junk images left out as in the ranking's AP
+        (benchmarks.retrieval.chance); the mean over the queries that have positives."""
+        c = self.cfg
+        database, queries = self.datasets(data_root)
+        distractors = self.distractor_list(data_root)
+        n_bank = len(database) + (len(distractors) if distractors is not None else 0)
+        metrics = {}
+        for d, gnd in ((d, difficulty_gnd(database.gnd, d)) for d in DIFFICULTIES):
+            aps = [expected_random_ap(n_bank - len(np.setdiff1d(g["junk"], g["ok"])), len(np.unique(g["ok"])),
+                                      len(g["ok"])) for g in gnd if len(g["ok"])]
+            metrics[METRIC_OF[d]] = 100.0 * float(np.mean(aps)) if aps else float("nan")
+        return [ProtocolResult(
+            metrics=metrics, dataset=c.dataset, split="query", seed=None,
+            variant={"multiscale": c.multiscale, "imsize": c.imsize},
+            params={"chance": "uniformly random ranking (exact expected AP)", "n_queries": len(queries),
+                    "n_bank": n_bank})]
+
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
         c = self.cfg
         patch = patch_size(model, c.imsize, "image_retrieval")
         database, queries = self.datasets(data_root)
-        distractors = None
-        if c.distractors is not None:
-            folder = under_root(data_root, c.distractors)
-            distractors = ImageList(folder, image_folder(folder, c.max_distractors, "distractor"), "distractors")
+        distractors = self.distractor_list(data_root)
         model.backbone.eval()
         t0 = time.perf_counter()
         bank = [self.features(model, database, patch, f"{c.dataset} database")]
