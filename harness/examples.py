@@ -16,7 +16,9 @@ class Panel:
     """One picture of an example. ``rgb``: (H, W, 3) uint8; ``labels``: (H, W) integer classes
     (``ignore`` drawn blank); ``values``: (H, W) floats (depth, error) with ``unit``; ``text``: a
     caption only; ``value_range``: the colour scale of a ``values`` map, shared by panels meant to
-    be compared (ground truth and prediction)."""
+    be compared (ground truth and prediction). ``lines``: (K, 4) segments (x0, y0, x1, y1) in the
+    image's pixels drawn over it (keypoint matches across two images set side by side), each
+    green where ``line_ok`` is true, red where false, white without it."""
 
     label: str
     kind: PanelKind = "rgb"
@@ -25,6 +27,8 @@ class Panel:
     ignore: int | None = None
     unit: str = ""
     value_range: tuple[float, float] | None = None  # a values map's colour scale; None: its own
+    lines: np.ndarray | None = None
+    line_ok: np.ndarray | None = None
 
     def __post_init__(self):
         if self.kind != "text" and self.image is None:
@@ -33,6 +37,12 @@ class Panel:
             raise ValueError(f"panel {self.label!r}: an rgb image is (H, W, 3), found {self.image.shape}")
         if self.kind in ("labels", "values") and self.image.ndim != 2:
             raise ValueError(f"panel {self.label!r}: a {self.kind} map is (H, W), found {self.image.shape}")
+        if self.lines is not None:
+            self.lines = np.asarray(self.lines, dtype=np.float64).reshape(-1, 4)
+            if self.kind == "text":
+                raise ValueError(f"panel {self.label!r}: a text panel has no image to draw lines on")
+            if self.line_ok is not None and len(self.line_ok) != len(self.lines):
+                raise ValueError(f"panel {self.label!r}: {len(self.line_ok)} line_ok flags for {len(self.lines)} lines")
 
 
 @dataclass

@@ -94,3 +94,19 @@ def test_the_report_inlines_what_show_drew_beside_it(synth_tiny, tiny_vit, tmp_p
     assert "data:image/png;base64," in html and "show/knn-synth-random_s0.png" in html
     bare = write_report(tmp_path / "elsewhere" / "report.html", suite_records(), paper_tables=[]).read_text()
     assert 'id="examples"' not in bare  # no drawings beside that report
+
+
+def test_lines_over_a_panel_are_checked_and_drawn(tmp_path):
+    from harness.examples import Example
+    from harness.results.panels import draw_examples
+
+    canvas = np.zeros((8, 16, 3), np.uint8)
+    with pytest.raises(ValueError, match="2 line_ok flags for 1 lines"):
+        Panel("matches", image=canvas, lines=[[0, 0, 8, 4]], line_ok=np.array([True, False]))
+    with pytest.raises(ValueError, match="no image to draw lines on"):
+        Panel("caption", kind="text", text="x", lines=[[0, 0, 1, 1]])
+    panel = Panel("matches", image=canvas, lines=[[1, 1, 9, 2], [2, 5, 12, 6]], line_ok=np.array([True, False]))
+    assert panel.lines.shape == (2, 4)
+    plain = draw_examples([Example("pair", [Panel("matches", image=canvas)])], tmp_path / "plain.png", "t")
+    drawn = draw_examples([Example("pair", [panel])], tmp_path / "lines.png", "t")
+    assert drawn.read_bytes() != plain.read_bytes()

@@ -43,6 +43,18 @@ def _draw_panel(ax, panel: Panel) -> None:
         low, high = panel.value_range or (None, None)
         im = ax.imshow(panel.image, cmap="viridis", interpolation="nearest", vmin=low, vmax=high)
         ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02, label=panel.unit or None)
+    if panel.lines is not None:
+        _draw_lines(ax, panel)
+
+
+def _draw_lines(ax, panel: Panel) -> None:
+    ok = panel.line_ok
+    for k, (x0, y0, x1, y1) in enumerate(panel.lines):
+        colour = "white" if ok is None else ("limegreen" if ok[k] else "red")
+        ax.plot([x0, x1], [y0, y1], color=colour, linewidth=0.8, marker="o", markersize=2)
+    h, w = panel.image.shape[:2]
+    ax.set_xlim(-0.5, w - 0.5)
+    ax.set_ylim(h - 0.5, -0.5)
 
 
 def draw_examples(examples: list[Example], path: Path, title: str) -> Path:
