@@ -58,6 +58,10 @@ class Protocol:
 
     Config: ClassVar[type]  # must have a `dataset: str` field (a registered dataset name)
     NOT_IN_FINGERPRINT: ClassVar[tuple[str, ...]] = ()
+    # Settings a protocol gained after its first records, at the values that ask for what those
+    # records measured: left out of the fingerprint and the request hash while at them, so that the
+    # old records stay its records.
+    ABSENT_AT: ClassVar[dict[str, Any]] = {}
     # Named recipes: preset name -> config values (e.g. dense_nn "cribo" / "hbird",
     # linear "dino" / "ibot" / "synclr"). The CLI's --preset picks one.
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
@@ -111,8 +115,11 @@ class Protocol:
         preset, values, folder = cls.CONFORMANCE_RUN
         return cls.from_preset(preset, values).run(model, Path(data_root) / folder)[0].metrics
 
+    def _without_absent(self, d: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in d.items() if k not in self.ABSENT_AT or v != self.ABSENT_AT[k]}
+
     def settings(self) -> dict[str, Any]:
-        d = to_dict(self.cfg)
+        d = self._without_absent(to_dict(self.cfg))
         for k in self.NOT_IN_FINGERPRINT:
             d.pop(k, None)
         return d
@@ -124,7 +131,7 @@ class Protocol:
         """Hash of the whole request, execution settings included: asking for more (e.g. more
         k values, which are not in the fingerprint since each k is its own record) runs again.
         Whether progress bars are drawn asks for nothing: it is left out."""
-        request = to_dict(self.cfg)
+        request = self._without_absent(to_dict(self.cfg))
         request.pop("progress", None)
         for name in OMITTED_WHEN_EMPTY:  # an empty one asks for nothing more than its absence did
             if name in request and not request[name]:

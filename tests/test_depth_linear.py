@@ -43,7 +43,7 @@ def test_declaration_states_each_metric_direction():
     assert directions == {"RMSE": "lower", "AbsRel": "lower", "log_RMSE": "lower",
                           "delta1": "higher", "delta2": "higher", "delta3": "higher"}
     assert decl.headline_metric == "RMSE" and decl.metric("RMSE").unit == "m"
-    assert decl.datasets == {"nyu": "benchmarks.depth.reader"}
+    assert decl.datasets == {"nyu": "benchmarks.depth.reader", "kitti": "benchmarks.depth.reader_kitti"}
 
 
 def test_synthscenes_depth_round_trips_through_the_nyu_layout_in_metres(depth_tiny):

@@ -14,7 +14,8 @@ DECLARATIONS = (
                  Metric("delta2", unit="", direction="higher", per_image=_KIND, label="δ<1.25²"),
                  Metric("delta3", unit="", direction="higher", per_image=_KIND, label="δ<1.25³")),
         headline="RMSE",
-        datasets={"nyu": "benchmarks.depth.reader"},
+        datasets={"nyu": "benchmarks.depth.reader", "kitti": "benchmarks.depth.reader_kitti"},
         synthetic="benchmarks.depth.synthetic",
-        summary="monocular depth from frozen patch features: a linear 256-bin head (DINOv3 NYU recipe)"),
+        summary="monocular depth from frozen patch features: a linear 256-bin head (DINOv3 NYU recipe; DINOv2 linear4; "
+                "KITTI Eigen)"),
 )

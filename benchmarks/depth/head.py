@@ -3,7 +3,9 @@ a depth as a weighted sum of depth bins, the scale-invariant log loss and DINOv3
 one-cycle schedule.
 
 Written from dinov3/eval/depth (commit 6876159): models/linear_head.py (LinearHead),
-models/__init__.py (FeaturesToDepth), loss.py (SigLoss), schedulers.py (WarmupOneCycleLR).
+models/__init__.py (FeaturesToDepth), loss.py (SigLoss), schedulers.py (WarmupOneCycleLR); the
+DINOv2 ``linear4`` variant (no BatchNorm, features upsampled x4, PyTorch's default convolution
+init) from dinov2 (commit b8931f7) hub/depth/decode_heads.py BNHead.
 """
 from __future__ import annotations
 
@@ -15,19 +17,23 @@ from torch import nn
 
 class LinearDepthHead(nn.Module):
     """BatchNorm over the concatenated layers (each optionally with its class token broadcast
-    over the grid), then a 1x1 convolution to ``n_bins`` logits at the patch resolution."""
+    over the grid), then a 1x1 convolution to ``n_bins`` logits at the patch resolution, or at
+    ``upsample`` times it (DINOv2's BNHead: every layer resized bilinearly to 4x the first one's
+    grid before the concatenation)."""
 
     def __init__(self, embed_dims: list[int], n_bins: int = 256, batchnorm: bool = True,
-                 cls_token: bool = False):
+                 cls_token: bool = False, upsample: int = 1, conv_init: str = "normal"):
         super().__init__()
         channels = sum(embed_dims) * (2 if cls_token else 1)
-        self.cls_token = cls_token
+        self.cls_token, self.upsample = cls_token, upsample
         # one process here: BatchNorm2d computes what SyncBatchNorm does on one rank
         self.bn = nn.BatchNorm2d(channels) if batchnorm else nn.Identity()
         self.conv = nn.Conv2d(channels, n_bins, kernel_size=1)
-        # linear_head.py: weight ~ N(0, 0.01), bias 0
-        nn.init.normal_(self.conv.weight, mean=0.0, std=0.01)
-        nn.init.constant_(self.conv.bias, 0.0)
+        if conv_init == "normal":  # dinov3 linear_head.py: weight ~ N(0, 0.01), bias 0
+            nn.init.normal_(self.conv.weight, mean=0.0, std=0.01)
+            nn.init.constant_(self.conv.bias, 0.0)
+        elif conv_init != "default":  # "default": nn.Conv2d's own init, as dinov2's BNHead keeps it
+            raise ValueError(f"conv_init must be 'normal' or 'default', found {conv_init!r}")
 
     def forward(self, patches: list[torch.Tensor], cls: list[torch.Tensor] | None = None) -> torch.Tensor:
         """``patches``: per layer (B, D, h, w); ``cls``: per layer (B, D), used with cls_token."""
@@ -38,6 +44,9 @@ class LinearDepthHead(nn.Module):
             else:
                 maps.append(x)
         size = maps[0].shape[2:]
+        if self.upsample != 1:  # dinov2 BNHead._transform_inputs: every map resized, the first too
+            size = tuple(s * self.upsample for s in size)
+            maps = [nn.functional.interpolate(m, size=size, mode="bilinear", align_corners=False) for m in maps]
         # the first layer's grid is everyone's (linear_head.py _transform_inputs, "resize")
         maps = [m if m.shape[2:] == size else
                 nn.functional.interpolate(m, size=size, mode="bilinear", align_corners=False) for m in maps]

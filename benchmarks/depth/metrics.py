@@ -46,17 +46,34 @@ def eigen_box(h: int, w: int, box=(45, 471, 41, 601), ref=(480, 640)) -> tuple[i
     return int(y1 / ref[0] * h), int(y2 / ref[0] * h), int(x1 / ref[1] * w), int(x2 / ref[1] * w)
 
 
+# KITTI's crops as fractions of the (KB-cropped) ground truth, rows then columns: Garg et al.'s
+# and Eigen et al.'s (Monocular-Depth-Estimation-Toolbox depth/datasets/kitti.py eval_mask,
+# commit d8aff50, "following Adabins"; int() truncation as there)
+KITTI_CROPS = {"kitti_garg": (0.40810811, 0.99189189, 0.03594771, 0.96405229),
+               "kitti_eigen": (0.3324324, 0.91351351, 0.0359477, 0.96405229)}
+EVAL_MASKS = ("nyu_eigen", "full", *KITTI_CROPS)
+
+
+def kitti_box(h: int, w: int, crop: str = "kitti_garg") -> tuple[int, int, int, int]:
+    """(y1, y2, x1, x2) of a KITTI evaluation crop on an h x w ground truth."""
+    fy1, fy2, fx1, fx2 = KITTI_CROPS[crop]
+    return int(fy1 * h), int(fy2 * h), int(fx1 * w), int(fx2 * w)
+
+
 def valid_mask(gt: torch.Tensor, eval_mask: str = "nyu_eigen", ignored_value: float = 0.0) -> torch.Tensor:
-    """(..., h, w) bool: inside the evaluation crop ("nyu_eigen" | "full") and not ignored."""
+    """(..., h, w) bool: inside the evaluation crop (one of EVAL_MASKS) and not ignored."""
     h, w = gt.shape[-2:]
     mask = torch.zeros_like(gt, dtype=torch.bool)
     if eval_mask == "nyu_eigen":
         y1, y2, x1, x2 = eigen_box(h, w)
         mask[..., y1:y2, x1:x2] = True
+    elif eval_mask in KITTI_CROPS:
+        y1, y2, x1, x2 = kitti_box(h, w, eval_mask)
+        mask[..., y1:y2, x1:x2] = True
     elif eval_mask == "full":
         mask[...] = True
     else:
-        raise ValueError(f"eval_mask must be 'nyu_eigen' or 'full', found {eval_mask!r}")
+        raise ValueError(f"eval_mask must be one of {', '.join(EVAL_MASKS)}, found {eval_mask!r}")
     return mask & (gt != ignored_value)
 
 

@@ -7,6 +7,10 @@ log loss on random 416x544 crops for 38,400 iterations of batch 16 (AdamW 3e-4, 
 evaluated on the full 480x640 frames with the flipped image averaged in, inside the Eigen crop,
 as the mean over images of each image's RMSE, AbsRel, log RMSE and delta accuracies.
 
+Preset dinov2_linear4 swaps in DINOv2's linear4 head (blocks.py, head.py: four intermediate blocks
+without the final norm, each with its class token, upsampled x4, no BatchNorm, bins to 80 m);
+dinov2_linear4_kitti runs it on KITTI's Eigen split (reader_kitti.py: KB crop, Garg mask, 80 m).
+
 Memory: training images are augmented and passed through the backbone one batch at a time and
 evaluation images one at a time (with their flip); no feature is kept beyond its batch.
 """
@@ -22,9 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from benchmarks.depth.blocks import block_indices
 from benchmarks.depth.head import LinearDepthHead, SILogLoss, logits_to_depth, set_schedule, warmup_one_cycle
 from benchmarks.depth.metrics import REPORTED, evaluate_prediction
-from benchmarks.depth.transforms import TrainAugment, center_pad, normalize, nyu_crop_box, to_tensor
+from benchmarks.depth.transforms import TrainAugment, center_pad, fixed_crop_box, kb_crop_box, normalize, to_tensor
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from harness.errors import ConfigError, DataError, NotApplicable
 from harness.examples import Example, Panel, chosen_items, seen_by_model
@@ -42,16 +47,20 @@ class Config:
     preset: str | None = None
     # --- features (config-nyu.yaml decoder_head)
     layers: int = 1                        # the last n blocks (backbone_out_layers LAST = 1)
+    blocks: Literal["last", "dinov2"] = "last"           # which blocks: benchmarks/depth/blocks.py
     backbone_norm: bool = True             # use_backbone_norm
     cls_token: bool = False                # use_cls_token
     batchnorm: bool = True                 # use_batchnorm
     pad_to_patch: Literal["center", "none"] = "center"   # adapt_to_patch_size CENTER_PADDING
+    upsample: int = 1                      # features resized x n before the head (dinov2 BNHead: 4)
+    conv_init: Literal["normal", "default"] = "normal"   # N(0, 0.01) (dinov3) | nn.Conv2d's (dinov2)
     # --- depth head
     n_bins: int = 256                      # n_output_channels
     min_depth: float = 0.001
     max_depth: float = 10.0
     bins: Literal["linear", "log"] = "linear"            # DecoderConfig.bins_strategy
     bin_norm: Literal["linear", "softmax", "sigmoid"] = "linear"  # DecoderConfig.norm_strategy
+    bins_max_depth: float | None = None    # the last bin when not max_depth (dinov2 hub head: 80)
     # --- loss (loss.py SigLoss: sqrt(var + 0.15 mean^2), variance left out for 100 calls)
     silog_lambda: float = 0.15
     silog_warmup_iters: int = 100
@@ -69,7 +78,8 @@ class Config:
     batch_size: int = 16
     # --- data (config-nyu.yaml transforms; config.py defaults)
     depth_scale: float = 1000.0            # normalization_constant: PNG millimetres -> metres
-    fixed_crop: Literal["nyu", "full"] = "nyu"
+    fixed_crop: Literal["nyu", "kb", "full"] = "nyu"
+    kb_crop: list[int] = field(default_factory=lambda: [352, 1216])   # KITTI's KB crop (h, w)
     random_crop: list[int] = field(default_factory=lambda: [416, 544])
     rotation: float = 2.5
     brightness: list[float] = field(default_factory=lambda: [0.75, 1.25])
@@ -77,7 +87,8 @@ class Config:
     norm_mean: list[float] = field(default_factory=lambda: list(IMAGENET_MEAN))
     norm_std: list[float] = field(default_factory=lambda: list(IMAGENET_STD))
     # --- evaluation
-    eval_mask: Literal["nyu_eigen", "full"] = "nyu_eigen"
+    eval_crop: Literal["full", "kb"] = "full"              # the evaluation frame: whole, or KB-cropped
+    eval_mask: Literal["nyu_eigen", "kitti_garg", "kitti_eigen", "full"] = "nyu_eigen"
     tta: bool = True                       # eval.use_tta: horizontal flip averaged in
     seed: int = 321
     # --- execution (not in the fingerprint)
@@ -97,13 +108,18 @@ class Config:
                                                                         f"{self.random_crop}"),
             (len(self.brightness) == 2, "brightness needs (low, high)"),
             (self.depth_scale > 0, "depth_scale must be > 0"),
+            (self.upsample >= 1, f"upsample must be >= 1, found {self.upsample}"),
+            (self.bins_max_depth is None or self.bins_max_depth > self.min_depth,
+             f"bins_max_depth must exceed min_depth, found {self.bins_max_depth}"),
+            (len(self.kb_crop) == 2 and min(self.kb_crop) >= 1, f"kb_crop needs (h, w), found {self.kb_crop}"),
         ]
         for ok, msg in checks:
             if not ok:
                 raise ValueError(msg)
 
 
-# dinov3, dinov2_linear4, synth: configs/protocols/depth_linear_*.yaml
+# dinov3, dinov2_linear4, dinov2_linear4_kitti, synth, synth_linear4, synth_kitti:
+# configs/protocols/depth_linear_*.yaml
 PRESETS: dict[str, dict[str, Any]] = load_presets("depth_linear")
 
 
@@ -123,6 +139,9 @@ class _TrainImages(Dataset):
 
 
 class _EvalImages(Dataset):
+    """The evaluation frames, KB-cropped (image and ground truth) with eval_crop "kb", as the
+    toolbox's KITTI test pipeline and pre_eval crop them."""
+
     def __init__(self, data, cfg: Config):
         self.data, self.cfg = data, cfg
 
@@ -130,9 +149,12 @@ class _EvalImages(Dataset):
         return len(self.data)
 
     def __getitem__(self, i):
-        img = normalize(to_tensor(np.asarray(self.data.load_image(i).convert("RGB"))),
-                        self.cfg.norm_mean, self.cfg.norm_std)
-        return img, torch.from_numpy(self.data.load_depth(i))[None]
+        rgb, depth = np.asarray(self.data.load_image(i).convert("RGB")), self.data.load_depth(i)
+        if self.cfg.eval_crop == "kb":
+            y1, y2, x1, x2 = kb_crop_box(*depth.shape, self.cfg.kb_crop)
+            rgb, depth = rgb[y1:y2, x1:x2], np.ascontiguousarray(depth[y1:y2, x1:x2])
+        img = normalize(to_tensor(rgb), self.cfg.norm_mean, self.cfg.norm_std)
+        return img, torch.from_numpy(depth)[None]
 
 
 def eigen_frame(h: int, w: int) -> bool:
@@ -145,12 +167,20 @@ def _first(batch):
     return batch[0]
 
 
+def _n_blocks(backbone) -> int | None:
+    blocks = getattr(backbone, "num_blocks", None)
+    return blocks if isinstance(blocks, int) else len(getattr(backbone, "blocks", [])) or None
+
+
 @register_protocol("depth_linear")
 class DepthLinear(Protocol):
     Config = Config
     PRESETS = PRESETS
     DEFAULT_PRESET = "dinov3"
     NOT_IN_FINGERPRINT = ("num_workers", "progress")
+    # the linear4 and KITTI settings, at the values the dinov3 preset's records were measured with
+    ABSENT_AT = {"blocks": "last", "upsample": 1, "conv_init": "normal", "bins_max_depth": None,
+                 "kb_crop": [352, 1216], "eval_crop": "full"}
 
     # ------------------------------------------------------------------ checks before any work
     def check_model(self, backbone) -> int:
@@ -167,24 +197,34 @@ class DepthLinear(Protocol):
         if cfg.pad_to_patch == "none" and (h % stride or w % stride):
             raise ConfigError(f"depth_linear: random_crop {h}x{w} is not a multiple of the model's stride {stride} "
                               f"and pad_to_patch is 'none'; use multiples of {stride} or pad_to_patch 'center'")
-        blocks = getattr(backbone, "num_blocks", None)
-        blocks = blocks if isinstance(blocks, int) else len(getattr(backbone, "blocks", [])) or None
-        if blocks is not None and cfg.layers > blocks:
-            raise ConfigError(f"depth_linear: layers {cfg.layers} but the model has {blocks} blocks")
+        blocks = _n_blocks(backbone)
+        if blocks is not None:
+            block_indices(cfg.blocks, cfg.layers, blocks)  # refuses more layers than blocks
+        elif cfg.blocks != "last" and cfg.layers > 1:
+            raise NotApplicable(f"depth_linear: blocks {cfg.blocks!r} needs the model's block count; "
+                                f"{type(backbone).__name__} states none")
         return stride
 
     def check_data(self, train, val, stride: int) -> None:
         cfg = self.cfg
         d = train.load_depth(0)
         hh, ww = d.shape
-        if cfg.fixed_crop == "nyu":
-            y1, y2, x1, x2 = nyu_crop_box(hh, ww)
-            hh, ww = y2 - y1, x2 - x1
+        if cfg.fixed_crop == "kb" and (hh < cfg.kb_crop[0] or ww < cfg.kb_crop[1]):
+            raise DataError(f"depth_linear: training frames {hh}x{ww} are smaller than the KB crop "
+                            f"{cfg.kb_crop[0]}x{cfg.kb_crop[1]} (KITTI's raw frames are about 375x1242); "
+                            f"give the raw frames or set kb_crop")
+        y1, y2, x1, x2 = fixed_crop_box(hh, ww, cfg.fixed_crop, cfg.kb_crop)
+        hh, ww = y2 - y1, x2 - x1
         h, w = cfg.random_crop
         if h > hh or w > ww:
             raise ConfigError(f"depth_linear: random_crop {h}x{w} is larger than the training images "
                               f"({hh}x{ww} after the {cfg.fixed_crop} crop); set random_crop (--set random_crop=[..])")
         vh, vw = val.load_depth(0).shape
+        if cfg.eval_crop == "kb":
+            if vh < cfg.kb_crop[0] or vw < cfg.kb_crop[1]:
+                raise DataError(f"depth_linear: evaluation frames {vh}x{vw} are smaller than the KB crop "
+                                f"{cfg.kb_crop[0]}x{cfg.kb_crop[1]}; give the raw frames or set kb_crop")
+            vh, vw = cfg.kb_crop
         if cfg.eval_mask == "nyu_eigen" and not eigen_frame(vh, vw):
             raise DataError(f"depth_linear: no Eigen mask for {vh}x{vw} evaluation frames: the Eigen crop is "
                             f"defined on NYU's full 480x640 frame (or a uniform scaling of it); these look "
@@ -195,21 +235,33 @@ class DepthLinear(Protocol):
 
     # ------------------------------------------------------------------ model pieces
     def features(self, backbone, x: torch.Tensor, stride: int):
-        if self.cfg.pad_to_patch == "center":
+        """Per chosen block, its (B, D, h, w) patch grid and (B, D) class token. Blocks other
+        than the last n come from the last n reaching back to the earliest one chosen."""
+        cfg = self.cfg
+        if cfg.pad_to_patch == "center":
             x = center_pad(x, stride)
-        f = backbone.get_features(x, n_last_blocks=self.cfg.layers, norm=self.cfg.backbone_norm)
-        patches = [f.patches[:, i].permute(0, 3, 1, 2).float() for i in range(f.patches.shape[1])]
-        return patches, [f.cls[:, i].float() for i in range(f.cls.shape[1])]
+        if cfg.blocks == "last" or cfg.layers == 1:
+            f = backbone.get_features(x, n_last_blocks=cfg.layers, norm=cfg.backbone_norm)
+            kept = range(f.patches.shape[1])
+        else:
+            n = _n_blocks(backbone)
+            wanted = block_indices(cfg.blocks, cfg.layers, n)
+            f = backbone.get_features(x, n_last_blocks=n - wanted[0], norm=cfg.backbone_norm)
+            kept = [i - wanted[0] for i in wanted]
+        patches = [f.patches[:, i].permute(0, 3, 1, 2).float() for i in kept]
+        return patches, [f.cls[:, i].float() for i in kept]
 
     def predict(self, head, backbone, x: torch.Tensor, stride: int) -> torch.Tensor:
         cfg = self.cfg
         with torch.no_grad():
             patches, cls = self.features(backbone, x, stride)
-        return logits_to_depth(head(patches, cls), cfg.min_depth, cfg.max_depth, cfg.bins, cfg.bin_norm)
+        top = cfg.max_depth if cfg.bins_max_depth is None else cfg.bins_max_depth
+        return logits_to_depth(head(patches, cls), cfg.min_depth, top, cfg.bins, cfg.bin_norm)
 
     def make_head(self, embed_dim: int) -> LinearDepthHead:
         cfg = self.cfg
-        return LinearDepthHead([embed_dim] * cfg.layers, cfg.n_bins, cfg.batchnorm, cfg.cls_token)
+        return LinearDepthHead([embed_dim] * cfg.layers, cfg.n_bins, cfg.batchnorm, cfg.cls_token,
+                               upsample=cfg.upsample, conv_init=cfg.conv_init)
 
     # ------------------------------------------------------------------ run
     def run(self, model, data_root: Path) -> list[ProtocolResult]:
@@ -227,7 +279,7 @@ class DepthLinear(Protocol):
         backbone = model.backbone
         stride = self.check_model(backbone)
         reader = DATASETS.get(cfg.dataset)
-        extra = {"depth_scale": cfg.depth_scale, "max_depth": cfg.max_depth} if cfg.dataset == "nyu" else {}
+        extra = {"depth_scale": cfg.depth_scale, "max_depth": cfg.max_depth} if cfg.dataset in ("nyu", "kitti") else {}
         train, val = reader(data_root, cfg.train_split, **extra), reader(data_root, cfg.val_split, **extra)
         self.check_data(train, val, stride)
         backbone.eval()
@@ -274,7 +326,7 @@ class DepthLinear(Protocol):
     def train_head(self, head, backbone, train, stride: int, device) -> list[float]:
         cfg = self.cfg
         augment = TrainAugment(tuple(cfg.random_crop), cfg.fixed_crop, cfg.rotation, tuple(cfg.brightness),
-                               cfg.colour_p)
+                               cfg.colour_p, tuple(cfg.kb_crop))
         opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, betas=(cfg.max_momentum, cfg.beta2),
                                 weight_decay=cfg.weight_decay)
         loss_fn = SILogLoss(cfg.silog_lambda, cfg.silog_warmup_iters)

@@ -23,24 +23,27 @@ from harness.registry import register_dataset
 SPLIT_FILES = {"train": "nyu_train.txt", "val": "nyu_test.txt", "test": "nyu_test.txt"}
 
 
-def check_depth_units(depth_m: np.ndarray, path, max_depth: float, scale: float) -> None:
+def check_depth_units(depth_m: np.ndarray, path, max_depth: float, scale: float, stored: str = "millimetres") -> None:
     """A depth map in centimetres where metres are expected shows in its range: a 99th
-    percentile above 3 x max_depth (30 m for NYU's 10 m) is no indoor room."""
+    percentile above 3 x max_depth (30 m for NYU's 10 m) is no indoor room. ``stored``: what
+    the PNG must hold (NYU millimetres, KITTI metres x 256)."""
     valid = depth_m[depth_m > 0]
     if valid.size and (p99 := float(np.percentile(valid, 99))) > 3 * max_depth:
         raise DataError(f"depth map {path} reads {p99:.3g} m at its 99th percentile, beyond 3 x the "
                         f"{max_depth:g} m range: it looks like centimetres where metres are expected "
-                        f"(the PNG must hold millimetres, read with depth_scale {scale:g})")
+                        f"(the PNG must hold {stored}, read with depth_scale {scale:g})")
 
 
-def check_scale_of_set(maps: list[np.ndarray], paths, max_depth: float, scale: float) -> None:
+def check_scale_of_set(maps: list[np.ndarray], paths, max_depth: float, scale: float,
+                       stored: str = "NYU's PNGs hold millimetres",
+                       guess: str = "centimetres where millimetres are expected") -> None:
     """Centimetres read as millimetres make a whole set ten times too shallow: refused when the
     deepest 99th percentile of the first maps stays under max_depth / 10 (1 m for NYU, whose
     rooms reach several metres). One close-up alone does not trip it."""
     p99 = [float(np.percentile(m[m > 0], 99)) for m in maps if (m > 0).any()]
     if p99 and max(p99) < max_depth / 10:
         raise DataError(f"depth maps {paths[0]} .. {paths[len(maps) - 1]} reach only {max(p99):.3g} m: they look "
-                        f"like centimetres where millimetres are expected (NYU's PNGs hold millimetres, read "
+                        f"like {guess} ({stored}, read "
                         f"with depth_scale {scale:g}); convert them or set depth_scale")
 
 
