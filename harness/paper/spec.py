@@ -156,6 +156,9 @@ def load_table(table: str | Path) -> Table:
     csv = Path(spec.csv)
     if not csv.is_absolute():
         csv = (path.parent / csv) if (path.parent / csv).is_file() else PAPER_DIR / csv
+    if not csv.is_file():
+        raise ConfigError(f"{path}: its published numbers {spec.csv} are neither beside it nor in {PAPER_DIR}; "
+                          f"write them there (the columns of results/paper/*.csv)")
     rows = read_paper_csv(csv)
     for name, ps in spec.protocols.items():
         if ps.tolerance is None or ps.tolerance < 0 or not ps.tolerance_reason.strip():
