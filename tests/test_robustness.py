@@ -303,12 +303,12 @@ def test_black_fill_is_zero_before_normalisation():
 
 @pytest.mark.slow
 def test_synth_dino_beats_random_init_on_the_background_labelled_set(tmp_path_factory):
-    """SynthScenes small_background (4 background classes, learnt in the CPU budget): synth_dino
+    """SynthScenes small (4 background classes, learnt in the CPU budget): synth_dino
     above random init on the clean split and below it on the mCE (measured: 75.0 vs 37.5 top-1,
     54.0 vs 67.4 mCE; docs/protocols/robustness.md)."""
     from harness.models.sources import build_model
 
-    root = generate(tmp_path_factory.mktemp("robust_bg") / "small_background", preset="small_background", seed=0)
+    root = generate(tmp_path_factory.mktemp("robust_bg") / "small", preset="small", seed=0)
     out = {}
     for name, model in (("random", ModelHandle.random_init("vit_cpu_tiny", seed=0)),
                         ("synth_dino", build_model("zoo:synth_dino"))):

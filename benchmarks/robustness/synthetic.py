@@ -12,8 +12,9 @@ layouts of the real sets, under one root:
     bg_challenge/<variant>/val/<class>/   background variants: the object on black, on another
                                    image's background (same class, random, next class), removed
 
-Classes: the 12 object classes (presets tiny, small) or the 4 background classes of the same
-images (small_background). Every image is drawn from its own seeded RNG; numpy and PIL only.
+Classes: the 4 background classes (preset small: what a suite's {synth:robustness} is, since the
+CPU-budget checkpoints learn them) or the 12 object classes of the same images (presets tiny,
+small_objects). Every image is drawn from its own seeded RNG; numpy and PIL only.
 """
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ class Preset:
         return object_class(split, index) if self.label == "object" else STUFF_CLASSES.index(drawn.background[0])
 
 
-PRESETS = {"tiny": Preset(48, 24, 24), "small": Preset(480, 120, 120),
-           "small_background": Preset(480, 120, 120, "background")}
+PRESETS = {"tiny": Preset(48, 24, 24), "small": Preset(480, 120, 120, "background"),
+           "small_objects": Preset(480, 120, 120)}
 
 
 def _save(img: np.ndarray, path: Path) -> None:
