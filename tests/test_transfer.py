@@ -317,3 +317,17 @@ def test_synth_dino_against_random_init_on_synthscenes_small(tmp_path_factory):
     assert all(np.isfinite(v) for v in scores.values()), scores
     # measured 57.3 against 19.8 (chance 16.7); on pets and voc2007 the margins are small (docs page)
     assert scores["synth_dino", "dtd"] > scores["random", "dtd"] + 20, scores
+
+
+def test_chance_rows_line_up_with_the_runs(synth_tiny):
+    from benchmarks.transfer.protocol import TransferProtocol
+
+    rows = {name: TransferProtocol.from_preset("synth", {"dataset": name, "progress": False}).chance_results(synth_tiny)
+            for name in ("dtd", "pets", "voc2007")}
+    (dtd,), (pets,), (voc,) = rows["dtd"], rows["pets"], rows["voc2007"]
+    assert dtd.metrics == {"top1": pytest.approx(100.0 / dtd.params["num_classes"])}
+    assert pets.metrics == {"mean_per_class": pytest.approx(100.0 / pets.params["num_classes"])}
+    assert set(voc.metrics) == {"mAP"} and 0.0 < voc.metrics["mAP"] < 100.0 and voc.params["chance_std"] > 0
+    again = TransferProtocol.from_preset("synth", {"dataset": "voc2007", "progress": False}).chance_results(synth_tiny)
+    assert again[0].metrics == voc.metrics  # seeded
+    assert dtd.variant == {} and dtd.split == "test"

@@ -26,6 +26,7 @@ from harness.presets import load_presets
 from harness.protocol import Protocol, ProtocolResult
 from harness.registry import DATASETS, register_protocol
 
+from benchmarks.transfer import metrics as transfer_metrics
 from benchmarks.transfer import recipe, splits
 from benchmarks.transfer.layout import TransferImages
 from benchmarks.transfer.per_image_kind import class_hits_block, voc11_block
@@ -33,6 +34,7 @@ from benchmarks.transfer.per_image_kind import class_hits_block, voc11_block
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 METRICS = ("top1", "mean_per_class", "mAP")
+CHANCE_DRAWS = 200
 
 
 @dataclass
@@ -90,10 +92,7 @@ class TransferProtocol(Protocol):
     def arrays(self, model: ModelHandle, data_root: Path) -> tuple[splits.Arrays, object]:
         """The recipe's four sets from the data set's splits, and the base split's reader."""
         c = self.cfg
-        reader = DATASETS.get(c.dataset)
-        if not (isinstance(reader, type) and issubclass(reader, TransferImages)):
-            raise ConfigError(f"dataset {c.dataset!r} is no linear-transfer data set; choose one of "
-                              f"{', '.join(sorted(self.declaration().datasets))}")
+        reader = self._reader()
         base = reader(data_root, reader.BASE_SPLIT)
         test = reader(data_root, reader.TEST_SPLIT)
         parts = {"base": (base, base.BASE_SPLIT), "test": (test, test.TEST_SPLIT)}
@@ -103,6 +102,38 @@ class TransferProtocol(Protocol):
         if reader.VAL_SPLIT:
             return splits.own_validation(got["base"], got["val"], got["test"], reader.VAL_SPLIT), base
         return splits.carved_validation(got["base"], got["test"], reader.BASE_SPLIT, c.valid_size, c.split_seed), base
+
+    def chance_results(self, data_root: Path) -> list[ProtocolResult]:
+        """The chance row (harness.context.chance) on the test split: a uniform random class (top-1 and
+        mean per class: 1 / classes); for mAP, random scores, the mean AP over ``CHANCE_DRAWS`` seeded
+        draws scored by the metric's own code (an estimate, stated in the record)."""
+        c = self.cfg
+        reader = self._reader()
+        base, test = reader(data_root, reader.BASE_SPLIT), reader(data_root, reader.TEST_SPLIT)
+        metric = c.metric or base.METRIC
+        check_metric(metric, base)
+        n_classes = len(base.classes)
+        params = {"num_classes": n_classes, "n_test": len(test)}
+        if metric == "mAP":
+            labels = labels_of(test, base)
+            rng = np.random.default_rng(c.split_seed)
+            draws = [float(transfer_metrics.mean_ap(rng.random(labels.shape), labels, curve=c.ap_curve)[0])
+                     for _ in range(CHANCE_DRAWS)]
+            value = float(np.mean(draws))
+            params.update(chance=f"random scores, mean of {CHANCE_DRAWS} draws (seed {c.split_seed})",
+                          chance_std=float(np.std(draws)))
+        else:
+            value = 100.0 / n_classes
+            params.update(chance="uniform random class (expected)")
+        return [ProtocolResult(metrics={metric: value}, dataset=c.dataset, split=base.TEST_SPLIT, seed=c.split_seed,
+                               params=params)]
+
+    def _reader(self):
+        reader = DATASETS.get(self.cfg.dataset)
+        if not (isinstance(reader, type) and issubclass(reader, TransferImages)):
+            raise ConfigError(f"dataset {self.cfg.dataset!r} is no linear-transfer data set; choose one of "
+                              f"{', '.join(sorted(self.declaration().datasets))}")
+        return reader
 
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
         c = self.cfg
