@@ -1,0 +1,59 @@
+"""What the probe reads from a frozen backbone, as Probe3D's backbone wrappers give it
+(evals/models/dino.py, ibot.py and utils.py, commit a1f1464, with ``return_multilayer=True``).
+
+- Blocks: for n blocks, [n//4 - 1, n//2 - 1, n//4*3 - 1, n - 1] ([2, 5, 8, 11] of a ViT-B), the
+  blocks' raw outputs (no final norm). A model with fewer than four blocks has no such list:
+  ``blocks`` names four indices instead.
+- Readout: ``dense`` the patch grid; ``dense_cls`` the patch grid with the class token repeated at
+  every position, concatenated on the channels (the DINO and DINOv2 configs; the other backbones'
+  configs read ``dense``).
+- Padding: utils.center_padding before the backbone, zeros split evenly (the odd pixel at the
+  bottom / right). Its quirk is kept: when only one side is off the stride, the other side is
+  padded too, by a whole patch (patch_size - 0).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from harness.errors import ConfigError
+
+
+def probe3d_blocks(n_blocks: int) -> list[int]:
+    return [n_blocks // 4 - 1, n_blocks // 2 - 1, n_blocks // 4 * 3 - 1, n_blocks - 1]
+
+
+def chosen_blocks(blocks: list[int] | None, n_blocks: int, protocol: str) -> list[int]:
+    """The four 0-based block indices, in depth order; refused with the fix when invalid."""
+    chosen = probe3d_blocks(n_blocks) if blocks is None else list(blocks)
+    if blocks is None and chosen[0] < 0:
+        raise ConfigError(f"{protocol}: a {n_blocks}-block model has no Probe3D block list "
+                          f"(n//4 - 1 < 0); name four blocks, e.g. --set blocks=[0,1,1,{n_blocks - 1}]")
+    if len(chosen) != 4 or any(not 0 <= b < n_blocks for b in chosen) or chosen != sorted(chosen):
+        raise ConfigError(f"{protocol}: blocks must be four indices in [0, {n_blocks - 1}] in depth order, "
+                          f"found {chosen}")
+    return chosen
+
+
+def center_padding(x: torch.Tensor, patch: int) -> torch.Tensor:
+    h, w = x.shape[-2:]
+    if h % patch == 0 and w % patch == 0:
+        return x
+    pad_h, pad_w = patch - h % patch, patch - w % patch
+    top, left = pad_h // 2, pad_w // 2
+    return F.pad(x, (left, pad_w - left, top, pad_h - top))
+
+
+def block_features(backbone, images: torch.Tensor, blocks: list[int], readout: str) -> list[torch.Tensor]:
+    """Four (B, C, h, w) maps: C = D (dense) or 2D (dense_cls)."""
+    n = len(backbone.blocks) if hasattr(backbone, "blocks") else int(backbone.num_blocks)
+    x = center_padding(images, int(backbone.patch_size))
+    f = backbone.get_features(x, n_last_blocks=n - blocks[0], norm=False)
+    out = []
+    for b in blocks:
+        grid = f.patches[:, b - blocks[0]].permute(0, 3, 1, 2).float()
+        if readout == "dense_cls":
+            cls = f.cls[:, b - blocks[0]].float()[:, :, None, None].expand(-1, -1, *grid.shape[-2:])
+            grid = torch.cat([grid, cls], dim=1)
+        out.append(grid.contiguous())
+    return out
