@@ -47,7 +47,7 @@ def test_the_full_suites_other_protocols_run_on_synthscenes_tiny(tmp_path):
     # the protocols with their own SynthScenes sets ({synth:<protocol>}); Segmenter and logistic
     # regression run on SynthScenes in their own tests
     suite["protocols"] = [p for p in suite["protocols"] if p["data_root"].startswith("{synth:")]
-    assert len(suite["protocols"]) == 13
+    assert len(suite["protocols"]) == 14
     suite.pop("margins"), suite.pop("reproduce")
     path = tmp_path / "full_tiny.yaml"
     path.write_text(yaml.safe_dump(suite, sort_keys=False))

@@ -35,7 +35,8 @@ def test_paper_csv_schema():
                                        "dino_imagenet", "synclr_imagenet", "dinov2_imagenet", "hbird_readme",
                                        "neco_readme", "synthscenes", "ibot_table16_davis", "ibot_table16",
                                        "dino_copydays", "dinov3_dense", "lost_corloc", "tokencut_corloc", "ibot_table5",
-                                       "synclr_table6", "synclr_unseen", "dinov2_depth", "dinov3_spair", "ibot_table8"}
+                                       "synclr_table6", "synclr_unseen", "dinov2_depth", "dinov3_spair", "ibot_table8",
+                                       "dinov3_navi"}
     for f in files:
         df = read_paper_csv(f)
         assert list(df.columns) == CSV_COLUMNS
@@ -100,9 +101,9 @@ def test_paper_spot_values():
     assert _value(lost, zoo_name="dino_vits16", dataset="coco20k") == 50.7 and len(lost) == 6
     assert _value(paper_numbers("tokencut-corloc"), zoo_name="dino_vitb16", dataset="voc12") == 72.4
     # + SynthScenes (shipped zoo), DAVIS, iBOT Table 16 retrieval, DINO Copydays, DINOv3 NYU, LOST, TokenCut,
-    # iBOT Table 5, SynCLR Table 6 and unseen concepts, DINOv2 NYU linear4, DINOv3 SPair, iBOT Table 8
+    # iBOT Table 5, SynCLR Table 6 and unseen concepts, DINOv2 NYU linear4, DINOv3 SPair, iBOT Table 8, DINOv3 NAVI
     assert len(paper_numbers()) == (94 + 48 + 44 + 14 + 8 + 2 + 16 + 19 + 9 + 40 + 6 + 8 + 1 + 9 + 6 + 6 + 8 + 18 + 12
-                                    + 4 + 6 + 26)
+                                    + 4 + 6 + 26 + 6)
 
 
 def test_vit_flops():
