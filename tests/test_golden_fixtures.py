@@ -33,6 +33,16 @@ READERS = {
     "synclr_golden.json": ["test_synclr.py"],
     "tokencut_parity.json": ["test_lost.py"],
     "unsup_cls_eval_pred.json": ["test_unsup_cls.py"],
+    "correspondence_probe3d.json": ["test_correspondence.py"],
+    "correspondence_navi_probe3d.json": ["test_correspondence_navi.py"],
+    "depth_linear4.json": ["test_depth_presets.py"],
+    "probe3d_navi.json": ["test_probe3d.py"],
+    "probe3d_normals.json": ["test_probe3d.py"],
+    "robustness_in9.json": ["test_robustness.py"],
+    "robustness_mce_alexnet.json": ["test_robustness.py"],
+    "robustness_mce_ibot.json": ["test_robustness.py"],
+    "robustness_patch_drop.json": ["test_robustness.py"],
+    "transfer_synclr.json": ["test_transfer.py"],
 }
 
 
