@@ -208,7 +208,7 @@ def table(args) -> None:
             continue
         label = ",".join(f"{k}={v}" for k, v in variant.items())
         for metric, value in (r.get("metrics") or {}).items():
-            if metric.lower() not in ("top1", "miou", "acc"):  # each protocol's headline
+            if metric.lower() not in ("top1", "miou", "acc", "map_m"):  # each protocol's headline
                 continue
             key = (model, proto["name"], readers[proto["dataset"]], label, metric)
             cells.setdefault(key, []).append(float(value))

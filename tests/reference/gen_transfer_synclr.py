@@ -25,13 +25,11 @@ stubbed. The data set class given to ``get_train_valid_loader`` is a stand-in of
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import FIXTURES, finish, import_official, loaded_official_files, parse_args, provenance  # noqa: E402
+from common import FIXTURES, finish, import_official, loaded_official_files, parse_args, provenance
 
 REPOSITORY = "https://github.com/google-research/syn-rep-learn"
 COMMIT = "45f451b0d53d25eecdb4d7b9e5a852e1c43e7f5b"
