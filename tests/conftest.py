@@ -34,6 +34,18 @@ def synth_tiny(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
+def one_torch_thread():
+    """The tiny ViT runs fastest on one thread; on a loaded 2-core machine two threads spin. A module
+    takes it with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def isolated_home(tmp_path, monkeypatch) -> Path:
     """Caches and result records under tmp_path, so tests never touch the user's."""
     monkeypatch.setenv("SSL_BENCH_HOME", str(tmp_path / "home"))

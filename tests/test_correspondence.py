@@ -98,12 +98,7 @@ def pixel_digest(img) -> str:
 
 
 # ----------------------------------------------------------------------------- fixtures
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

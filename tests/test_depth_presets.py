@@ -30,12 +30,7 @@ FIX = Path(__file__).parent / "fixtures"
 QUICK = {"total_iters": 6, "warmup_iters": 2, "silog_warmup_iters": 2, "batch_size": 8, "progress": False}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

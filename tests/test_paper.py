@@ -102,7 +102,7 @@ def test_paper_spot_values():
     assert _value(paper_numbers("tokencut-corloc"), zoo_name="dino_vitb16", dataset="voc12") == 72.4
     # + SynthScenes (shipped zoo), DAVIS, iBOT Table 16 retrieval, DINO Copydays, DINOv3 NYU, LOST, TokenCut,
     # iBOT Table 5, SynCLR Table 6 and unseen concepts, DINOv2 NYU linear4, DINOv3 SPair, iBOT Table 8, DINOv3 NAVI
-    assert len(paper_numbers()) == (94 + 48 + 44 + 14 + 8 + 2 + 16 + 19 + 9 + 40 + 6 + 8 + 1 + 9 + 6 + 6 + 8 + 18 + 12
+    assert len(paper_numbers()) == (94 + 48 + 44 + 14 + 8 + 2 + 16 + 19 + 9 + 45 + 6 + 8 + 1 + 9 + 6 + 6 + 8 + 18 + 12
                                     + 4 + 6 + 26 + 6)
 
 

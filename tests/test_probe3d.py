@@ -38,12 +38,7 @@ QUICK = {"epochs": 2, "warmup_epochs": 0.5, "hidden_dim": 8, "progress": False}
 RTOL, ATOL = 1e-5, 1e-6
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from benchmarks.transfer import metrics as M
 from benchmarks.transfer import recipe
@@ -29,12 +28,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 QUICK = {"progress": False, "cache": False, "wd_values": 6}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
