@@ -47,6 +47,22 @@ def check_scale_of_set(maps: list[np.ndarray], paths, max_depth: float, scale: f
                         f"with depth_scale {scale:g}); convert them or set depth_scale")
 
 
+
+def read_depth_png(path: Path, data_set: str, depth_scale: float) -> np.ndarray:
+    """A one-channel 16-bit depth PNG in metres (stored value / ``depth_scale``); one DataError naming
+    the file when it is missing, unreadable or not one channel."""
+    try:
+        with Image.open(path) as im:
+            raw = np.asarray(im)
+    except FileNotFoundError:
+        raise DataError(f"{data_set} depth map {path} does not exist; the data set is incomplete") from None
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read {data_set} depth map {path}: {exc}") from exc
+    if raw.ndim != 2:
+        raise DataError(f"{data_set} depth map {path} has shape {raw.shape}: expected a one-channel 16-bit PNG "
+                        f"(metres x {depth_scale:g})")
+    return raw.astype(np.float32) / depth_scale
+
 @register_dataset("nyu")
 class NYUDepth:
     """``(root, split)``; ``load_image(i)`` the RGB image, ``load_depth(i)`` metres (float32, 0 =
@@ -90,16 +106,7 @@ class NYUDepth:
 
     def load_depth(self, i: int) -> np.ndarray:
         path = self.depth_paths[i]
-        try:
-            with Image.open(path) as im:
-                raw = np.asarray(im)
-        except FileNotFoundError:
-            raise DataError(f"NYU depth map {path} does not exist; the data set is incomplete") from None
-        except (OSError, ValueError) as exc:
-            raise DataError(f"cannot read NYU depth map {path}: {exc}") from exc
-        if raw.ndim != 2:
-            raise DataError(f"NYU depth map {path} has shape {raw.shape}: expected a one-channel 16-bit PNG")
-        depth = raw.astype(np.float32) / self.depth_scale
+        depth = read_depth_png(path, "NYU", self.depth_scale)
         check_depth_units(depth, path, self.max_depth, self.depth_scale)
         return depth
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from benchmarks.depth.reader import check_depth_units, check_scale_of_set
+from benchmarks.depth.reader import check_depth_units, check_scale_of_set, read_depth_png
 from harness.config import fingerprint as _fingerprint
 from harness.data.io import files_stamp, load_rgb
 from harness.errors import DataError
@@ -82,17 +82,7 @@ class KITTIDepth:
 
     def load_depth(self, i: int) -> np.ndarray:
         path = self.depth_paths[i]
-        try:
-            with Image.open(path) as im:
-                raw = np.asarray(im)
-        except FileNotFoundError:
-            raise DataError(f"KITTI depth map {path} does not exist; the data set is incomplete") from None
-        except (OSError, ValueError) as exc:
-            raise DataError(f"cannot read KITTI depth map {path}: {exc}") from exc
-        if raw.ndim != 2:
-            raise DataError(f"KITTI depth map {path} has shape {raw.shape}: expected a one-channel 16-bit PNG "
-                            f"(metres x {self.depth_scale:g})")
-        depth = raw.astype(np.float32) / self.depth_scale
+        depth = read_depth_png(path, "KITTI", self.depth_scale)
         check_depth_units(depth, path, self.max_depth, self.depth_scale, STORED)
         return depth
 
