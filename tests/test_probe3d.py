@@ -85,8 +85,8 @@ def test_normals_head_loss_and_metrics_match_the_official_code(official):
     ref = data["normals"]
     torch.manual_seed(0)
     fresh = DPTHead([6] * 4, 4, hidden_dim=8, kernel_size=3)  # the same seed gives the official init
-    for k, v in official_state_dict(fresh).items():
-        np.testing.assert_array_equal(v.numpy(), arrays[f"normals_head.{k}"])
+    for k, v in official_state_dict(fresh).items():  # equal up to another CPU's rounding of the init bounds
+        np.testing.assert_allclose(v.numpy(), arrays[f"normals_head.{k}"], rtol=1e-5, atol=1e-7)
     head = _head(arrays, "normals_head", 4)
     with torch.no_grad():
         raw = head([torch.from_numpy(f) for f in arrays["feats"]])
