@@ -14,6 +14,7 @@ from PIL import Image
 
 from harness.config import fingerprint
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, interpolation_mode
+from harness.errors import ConfigError, NotApplicable
 
 
 def select_pairs(pairs: list, category: str, viewpoint: int | None, num_instances: int | None, seed: int) -> list:
@@ -119,3 +120,16 @@ def pair_errors(feats_src: torch.Tensor, feats_trg: torch.Tensor, kps_src: np.nd
 def within(errors: np.ndarray, alpha: float) -> np.ndarray:
     """errors < alpha as Probe3D compares them: a float32 tensor against a Python float (float32)."""
     return errors.astype(np.float32) < np.float32(alpha)
+
+
+def patch_stride(backbone, protocol: str, size_name: str, size: int) -> int:
+    """The model's patch size; a model without a patch grid (NotApplicable), or an input ``size``
+    smaller than one patch (ConfigError), is refused before data is read."""
+    patch = getattr(backbone, "patch_size", None)
+    if not callable(getattr(backbone, "get_features", None)) or not isinstance(patch, int) or patch < 1:
+        raise NotApplicable(f"{protocol} matches patch features; {type(backbone).__name__} gives no "
+                            f"patch grid (no get_features with a patch_size)")
+    if size < patch:
+        raise ConfigError(f"{protocol}: {size_name} {size} is smaller than the model's patch size {patch}; "
+                          f"choose {size_name} >= {patch}")
+    return patch

@@ -19,13 +19,13 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from benchmarks.correspondence.matching import (SquareResize, match_keypoints, pair_errors, scaled_keypoints,
-                                                select_pairs, threshold_scale, within)
+from benchmarks.correspondence.matching import (SquareResize, match_keypoints, pair_errors, patch_stride,
+                                                 scaled_keypoints, select_pairs, threshold_scale, within)
 from benchmarks.correspondence.per_image_kind import category_pck_block, mean_over_categories
 from benchmarks.correspondence.reader import PairImages
 from harness.data.io import image_size, load_rgb
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
-from harness.errors import ConfigError, DataError, NotApplicable
+from harness.errors import ConfigError, DataError
 from harness.examples import Example, Panel, chosen_items, seen_by_model
 from harness.features.extract import extract_features
 from harness.presets import load_presets
@@ -83,16 +83,7 @@ class Correspondence(Protocol):
     NOT_IN_FINGERPRINT = ("batch_size", "num_workers", "threads", "progress")
 
     def check_model(self, backbone) -> int:
-        """The model's patch size; a model without a patch grid, or an image size smaller than one
-        patch, is refused before data is read."""
-        patch = getattr(backbone, "patch_size", None)
-        if not callable(getattr(backbone, "get_features", None)) or not isinstance(patch, int) or patch < 1:
-            raise NotApplicable(f"correspondence matches patch features; {type(backbone).__name__} gives no "
-                                f"patch grid (no get_features with a patch_size)")
-        if self.cfg.image_size < patch:
-            raise ConfigError(f"correspondence: image_size {self.cfg.image_size} is smaller than the model's "
-                              f"patch size {patch}; choose image_size >= {patch}")
-        return patch
+        return patch_stride(backbone, "correspondence", "image_size", self.cfg.image_size)
 
     def selections(self, data) -> dict[tuple[str, str], list]:
         """(bin, category) -> the pairs Probe3D evaluates there."""

@@ -23,13 +23,13 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from benchmarks.correspondence.matching import patch_stride
 from benchmarks.correspondence.matching_navi import (ANGLE_BINS, BIN_THRESHOLD, THRESHOLDS_M, THRESHOLDS_PX,
                                                      FrameNormalize, angle_bin, correspondence_errors, pair_counts,
                                                      ratio_test_matches, relative_pose, rotation_angle_deg,
                                                      scaled_points)
 from benchmarks.correspondence.reader_navi import NaviImages
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
-from harness.errors import ConfigError, NotApplicable
 from harness.examples import Example, Panel, chosen_items
 from harness.features.extract import extract_features
 from harness.per_image import ratios_block
@@ -84,14 +84,7 @@ class CorrespondenceNAVI(Protocol):
     NOT_IN_FINGERPRINT = ("batch_size", "num_workers", "threads", "progress")
 
     def check_model(self, backbone) -> int:
-        patch = getattr(backbone, "patch_size", None)
-        if not callable(getattr(backbone, "get_features", None)) or not isinstance(patch, int) or patch < 1:
-            raise NotApplicable(f"correspondence_navi matches patch features; {type(backbone).__name__} gives no "
-                                f"patch grid (no get_features with a patch_size)")
-        if self.cfg.frame_size < patch:
-            raise ConfigError(f"correspondence_navi: frame_size {self.cfg.frame_size} is smaller than the model's "
-                              f"patch size {patch}; choose frame_size >= {patch}")
-        return patch
+        return patch_stride(backbone, "correspondence_navi", "frame_size", self.cfg.frame_size)
 
     def data(self, data_root: Path):
         cfg = self.cfg
