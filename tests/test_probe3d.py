@@ -25,7 +25,7 @@ from benchmarks.probe3d.reader_navi import NAVIFrames
 from benchmarks.probe3d.synthetic import generate, render
 from benchmarks.probe3d.training import Frames, schedule_factor
 from harness.cli import main
-from harness.errors import ConfigError, DataError
+from harness.errors import ConfigError, DataError, NotApplicable
 from harness.models.handle import ModelHandle
 from harness.per_image import decode_array
 from harness.registry import declaration
@@ -179,8 +179,11 @@ def test_block_choice_is_probe3d_s_and_refuses_too_shallow_models():
     assert probe3d_blocks(12) == [2, 5, 8, 11] and probe3d_blocks(24) == [5, 11, 17, 23]
     with pytest.raises(ConfigError, match="name four blocks"):
         chosen_blocks(None, 3, "normals_dpt")
-    with pytest.raises(ConfigError, match="four indices"):
+    with pytest.raises(NotApplicable, match="has 3 block"):
         chosen_blocks([0, 1, 2, 3], 3, "normals_dpt")
+    for bad in ([0, 1, 2], [2, 1, 1, 2], [-1, 0, 1, 2]):
+        with pytest.raises(ConfigError, match="four non-negative indices"):
+            chosen_blocks(bad, 3, "normals_dpt")
 
 
 # ----------------------------------------------------------------------------- data
