@@ -36,7 +36,7 @@ def test_paper_csv_schema():
                                        "neco_readme", "synthscenes", "ibot_table16_davis", "ibot_table16",
                                        "dino_copydays", "dinov3_dense", "lost_corloc", "tokencut_corloc", "ibot_table5",
                                        "synclr_table6", "synclr_unseen", "dinov2_depth", "dinov3_spair", "ibot_table8",
-                                       "dinov3_navi"}
+                                       "dinov3_navi", "ibot_table12", "dino_nn_retrieval"}
     for f in files:
         df = read_paper_csv(f)
         assert list(df.columns) == CSV_COLUMNS
@@ -101,9 +101,10 @@ def test_paper_spot_values():
     assert _value(lost, zoo_name="dino_vits16", dataset="coco20k") == 50.7 and len(lost) == 6
     assert _value(paper_numbers("tokencut-corloc"), zoo_name="dino_vitb16", dataset="voc12") == 72.4
     # + SynthScenes (shipped zoo), DAVIS, iBOT Table 16 retrieval, DINO Copydays, DINOv3 NYU, LOST, TokenCut,
-    # iBOT Table 5, SynCLR Table 6 and unseen concepts, DINOv2 NYU linear4, DINOv3 SPair, iBOT Table 8, DINOv3 NAVI
+    # iBOT Table 5, SynCLR Table 6 and unseen concepts, DINOv2 NYU linear4, DINOv3 SPair, iBOT Table 8, DINOv3 NAVI,
+    # iBOT Table 12, DINO Tables 3-5
     assert len(paper_numbers()) == (94 + 48 + 44 + 14 + 8 + 2 + 16 + 19 + 9 + 45 + 6 + 8 + 1 + 9 + 6 + 6 + 8 + 18 + 12
-                                    + 4 + 6 + 26 + 6)
+                                    + 4 + 6 + 26 + 6 + 12 + 34)
 
 
 def test_vit_flops():
@@ -239,6 +240,45 @@ def test_new_tables_pin_what_their_records_vary_in():
         settings = next(iter(ps.variants), "")
         m = measure_cell(cell, records([{"fraction": "1/1"}], "mIoU", [60.0]), ps, settings)
         assert m["status"] == "measured" and m["measured"] == 60.0, name
+
+
+def test_low_shot_and_dino_retrieval_tables_run_their_settings_and_read_their_records(tmp_path):
+    """iBOT Table 12 runs each protocol once per SimCLRv2 list (the train_subset setting, its size
+    in the cost) and pins k and lambda; DINO Tables 3-5 run Oxford at 224 single-scale and Paris at
+    512 multi-scale (README), copy detection at the resolution of the patch size."""
+    from harness.paper.verdict import measure_cell
+
+    t12 = reproduce("ibot-table12", None, tmp_path / "zoo", dry_run=True, echo=None)
+    assert len(t12.table.rows) == 12 and len(t12.jobs) == 12
+    lr_1pct = "lambda=0.1,train_subset=imagenet_1pct"
+    assert _value(t12.table.rows, method="iBOT", protocol="logreg", variant=lr_1pct) == 65.9
+    by = {(j.zoo_name, j.protocol, j.variant): j for j in t12.jobs}
+    one = by[("ibot_vits16", "knn", "train_subset=imagenet_1pct")]
+    ten = by[("ibot_vits16", "knn", "train_subset=imagenet_10pct")]
+    assert one.values["train_subset"] == "imagenet_1pct" and one.cost.images == 12811 + 50000
+    assert ten.cost.images == 128116 + 50000
+    lr_job = by[("ibot_vits16", "logreg", "train_subset=imagenet_1pct")]
+    cell = t12.table.rows.loc[lr_job.cells[0]]
+    ps = t12.table.spec.protocols["logreg"]
+    sweep = [{"variant": {"lambda": lam, "feature": "cls"}, "metrics": {"top1": x}}
+             for lam, x in ((0.01, 66.0), (0.1, 65.2), (1.0, 60.0))]
+    m = measure_cell(cell, sweep, ps, lr_job.variant)
+    assert m["status"] == "measured" and m["measured"] == 65.2  # the pinned lambda, not the best one
+
+    dn = reproduce("dino-nn-retrieval", None, tmp_path / "zoo", dry_run=True, echo=None)
+    rows = dn.table.rows
+    assert len(rows) == 34 and (rows["zoo_name"] != "").sum() == 22
+    assert _value(rows, zoo_name="dino_vits16_gldv2", dataset="rparis6k", metric="mAP_H") == 51.6
+    jobs = {(j.zoo_name, j.protocol, j.dataset): j for j in dn.jobs}
+    ox, pa = jobs[("dino_vits16", "image_retrieval", "roxford5k")], jobs[("dino_vits16", "image_retrieval", "rparis6k")]
+    assert (ox.values["imsize"], ox.values["multiscale"]) == (224, False)
+    assert (pa.values["imsize"], pa.values["multiscale"]) == (512, True)
+    assert jobs[("dino_vitb16", "copy_detection", "copydays")].values["imsize"] == 224
+    b8 = jobs[("dino_vitb8", "copy_detection", "copydays")]
+    assert b8.values["imsize"] == 320
+    rec = [{"variant": {"imsize": s}, "metrics": {"mAP_strong": x}} for s, x in ((224, 80.0), (320, 85.0))]
+    m = measure_cell(rows.loc[b8.cells[0]], rec, dn.table.spec.protocols["copy_detection"], b8.variant)
+    assert m["status"] == "measured" and m["measured"] == 85.0
 
 
 # ----------------------------------------------------------------------------- fake protocol

@@ -40,7 +40,9 @@ def test_zoo_lists_every_published_checkpoint():
             assert n in names, n
             if method in ("dino", "ibot"):
                 assert f"{n}_full" in names  # backbone file and full training checkpoint
-    assert len(df) == 63 and set(df["method"]) == set(EXPECTED)  # 63: with iBOT's out_dim-1000 ViT-S/16
+    # 64: with iBOT's out_dim-1000 ViT-S/16 and DINO's Google-Landmarks ViT-S/16 (a backbone file only)
+    assert len(df) == 64 and set(df["method"]) == set(EXPECTED)
+    assert zoo_list("dino").set_index("name").at["dino_vits16_gldv2", "pretrain_data"] == "GLDv2"
     assert set(df["layout"]) <= set(LAYOUTS)
     assert all(u.startswith("https://") for u in df["url"])
     zoo = load_zoo()

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from harness.data.subsets import KNOWN
 from harness.models.backbone import ARCHS
 from harness.errors import SslBenchError
 from harness.models.flops import arch_flops
@@ -54,6 +55,12 @@ class Cost:
     flops_by_workload: dict[str, float] | None = None
 
 
+def _subset_size(train_subset: str | None) -> int | None:
+    """Training images of a known named subset (harness.data.subsets), e.g. SimCLRv2's 1% list."""
+    known = KNOWN.get(train_subset) if isinstance(train_subset, str) else None
+    return known.images if known is not None else None
+
+
 def estimate_cost(ps: ProtocolSpec, ds: DatasetSpec, dataset_key: str, arch_kwargs: dict | None,
                   values: dict | None = None) -> Cost:
     """The backbone FLOPs of one run: training and validation images at their input sizes,
@@ -69,8 +76,9 @@ def estimate_cost(ps: ProtocolSpec, ds: DatasetSpec, dataset_key: str, arch_kwar
         return Cost(thw, vhw, None, None, None)
     f_train, f_val = arch_flops(arch_kwargs, *thw), arch_flops(arch_kwargs, *vhw)
     train_images = ps.train_crops.get(dataset_key)
-    if train_images is None and ds.n_train is not None:
-        train_images = ps.passes.train * ds.n_train
+    n_train = _subset_size(values.get("train_subset")) or ds.n_train
+    if train_images is None and n_train is not None:
+        train_images = ps.passes.train * n_train
     val_images = ps.passes.val * ds.n_val if ds.n_val is not None else None
     if train_images is None or val_images is None:
         return Cost(thw, vhw, f_train / 1e9, None, None)
