@@ -36,7 +36,8 @@ def test_paper_csv_schema():
                                        "neco_readme", "synthscenes", "ibot_table16_davis", "ibot_table16",
                                        "dino_copydays", "dinov3_dense", "lost_corloc", "tokencut_corloc", "ibot_table5",
                                        "synclr_table6", "synclr_unseen", "dinov2_depth", "dinov3_spair", "ibot_table8",
-                                       "dinov3_navi", "ibot_table12", "dino_nn_retrieval"}
+                                       "dinov3_navi", "ibot_table12", "dino_nn_retrieval", "probe3d_nyu_spair",
+                                       "probe3d_navi"}
     for f in files:
         df = read_paper_csv(f)
         assert list(df.columns) == CSV_COLUMNS
@@ -102,9 +103,9 @@ def test_paper_spot_values():
     assert _value(paper_numbers("tokencut-corloc"), zoo_name="dino_vitb16", dataset="voc12") == 72.4
     # + SynthScenes (shipped zoo), DAVIS, iBOT Table 16 retrieval, DINO Copydays, DINOv3 NYU, LOST, TokenCut,
     # iBOT Table 5, SynCLR Table 6 and unseen concepts, DINOv2 NYU linear4, DINOv3 SPair, iBOT Table 8, DINOv3 NAVI,
-    # iBOT Table 12, DINO Tables 3-5
+    # iBOT Table 12, DINO Tables 3-5, Probe3D Tables 2-3 and 5-6 (NYU + SPair, NAVI)
     assert len(paper_numbers()) == (94 + 48 + 44 + 14 + 8 + 2 + 16 + 19 + 9 + 45 + 6 + 8 + 1 + 9 + 6 + 6 + 8 + 18 + 12
-                                    + 4 + 6 + 26 + 6 + 12 + 34)
+                                    + 4 + 6 + 26 + 6 + 12 + 34 + 120 + 120)
 
 
 def test_vit_flops():
@@ -208,6 +209,19 @@ def test_every_table_protocol_states_tolerance_reason_and_variant(tmp_path):
     gap.write_text(hb.replace("      memory_size=10240000: {memory_size: 10240000}\n", ""))
     with pytest.raises(ConfigError, match="matches 0 of variants"):
         load_table(gap)
+    # a per-metric tolerance must name a metric of the protocol's cells
+    p3 = spec_path("probe3d-nyu-spair").read_text()
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(p3.replace("metric_tolerances: {rmse: 0.02}", "metric_tolerances: {RMSE: 0.02}"))
+    with pytest.raises(ConfigError, match="metric_tolerances: RMSE"):
+        load_table(typo)
+    # a CSV field with an unquoted comma: one line, not pandas' traceback
+    broken = tmp_path / "broken.csv"
+    rows = ["P,Table 1,1,DINO,ViT-B/16,IN1K,,davis,davis2017,,J_mean,1.0,",
+            "P,Table 5 (NAVI, Block3),1,DINO,ViT-B/16,IN1K,,davis,davis2017,,J_mean,1.0,"]
+    broken.write_text("\n".join([",".join(CSV_COLUMNS), *rows]) + "\n")
+    with pytest.raises(ConfigError, match="not a readable paper CSV"):
+        read_paper_csv(broken)
     nocsv = tmp_path / "nocsv.yaml"
     nocsv.write_text(spec.read_text().replace("csv: neco_readme.csv", "csv: no_such_table.csv"))
     with pytest.raises(ConfigError, match="no_such_table.csv are neither beside it"):
@@ -279,6 +293,35 @@ def test_low_shot_and_dino_retrieval_tables_run_their_settings_and_read_their_re
     rec = [{"variant": {"imsize": s}, "metrics": {"mAP_strong": x}} for s, x in ((224, 80.0), (320, 85.0))]
     m = measure_cell(rows.loc[b8.cells[0]], rec, dn.table.spec.protocols["copy_detection"], b8.variant)
     assert m["status"] == "measured" and m["measured"] == 85.0
+
+
+def test_probe3d_tables_give_rmse_its_own_tolerance_and_read_their_readout_runs(tmp_path):
+    """Probe3D's depth columns mix delta (%) and RMSE (m): the RMSE cells are judged by their own
+    tolerance; DINO / DINOv2 rows run with the class token concatenated, MAE / iBOT without."""
+    from harness.paper.verdict import compare_cells
+
+    res = reproduce("probe3d-nyu-spair", None, tmp_path / "zoo", dry_run=True, echo=None)
+    rows = res.table.rows
+    assert len(rows) == 120 and set(rows["zoo_name"]) >= {"dinov2_vitb14", "ibot_vitl16_pt22k", "mae_vitb16"}
+    assert _value(rows, zoo_name="dinov2_vitb14", protocol="depth_dpt", metric="rmse") == 0.3307
+    assert _value(rows, zoo_name="ibot_vitb16", protocol="correspondence", metric="PCK") == 35.7
+    by = {(j.zoo_name, j.protocol): j for j in res.jobs}
+    depth = by[("dinov2_vitb14", "depth_dpt")]
+    assert depth.variant == "readout=dense_cls" and depth.values["readout"] == "dense_cls"
+    assert by[("mae_vitb16", "normals_dpt")].values["readout"] == "dense"
+    ps = res.table.spec.protocols["depth_dpt"]
+    assert ps.tolerance_for("rmse") == 0.02 and ps.tolerance_for("delta1") == 1.5
+    paper = {m: _value(rows, zoo_name="dinov2_vitb14", protocol="depth_dpt", metric=m) for m in ("rmse", "delta1")}
+    # 3 cm off on RMSE fails even though it is far below the delta tolerance; 1 point off on delta1 passes
+    depth.status, depth.records = "done", [{"variant": {}, "metrics": {"rmse": paper["rmse"] + 0.03,
+                                                                       "delta1": paper["delta1"] - 1.0}}]
+    c = compare_cells(res.table, [depth]).loc[depth.cells].set_index("metric")
+    assert c.at["rmse", "tolerance"] == 0.02 and c.at["rmse", "verdict"].startswith("DIFFERS")
+    assert c.at["delta1", "tolerance"] == 1.5 and c.at["delta1", "verdict"].startswith("ok")
+    assert "<= 0.02 for rmse" in res.text
+    navi = reproduce("probe3d-navi", None, tmp_path / "zoo", dry_run=True, echo=None)
+    assert len(navi.table.rows) == 120
+    assert _value(navi.table.rows, zoo_name="dino_vitb16", metric="recall_2cm_90_120") == 20.3
 
 
 # ----------------------------------------------------------------------------- fake protocol

@@ -51,6 +51,9 @@ class ProtocolSpec:
     # YAML, the reason in words (printed beside every comparison).
     tolerance: float | None = None
     tolerance_reason: str = ""
+    # metric -> its own tolerance, in that metric's unit, where one protocol reports metrics of
+    # different units (an RMSE in metres beside percentages); the reason covers them too
+    metric_tolerances: dict = field(default_factory=dict)
     # The paper's protocol as the variant its result records carry: key -> value for the keys
     # a cell's own variant does not give (a cell's value wins); null = records must not carry
     # the key. A record counts for a cell only if it matches all of these and the cell's keys.
@@ -63,6 +66,9 @@ class ProtocolSpec:
     sweep: int = 1  # independent runs (e.g. an lr sweep of separate trainings)
     flop_factor: float = 1.0  # 3 = forward + backward (finetuning)
     note: str = ""
+
+    def tolerance_for(self, metric: str) -> float | None:
+        return self.metric_tolerances.get(metric, self.tolerance)
 
 
 @dataclass
@@ -117,8 +123,13 @@ def spec_path(table: str | Path) -> Path:
 def read_paper_csv(path: str | Path) -> pd.DataFrame:
     """A results/paper CSV with its schema checked; ``variant``/``zoo_name`` empty -> ''."""
     path = Path(path)
-    df = pd.read_csv(path, dtype={"variant": str, "zoo_name": str, "epochs": str, "row": str},
-                     keep_default_na=False, na_values={"value": [""]})
+    try:
+        df = pd.read_csv(path, dtype={"variant": str, "zoo_name": str, "epochs": str, "row": str},
+                         keep_default_na=False, na_values={"value": [""]})
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        # e.g. a field with a comma left unquoted: one line, not pandas' traceback
+        raise ConfigError(f"{path}: not a readable paper CSV ({str(exc).strip().splitlines()[-1]}); quote "
+                          f"fields that hold commas") from exc
     missing = [c for c in CSV_COLUMNS if c not in df.columns]
     if missing:
         raise ConfigError(f"{path}: missing column(s) {missing}; a paper CSV has {CSV_COLUMNS}")
@@ -166,6 +177,13 @@ def load_table(table: str | Path) -> Table:
                 f"{path}: protocols.{name}: tolerance {ps.tolerance!r}, tolerance_reason "
                 f"{ps.tolerance_reason!r}; every protocol of a paper table states the |measured - paper| it "
                 f"accepts (a number >= 0, in the metric's points) and why (tolerance_reason: a sentence)")
+    for name, ps in spec.protocols.items():
+        metrics = set(rows.loc[rows["protocol"] == name, "metric"])
+        for metric, tol in (ps.metric_tolerances or {}).items():
+            if metric not in metrics or not isinstance(tol, (int, float)) or isinstance(tol, bool) or tol < 0:
+                raise ConfigError(
+                    f"{path}: protocols.{name}.metric_tolerances: {metric}: {tol!r}; each key is a metric of "
+                    f"the CSV's {name} cells ({', '.join(sorted(metrics))}) and each value a number >= 0")
     for name, ps in spec.protocols.items():
         if not ps.variants:
             continue

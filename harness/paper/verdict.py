@@ -121,7 +121,8 @@ def compare_cells(tab: Table, jobs: Iterable[Any]) -> pd.DataFrame:
     for job in jobs:
         ps = tab.spec.protocols[job.protocol]
         for idx in job.cells:
-            rows.at[idx, "tolerance"] = ps.tolerance
+            tolerance = ps.tolerance_for(rows.at[idx, "metric"])
+            rows.at[idx, "tolerance"] = tolerance
             if job.status != "done":
                 rows.at[idx, "verdict"] = job.status
                 rows.at[idx, "note"] = job.message
@@ -138,7 +139,7 @@ def compare_cells(tab: Table, jobs: Iterable[Any]) -> pd.DataFrame:
             rows.at[idx, "delta"] = delta
             metric = metric_of(job.protocol, rows.at[idx, "metric"])
             rows.at[idx, "reads"] = metric.compare_word(m["measured"], rows.at[idx, "value"])
-            v = verdict(delta, m["std"], m["n"], ps.tolerance, metric)
+            v = verdict(delta, m["std"], m["n"], tolerance, metric)
             rows.at[idx, "verdict"] = v
             rows.at[idx, "outcome"] = "pass" if v.startswith(OK) else "fail"
             rows.at[idx, "note"] = stored.strip()
@@ -160,10 +161,16 @@ def exit_status(cells: pd.DataFrame | None) -> int:
 
 def tolerance_lines(tab: Table) -> list[str]:
     """One line per protocol: the verdict rule's tolerance and why."""
-    metrics = tab.rows.groupby("protocol")["metric"].agg(lambda m: "/".join(sorted(set(m)))).to_dict()
-    return [f"  {name}: pass iff |measured - paper| <= {ps.tolerance:g} {metrics.get(name, '')} points"
-            f"{'; variant ' + _label(ps.variant) if ps.variant else ''} - {ps.tolerance_reason}"
-            for name, ps in tab.spec.protocols.items()]
+    metrics = tab.rows.groupby("protocol")["metric"].agg(lambda m: sorted(set(m))).to_dict()
+    lines = []
+    for name, ps in tab.spec.protocols.items():
+        own = ps.metric_tolerances or {}
+        shared = "/".join(m for m in metrics.get(name, []) if m not in own)
+        rules = [f"<= {ps.tolerance:g} {shared} points"] if shared or not own else []
+        rules += [f"<= {t:g} for {m}" for m, t in sorted(own.items())]
+        lines.append(f"  {name}: pass iff |measured - paper| {'; '.join(rules)}"
+                     f"{'; variant ' + _label(ps.variant) if ps.variant else ''} - {ps.tolerance_reason}")
+    return lines
 
 
 def format_comparison(cells: pd.DataFrame, title: str = "", show_unreproducible: bool = False,
