@@ -169,10 +169,15 @@ def register(args) -> None:
     print(f"wrote {ZOO_FILE} ({len(entries)} checkpoints)")
 
 
+# the table's dataset key of a protocol whose reader another protocol also reads (robustness's
+# imagefolder set is not the object set knn reads with the same reader)
+TABLE_DATASET = {"robustness": "synth_robustness"}
+
+
 def table(args) -> None:
     import pandas as pd
 
-    from harness.paper.spec import CSV_COLUMNS, PAPER_DIR, load_table
+    from harness.paper.spec import CSV_COLUMNS, PAPER_DIR, load_table, same_variant_value
     from harness.registry import PROTOCOLS
     from harness.results.records import iter_records
     from harness.models.zoo import load_zoo
@@ -183,7 +188,9 @@ def table(args) -> None:
     tab = load_table("synthscenes")
     zoo = {n: e for n, e in load_zoo(ZOO_FILE).items()}
     records = list(iter_records(Path(args.records)))
-    readers = {ds.reader: key for key, ds in tab.spec.datasets.items()}
+    readers = {}
+    for key, ds in tab.spec.datasets.items():  # a reader's first key; TABLE_DATASET names the others
+        readers.setdefault(ds.reader, key)
     # the table's settings per protocol, as the fingerprint its records must carry
     wanted = {}
     for name, ps in tab.spec.protocols.items():
@@ -199,7 +206,11 @@ def table(args) -> None:
         if model not in zoo or wanted.get((proto["name"], proto.get("dataset"))) != proto.get("fingerprint"):
             continue
         ps = tab.spec.protocols[proto["name"]]
-        variant = {k: v for k, v in (r.get("variant") or {}).items() if k not in (ps.variant or {})}
+        carried = r.get("variant") or {}
+        if any((k in carried) if v is None else not same_variant_value(v, carried.get(k))
+               for k, v in (ps.variant or {}).items()):
+            continue  # another variant than the table's (e.g. a robustness shift other than the clean set)
+        variant = {k: v for k, v in carried.items() if k not in (ps.variant or {})}
         if variant.get("lr", "best") != "best":  # one cell per lr sweep: the selected lr's
             continue
         if variant.get("fraction", "1/1") != "1/1":
@@ -210,7 +221,8 @@ def table(args) -> None:
         for metric, value in (r.get("metrics") or {}).items():
             if metric.lower() not in ("top1", "miou", "acc", "map_m"):  # each protocol's headline
                 continue
-            key = (model, proto["name"], readers[proto["dataset"]], label, metric)
+            dataset = TABLE_DATASET.get(proto["name"], readers[proto["dataset"]])
+            key = (model, proto["name"], dataset, label, metric)
             cells.setdefault(key, []).append(float(value))
     rows = []
     if args.add:  # the cells already published stay as they are; the new ones follow them

@@ -347,3 +347,19 @@ def test_saliency_from_stored_rows_or_another_model(synth, tmp_path):
         np.save(tmp_path / "short.npy", rows.numpy()[:3])
         Robustness.from_preset("synth", {**QUICK, "shifts": ["occlusion"], "saliency": str(tmp_path / "short.npy")}
                                ).run(model, synth)
+
+
+def test_a_model_without_attention_is_refused_before_any_head_is_trained(synth, monkeypatch):
+    """The raw-pixel row has no attention to rank patches by: with occlusion in the shifts the run
+    stops at once (a suite skips the pair), not after training the head; without occlusion it runs."""
+    from harness.context.pixels import pixel_model
+    from harness.errors import NotApplicable
+
+    trained = []
+    monkeypatch.setattr(Robustness, "_train_heads", lambda self, *a, **k: trained.append(1))
+    with pytest.raises(NotApplicable, match="attention"):
+        Robustness.from_preset("synth", QUICK).run(pixel_model(), synth)
+    assert trained == []
+    monkeypatch.undo()
+    out = Robustness.from_preset("synth", {**QUICK, "shifts": ["v2"]}).run(pixel_model(), synth)
+    assert {r.variant["shift"] for r in out} == {"imagenet", "v2"}

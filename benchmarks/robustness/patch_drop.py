@@ -47,13 +47,18 @@ def drop_patches(images: torch.Tensor, salient: torch.Tensor, grid: tuple[int, i
     return out, 1.0 - keep.float().mean(1)
 
 
-def cls_attention(backbone, x: torch.Tensor, head: int) -> torch.Tensor:
-    """(B, h*w): the last block's attention of [CLS] to each patch, for one head, as DINO's
-    ``forward_selfattention`` returns it (softmax(q k^T x scale), registers left out)."""
+def require_attention(backbone) -> None:
+    """NotApplicable unless the backbone's last block has the attention the saliency reads."""
     attn = getattr(getattr(getattr(backbone, "blocks", [None])[-1], "attn", None), "qkv", None)
     if not isinstance(attn, nn.Linear):
         raise NotApplicable("occlusion needs a ViT's attention (the last block's attn.qkv); "
                             f"{type(backbone).__name__} has none")
+
+
+def cls_attention(backbone, x: torch.Tensor, head: int) -> torch.Tensor:
+    """(B, h*w): the last block's attention of [CLS] to each patch, for one head, as DINO's
+    ``forward_selfattention`` returns it (softmax(q k^T x scale), registers left out)."""
+    require_attention(backbone)
     block = backbone.blocks[-1].attn
     heads = int(block.num_heads)
     if not 0 <= head < heads:

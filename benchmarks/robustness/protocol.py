@@ -35,7 +35,7 @@ from benchmarks.robustness import evaluation
 from benchmarks.robustness.corruption import CORRUPTIONS_15, CORRUPTIONS_19, NORMALIZERS, SEVERITIES
 from benchmarks.robustness.head_file import load_head_file
 from benchmarks.robustness.occlusion import drop_and_score
-from benchmarks.robustness.patch_drop import DROPS
+from benchmarks.robustness.patch_drop import DROPS, require_attention
 from benchmarks.robustness.transforms import CenterCropOnly
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, ResizeCenterCrop
 from harness.errors import ConfigError
@@ -162,6 +162,8 @@ class Robustness(LinearProbe):
             raise ConfigError("robustness scores the head the recipe selects on the validation split (iBOT's); "
                               "selection_holdout is not supported here, set it to 0")
         data_root = Path(data_root)
+        if "occlusion" in c.shifts and c.saliency == "self":
+            require_attention(model.backbone)  # before the head is trained, not after
         if c.head_checkpoint:
             return self._with_head_file(model, data_root)
         clean = super().run(model, data_root)[0]
