@@ -104,7 +104,7 @@ def test_paper_spot_values():
     # + SynthScenes (shipped zoo), DAVIS, iBOT Table 16 retrieval, DINO Copydays, DINOv3 NYU, LOST, TokenCut,
     # iBOT Table 5, SynCLR Table 6 and unseen concepts, DINOv2 NYU linear4, DINOv3 SPair, iBOT Table 8, DINOv3 NAVI,
     # iBOT Table 12, DINO Tables 3-5, Probe3D Tables 2-3 and 5-6 (NYU + SPair, NAVI)
-    assert len(paper_numbers()) == (94 + 48 + 44 + 14 + 8 + 2 + 16 + 19 + 9 + 45 + 6 + 8 + 1 + 9 + 6 + 6 + 8 + 18 + 12
+    assert len(paper_numbers()) == (94 + 48 + 44 + 14 + 8 + 2 + 16 + 19 + 9 + 50 + 6 + 8 + 1 + 9 + 6 + 6 + 8 + 18 + 12
                                     + 4 + 6 + 26 + 6 + 12 + 34 + 120 + 120)
 
 
