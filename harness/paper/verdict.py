@@ -121,7 +121,8 @@ def compare_cells(tab: Table, jobs: Iterable[Any]) -> pd.DataFrame:
     for job in jobs:
         ps = tab.spec.protocols[job.protocol]
         for idx in job.cells:
-            tolerance = ps.tolerance_for(rows.at[idx, "metric"])
+            # a spec without per-metric tolerances (any object with `tolerance`) keeps the shared one
+            tolerance = (getattr(ps, "metric_tolerances", None) or {}).get(rows.at[idx, "metric"], ps.tolerance)
             rows.at[idx, "tolerance"] = tolerance
             if job.status != "done":
                 rows.at[idx, "verdict"] = job.status
@@ -164,7 +165,7 @@ def tolerance_lines(tab: Table) -> list[str]:
     metrics = tab.rows.groupby("protocol")["metric"].agg(lambda m: sorted(set(m))).to_dict()
     lines = []
     for name, ps in tab.spec.protocols.items():
-        own = ps.metric_tolerances or {}
+        own = getattr(ps, "metric_tolerances", None) or {}
         shared = "/".join(m for m in metrics.get(name, []) if m not in own)
         rules = [f"<= {ps.tolerance:g} {shared} points"] if shared or not own else []
         rules += [f"<= {t:g} for {m}" for m, t in sorted(own.items())]
@@ -225,7 +226,6 @@ def paper_cells(table: str, records: list[dict], by_model: dict[str, list[dict]]
     records grouped by model name, when the caller has them (see :func:`records_by_model`).
     The table's protocol is built (its fingerprint computed) only where a checkpoint has records."""
     from harness.paper.spec import load_table
-    from harness.protocol_info import build_protocol
 
     by_model = records_by_model(records) if by_model is None else by_model
     tab = load_table(table)
@@ -234,33 +234,52 @@ def paper_cells(table: str, records: list[dict], by_model: dict[str, list[dict]]
     keyed = rows[rows["zoo_name"] != ""]
     for (zoo, protocol, dataset), grp in keyed.groupby(["zoo_name", "protocol", "dataset"], sort=False):
         ds, ps = tab.spec.datasets[dataset], tab.spec.protocols[protocol]
-        found = [r for r in by_model.get(zoo, []) if r["protocol"]["name"] == protocol
-                 and r["protocol"].get("dataset") in (ds.reader, dataset)]
-        want = None
-        if found:
-            try:
-                want = build_protocol(protocol, ps.preset, {"dataset": ds.reader, **ps.values},
-                                      source=str(tab.source)).fingerprint()
-            except Exception:  # a protocol that cannot be built here: match by preset instead
-                want = None
-        same = [r for r in found if (r["protocol"].get("fingerprint") == want if want
-                                     else r["protocol"].get("preset") == ps.preset)]
-        # variant "": a table's settings variants (e.g. one run per memory size) are not told
-        # apart here, so records of several such runs make their cells ambiguous, never merged
-        job = SimpleNamespace(protocol=protocol, variant="", cells=list(grp.index), records=same, skipped=False,
-                              status="done" if same else ("other settings" if found else "no record"),
-                              message="")
-        if found and not same:
-            fps = sorted({f"@{(r['protocol'].get('fingerprint') or '')[:SHORT_FP]}" for r in found})
-            job.message = (f"{zoo}'s {protocol} records were measured under {', '.join(fps)}, the table's "
-                           f"settings (preset {ps.preset}) give @{(want or '?')[:SHORT_FP]}: not comparable")
-        elif not found:
-            job.message = f"no record of {zoo} on {protocol}/{dataset}: ssl-bench reproduce {tab.name}"
-        jobs.append(job)
+        for settings, cells in _settings_groups(grp, ps):
+            jobs.append(_records_job(zoo, protocol, dataset, ds, ps, settings, cells, by_model, tab))
     cells = compare_cells(tab, jobs)
     cells.insert(0, "table_name", tab.name)
     cells["title"] = tab.spec.title
     return cells
+
+
+def _settings_groups(grp: pd.DataFrame, ps) -> list[tuple[str, pd.DataFrame]]:
+    """Cells split by the table's settings variants (one run each, e.g. a training subset)."""
+    from harness.paper.spec import matching_settings
+
+    if not ps.variants:
+        return [("", grp)]
+    keys = grp["variant"].map(lambda v: (matching_settings(v, ps) or [""])[0])
+    return [(k, grp[keys == k]) for k in dict.fromkeys(keys)]
+
+
+def _records_job(zoo, protocol, dataset, ds, ps, settings, grp, by_model, tab):
+    """The records of ``zoo`` measured under the table's settings (with ``settings``' values)."""
+    from harness.protocol_info import build_protocol
+
+    values = {**ps.values, **(ps.variants.get(settings, {}) if settings else {})}
+    found = [r for r in by_model.get(zoo, []) if r["protocol"]["name"] == protocol
+             and r["protocol"].get("dataset") in (ds.reader, dataset)]
+    want = None
+    if found:
+        try:
+            want = build_protocol(protocol, ps.preset, {"dataset": ds.reader, **values},
+                                  source=str(tab.source)).fingerprint()
+        except Exception:  # a protocol that cannot be built here: match by preset instead
+            want = None
+    # a settings run (e.g. a training subset whose list is not installed here) is never matched by
+    # preset alone: the preset's records are of other settings
+    same = [r for r in found if (r["protocol"].get("fingerprint") == want if want
+                                 else not settings and r["protocol"].get("preset") == ps.preset)]
+    job = SimpleNamespace(protocol=protocol, variant=settings, cells=list(grp.index), records=same, skipped=False,
+                          status="done" if same else ("other settings" if found else "no record"),
+                          message="")
+    if found and not same:
+        fps = sorted({f"@{(r['protocol'].get('fingerprint') or '')[:SHORT_FP]}" for r in found})
+        job.message = (f"{zoo}'s {protocol} records were measured under {', '.join(fps)}, the table's "
+                       f"settings (preset {ps.preset}) give @{(want or '?')[:SHORT_FP]}: not comparable")
+    elif not found:
+        job.message = f"no record of {zoo} on {protocol}/{dataset}: ssl-bench reproduce {tab.name}"
+    return job
 
 
 def records_by_model(records: Iterable[dict]) -> dict[str, list[dict]]:
