@@ -177,7 +177,7 @@ TABLE_DATASET = {"robustness": "synth_robustness"}
 def table(args) -> None:
     import pandas as pd
 
-    from harness.paper.spec import CSV_COLUMNS, PAPER_DIR, load_table, same_variant_value
+    from harness.paper.spec import CSV_COLUMNS, PAPER_DIR, load_table, variant_matches
     from harness.registry import PROTOCOLS
     from harness.results.records import iter_records
     from harness.models.zoo import load_zoo
@@ -207,8 +207,7 @@ def table(args) -> None:
             continue
         ps = tab.spec.protocols[proto["name"]]
         carried = r.get("variant") or {}
-        if any((k in carried) if v is None else not same_variant_value(v, carried.get(k))
-               for k, v in (ps.variant or {}).items()):
+        if not variant_matches(ps.variant or {}, carried):
             continue  # another variant than the table's (e.g. a robustness shift other than the clean set)
         variant = {k: v for k, v in carried.items() if k not in (ps.variant or {})}
         if variant.get("lr", "best") != "best":  # one cell per lr sweep: the selected lr's

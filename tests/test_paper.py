@@ -17,7 +17,8 @@ from harness.models.flops import arch_flops as vit_flops
 from harness.results.leaderboard import build_leaderboard
 from harness.models.handle import ModelHandle
 from harness.running.reproduce import reproduce
-from harness.paper.spec import CSV_COLUMNS, PAPER_DIR, list_tables, load_table, paper_numbers, read_paper_csv
+from harness.paper.spec import (CSV_COLUMNS, PAPER_DIR, list_tables, load_table, paper_numbers, read_paper_csv,
+                                 tolerance_for)
 from harness.protocol import Protocol, ProtocolResult
 from harness.registry import DATASETS, protocol_declarations, register_protocol
 from harness.results.records import iter_records
@@ -310,7 +311,7 @@ def test_probe3d_tables_give_rmse_its_own_tolerance_and_read_their_readout_runs(
     assert depth.variant == "readout=dense_cls" and depth.values["readout"] == "dense_cls"
     assert by[("mae_vitb16", "normals_dpt")].values["readout"] == "dense"
     ps = res.table.spec.protocols["depth_dpt"]
-    assert ps.tolerance_for("rmse") == 0.02 and ps.tolerance_for("delta1") == 1.5
+    assert tolerance_for(ps, "rmse") == 0.02 and tolerance_for(ps, "delta1") == 1.5
     paper = {m: _value(rows, zoo_name="dinov2_vitb14", protocol="depth_dpt", metric=m) for m in ("rmse", "delta1")}
     # 3 cm off on RMSE fails even though it is far below the delta tolerance; 1 point off on delta1 passes
     depth.status, depth.records = "done", [{"variant": {}, "metrics": {"rmse": paper["rmse"] + 0.03,

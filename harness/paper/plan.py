@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import yaml
 
 from harness.data.subsets import KNOWN
@@ -19,7 +18,7 @@ from harness.models.backbone import ARCHS
 from harness.errors import SslBenchError
 from harness.models.flops import arch_flops
 from harness.paper.gpus import GpuChoice
-from harness.paper.spec import DatasetSpec, ProtocolSpec, Table, load_table, matching_settings
+from harness.paper.spec import DatasetSpec, ProtocolSpec, Table, load_table, settings_groups
 from harness.paper.verdict import tolerance_lines
 from harness.paths import default_zoo_dir
 from harness.text_table import text_table
@@ -167,16 +166,6 @@ def _arch_of(lookup: ZooLookup) -> tuple[str | None, dict | None]:
     return None, None
 
 
-def _variant_groups(grp: pd.DataFrame, ps: ProtocolSpec) -> list[tuple[str, pd.DataFrame]]:
-    """Cells of one (checkpoint, protocol, dataset) split by the ProtocolSpec.variants they
-    belong to (a cell belongs to the variant whose key=value pairs its own variant contains;
-    load_table makes sure each cell belongs to exactly one)."""
-    if not ps.variants:
-        return [("", grp)]
-    keys = grp["variant"].map(lambda v: (matching_settings(v, ps) or [""])[0])
-    return [(k, grp[keys == k]) for k in dict.fromkeys(keys)]
-
-
 def job_values(ps: ProtocolSpec, variant: str, arch_kwargs: dict | None) -> tuple[dict, str | None]:
     """The protocol settings of one run: the table's values, then those of the model's patch
     size, then those of the variant. Returns (values, problem or None)."""
@@ -216,7 +205,7 @@ def plan(table: str | Path | Table, data_root: str | Path | dict | None = None,
         arch, akw = _arch_of(lookup)
         ds = tab.spec.datasets[dataset]
         ps = tab.spec.protocols[protocol]
-        for variant, cells in _variant_groups(grp, ps):
+        for variant, cells in settings_groups(grp, ps):
             values, problem = job_values(ps, variant, akw)
             job = Job(zoo_name, protocol, dataset, list(cells.index), lookup, arch, akw, roots[dataset],
                       data_status[dataset], proto_status[protocol], estimate_cost(ps, ds, dataset, akw, values),

@@ -67,9 +67,6 @@ class ProtocolSpec:
     flop_factor: float = 1.0  # 3 = forward + backward (finetuning)
     note: str = ""
 
-    def tolerance_for(self, metric: str) -> float | None:
-        return self.metric_tolerances.get(metric, self.tolerance)
-
 
 @dataclass
 class DatasetSpec:
@@ -225,6 +222,36 @@ def matching_settings(variant: str, ps: ProtocolSpec) -> list[str]:
             if all(a in have and same_variant_value(b, have[a]) for a, b in parse_variant(key).items())]
 
 
+def settings_of(variant: str, ps) -> str:
+    """The ProtocolSpec.variants key (a run's settings) a CSV variant belongs to; "" without any."""
+    return (matching_settings(variant, ps) or [""])[0] if ps.variants else ""
+
+
+def settings_groups(grp: pd.DataFrame, ps) -> list[tuple[str, pd.DataFrame]]:
+    """Cells of one (checkpoint, protocol, dataset) split by the ProtocolSpec.variants they
+    belong to (a cell belongs to the variant whose key=value pairs its own variant contains;
+    load_table makes sure each cell belongs to exactly one): one run each."""
+    keys = grp["variant"].map(lambda v: settings_of(v, ps))
+    return [(k, grp[keys == k]) for k in dict.fromkeys(keys)]
+
+
+def variant_matches(want: dict[str, Any], measured: dict[str, Any]) -> bool:
+    """Every key of ``want`` matches: None = ``measured`` must not carry the key."""
+    for k, v in want.items():
+        if v is None:
+            if k in measured:
+                return False
+        elif k not in measured or not same_variant_value(v, measured[k]):
+            return False
+    return True
+
+
+def tolerance_for(ps, metric: str) -> float | None:
+    """A protocol's tolerance for one metric: its own (metric_tolerances) or the shared one; any
+    object with ``tolerance`` (and optionally ``metric_tolerances``) will do."""
+    return (getattr(ps, "metric_tolerances", None) or {}).get(metric, ps.tolerance)
+
+
 __all__ = ["PAPER_DIR", "TABLES_DIR", "CSV_COLUMNS", "Passes", "ProtocolSpec", "DatasetSpec", "TableSpec", "Table",
            "list_tables", "spec_path", "read_paper_csv", "paper_numbers", "load_table", "same_variant_value",
-           "matching_settings"]
+           "matching_settings", "settings_of", "settings_groups", "variant_matches", "tolerance_for"]

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from harness.metrics import Metric
-from harness.paper.spec import ProtocolSpec, Table, same_variant_value
+from harness.paper.spec import ProtocolSpec, Table, settings_groups, tolerance_for, variant_matches
 from harness.protocol_info import metric_of
 from harness.variants import parse_variant
 from harness.text_table import text_table
@@ -25,17 +25,6 @@ from harness.text_table import text_table
 # nothing was run for (no checkpoint, dataset or protocol), which fails nothing by itself.
 OK, DIFFERS, INCONCLUSIVE, AMBIGUOUS, NOT_MEASURED = "ok", "DIFFERS", "inconclusive", "ambiguous", "not measured"
 FAILED_RUN = ("failed", "checkpoint error")
-
-
-def _variant_matches(want: dict[str, Any], measured: dict[str, Any]) -> bool:
-    """Every key of ``want`` matches: None = ``measured`` must not carry the key."""
-    for k, v in want.items():
-        if v is None:
-            if k in measured:
-                return False
-        elif k not in measured or not same_variant_value(v, measured[k]):
-            return False
-    return True
 
 
 def _label(variant: dict[str, Any]) -> str:
@@ -65,7 +54,7 @@ def measure_cell(cell: pd.Series, records: list[dict], protocol: ProtocolSpec, s
     others: set[str] = set()
     for rec in records:
         var = rec.get("variant") or {}
-        if not _variant_matches(want, var):
+        if not variant_matches(want, var):
             others.add(_label(var))
             continue
         value = next((v for k, v in (rec.get("metrics") or {}).items() if k.lower() == metric), None)
@@ -121,8 +110,7 @@ def compare_cells(tab: Table, jobs: Iterable[Any]) -> pd.DataFrame:
     for job in jobs:
         ps = tab.spec.protocols[job.protocol]
         for idx in job.cells:
-            # a spec without per-metric tolerances (any object with `tolerance`) keeps the shared one
-            tolerance = (getattr(ps, "metric_tolerances", None) or {}).get(rows.at[idx, "metric"], ps.tolerance)
+            tolerance = tolerance_for(ps, rows.at[idx, "metric"])
             rows.at[idx, "tolerance"] = tolerance
             if job.status != "done":
                 rows.at[idx, "verdict"] = job.status
@@ -234,22 +222,12 @@ def paper_cells(table: str, records: list[dict], by_model: dict[str, list[dict]]
     keyed = rows[rows["zoo_name"] != ""]
     for (zoo, protocol, dataset), grp in keyed.groupby(["zoo_name", "protocol", "dataset"], sort=False):
         ds, ps = tab.spec.datasets[dataset], tab.spec.protocols[protocol]
-        for settings, cells in _settings_groups(grp, ps):
+        for settings, cells in settings_groups(grp, ps):
             jobs.append(_records_job(zoo, protocol, dataset, ds, ps, settings, cells, by_model, tab))
     cells = compare_cells(tab, jobs)
     cells.insert(0, "table_name", tab.name)
     cells["title"] = tab.spec.title
     return cells
-
-
-def _settings_groups(grp: pd.DataFrame, ps) -> list[tuple[str, pd.DataFrame]]:
-    """Cells split by the table's settings variants (one run each, e.g. a training subset)."""
-    from harness.paper.spec import matching_settings
-
-    if not ps.variants:
-        return [("", grp)]
-    keys = grp["variant"].map(lambda v: (matching_settings(v, ps) or [""])[0])
-    return [(k, grp[keys == k]) for k in dict.fromkeys(keys)]
 
 
 def _records_job(zoo, protocol, dataset, ds, ps, settings, grp, by_model, tab):

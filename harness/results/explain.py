@@ -199,7 +199,7 @@ def paper_side(table: str, row: str, other: Side | None, protocol: str | None = 
     data set (and variant, when several cells remain)."""
     from harness.models.zoo import load_zoo
     from harness.paper.plan import job_values
-    from harness.paper.spec import load_table, matching_settings
+    from harness.paper.spec import load_table, settings_of
     from harness.paper.verdict import cell_variant
     from harness.protocol_info import build_protocol
 
@@ -226,7 +226,7 @@ def paper_side(table: str, row: str, other: Side | None, protocol: str | None = 
     arch = {"patch_size": (other.model.get("patch_size") if other is not None else None)}
     candidates = []
     for _, cell in cells.iterrows():
-        settings = (matching_settings(cell["variant"], ps) or [""])[0] if ps.variants else ""
+        settings = settings_of(cell["variant"], ps)
         candidates.append((cell, settings, cell_variant(cell, ps, settings)))
     if other is not None:  # the cell the other side's variant belongs to, if any
         fitting = [c for c in candidates if not _variant_differences(other.variant, c[2])]
@@ -268,7 +268,7 @@ def _row_hints(paper: tuple[str, str], protocol: str | None,
                datasets: list[str] | None) -> tuple[str | None, list[str] | None, list[dict]]:
     """What a paper row tells about the run of a model to compare with it: (protocol, the
     dataset readers, the variants its records must carry), from the row's cells."""
-    from harness.paper.spec import load_table, matching_settings
+    from harness.paper.spec import load_table, settings_of
     from harness.paper.verdict import cell_variant
 
     tab = load_table(paper[0])
@@ -280,7 +280,7 @@ def _row_hints(paper: tuple[str, str], protocol: str | None,
     wants = []
     for _, cell in cells.iterrows():
         ps = tab.spec.protocols[cell["protocol"]]
-        settings = (matching_settings(cell["variant"], ps) or [""])[0] if ps.variants else ""
+        settings = settings_of(cell["variant"], ps)
         wants.append(cell_variant(cell, ps, settings))
     return protocol, datasets or [tab.spec.datasets[d].reader for d in cells["dataset"]], wants
 
