@@ -163,15 +163,6 @@ def cmd_leaderboard(args) -> int:
     return 0
 
 
-def cmd_data_synth(args) -> int:
-    from harness.data.synthetic import default_root, generate
-
-    out = Path(args.out) if args.out else default_root(args.preset, args.seed)
-    path = generate(out, preset=args.preset, seed=args.seed, progress=not args.no_progress)
-    print(f"SynthScenes ({args.preset}, seed {args.seed}) at {path}")
-    return 0
-
-
 def device_arg(parser, default_from: str = "auto") -> None:
     from harness.runtime import DEVICE_HELP
 
@@ -204,6 +195,7 @@ SUBCOMMAND_MODULES = {
     "harness.results.explain": ("explain",),
     "harness.context.supervised": ("supervised",),
     "harness.results.records": ("records",),
+    "harness.data.cli": ("data",),
 }
 
 
@@ -242,7 +234,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _add_show_parser(sub)
     _add_features_parser(sub)
     _add_leaderboard_parser(sub)
-    _add_data_parser(sub)
     _add_module_subcommands(sub, command)
     return p
 
@@ -342,17 +333,6 @@ def _add_leaderboard_parser(sub) -> None:
     lb.add_argument("--runs", default=None, help="records folder (default results/runs)")
     lb.add_argument("--out", default=None, help="output folder (default results/)")
     lb.set_defaults(func=cmd_leaderboard)
-
-
-def _add_data_parser(sub) -> None:
-    d = sub.add_parser("data", help="datasets")
-    dsub = d.add_subparsers(dest="data_command", required=True)
-    s = dsub.add_parser("synth", help="generate SynthScenes")
-    s.add_argument("--out", default=None)
-    s.add_argument("--preset", default="small")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--no-progress", action="store_true")
-    s.set_defaults(func=cmd_data_synth)
 
 
 def _add_module_subcommands(sub, command: str | None) -> None:

@@ -32,7 +32,8 @@ class ProtocolDeclaration:
     in its header all the same (a linear probe's paper column reads "[eval-split best]" beside its
     "[holdout best]" column). ``synthetic``: a module whose ``generate(out_dir, preset="small", seed=0, progress=True)``
     writes the protocol's SynthScenes data set (idempotent, atomic); suites name its folder
-    ``{synth:<protocol>}``."""
+    ``{synth:<protocol>}``. ``reads``: the data set keys the protocol reads through readers declared
+    elsewhere (harness/data's, another folder's), so that ``ssl-bench data list`` names its readers."""
 
     name: str
     module: str
@@ -44,6 +45,7 @@ class ProtocolDeclaration:
     per_image_kinds: Mapping[str, str] = field(default_factory=dict)
     synthetic: str | None = None
     summary: str = ""
+    reads: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not _NAME.match(self.name or ""):
@@ -60,6 +62,7 @@ class ProtocolDeclaration:
             raise ValueError(f"protocol {self.name!r}: headline {self.headline!r} is not among its metrics "
                              f"({', '.join(table)})")
         object.__setattr__(self, "metrics", tuple(self.metrics))
+        object.__setattr__(self, "reads", tuple(self.reads))
         object.__setattr__(self, "variant_labels", dict(self.variant_labels))
         object.__setattr__(self, "variant_defaults", dict(self.variant_defaults))
         unlabelled = [k for k in self.variant_defaults if k not in self.variant_labels]

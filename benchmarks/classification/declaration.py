@@ -10,10 +10,12 @@ DECLARATIONS = (
     ProtocolDeclaration(
         name="knn", module="benchmarks.classification.knn", metrics=_ACCURACY, headline="top1",
         variant_labels={"k": "k={}", "feature": "{}"},
+        reads=("imagenet", "imagefolder", "synth_background"),
         summary="DINO's weighted k-NN on frozen features"),
     ProtocolDeclaration(
         name="linear", module="benchmarks.classification.linear_probe", metrics=_ACCURACY, headline="top1",
         variant_labels={"recipe": "{}", "cached_features": "cached features", "selection": "[{}]"},
         variant_defaults={"selection": "eval-split best"},  # selection.EVAL_BEST: the papers' rule
+        reads=("imagenet", "imagefolder", "synth_background"),
         summary="linear probe on frozen features (DINO, iBOT, SynCLR recipes)"),
 )

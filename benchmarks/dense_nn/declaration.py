@@ -8,5 +8,6 @@ DECLARATIONS = (
         metrics=(Metric("mIoU", unit="%", per_image=("areas", "confusion")),
                  Metric("pixel_accuracy", unit="%", per_image=("areas", "confusion"), label="pixel acc")),
         headline="mIoU", variant_labels={"fraction": "{}"},
+        reads=("voc", "ade20k"),
         summary="patch-level k-NN segmentation with training-set subsampling (CrIBo, Hummingbird)"),
 )

@@ -15,6 +15,6 @@ DECLARATIONS = (
     ProtocolDeclaration(
         name="tokencut", module="benchmarks.discovery.protocol",
         metrics=(Metric("corloc", unit="%", direction="higher", per_image="hits", label="CorLoc"),),
-        headline="corloc", synthetic="benchmarks.discovery.synthetic",
+        headline="corloc", synthetic="benchmarks.discovery.synthetic", reads=("voc07", "voc12", "coco20k"),
         summary="unsupervised object discovery with TokenCut (normalized cut of the last-block keys), CorLoc"),
 )

@@ -7,5 +7,6 @@ DECLARATIONS = (
         name="logreg", module="benchmarks.logistic_regression.protocol",
         metrics=(Metric("top1", unit="%", per_image="hits", label="top-1"),),
         headline="top1", variant_labels={"lambda": "lambda={}", "selection": "[{}]", "feature": "{}"},
+        reads=("imagenet", "imagefolder", "synth_background"),
         summary="iBOT's cyanure logistic regression on frozen features, lambda sweep"),
 )

@@ -12,5 +12,6 @@ DECLARATIONS = (
                   "imagenet_c": "benchmarks.robustness.readers",
                   "backgrounds_challenge": "benchmarks.robustness.readers"},
         synthetic="benchmarks.robustness.synthetic",
+        reads=("imagenet", "imagefolder"),
         summary="a linear ImageNet head on shifted sets: IN-A/R/Sketch/v2/ReaL, IN-C mCE, backgrounds, occlusion"),
 )

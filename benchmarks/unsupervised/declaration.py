@@ -13,5 +13,6 @@ DECLARATIONS = (
                  Metric("FMI", unit="%", per_image=_KIND, label="FMI")),
         headline="ACC", variant_labels={"assignment": "{}"},
         per_image_kinds={_KIND: "benchmarks.unsupervised.per_image_kind"},
+        reads=("imagenet", "imagefolder", "synth_background"),
         summary="unsupervised classification (iBOT unsup_cls.py): head argmax and k-means, ACC/ARI/NMI/FMI"),
 )

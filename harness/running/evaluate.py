@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, DataError
 from harness.runtime import distributed as dist
 from harness.results import records as results
 from harness.runtime.device import device_record
@@ -98,6 +98,29 @@ def evaluate(model: ModelHandle, protocol: Protocol, data_root: Path, *, preset:
              runs_dir: Path | None = None, force: bool = False) -> tuple[list[dict], bool]:
     """Returns (records, skipped). Records are written only after the whole protocol run
     succeeded, so a failing run leaves no partial results."""
+    try:
+        return _evaluate(model, protocol, data_root, preset=preset, runs_dir=runs_dir, force=force)
+    except DataError as exc:
+        raise with_check_hint(exc, protocol, data_root) from exc
+
+
+def with_check_hint(exc: DataError, protocol: Protocol, data_root: Path) -> DataError:
+    """A reader's data error, ending with the `ssl-bench data check` command that explains it
+    (when the protocol's data set is catalogued)."""
+    from harness.data.catalogue import resolve
+    from harness.data.check import hint
+
+    dataset = protocol.settings().get("dataset")
+    try:
+        resolve(str(dataset))
+    except ConfigError:
+        return exc
+    text = str(exc)
+    return exc if "ssl-bench data check" in text else DataError(f"{text}; {hint(dataset, data_root)}")
+
+
+def _evaluate(model: ModelHandle, protocol: Protocol, data_root: Path, *, preset: str | None,
+              runs_dir: Path | None, force: bool) -> tuple[list[dict], bool]:
     identity = protocol.identity(data_root, model)
     if not force:
         done = already_done(model, protocol, identity, runs_dir)

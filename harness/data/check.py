@@ -1,0 +1,197 @@
+"""``ssl-bench data check``: a data root against its catalogue entry (harness.data.catalogue), read
+through the registered reader of the layout, on one screen: per official split what is there, what
+is missing and what does not match (counts and classes against the official sizes, masks whose size
+differs from their image, palette vs index PNGs, depth units); with ``deep`` every image, mask and
+depth map is decoded and the unreadable ones are listed.
+
+A SynthScenes root declares itself by the meta.json the generators write last (in the root or up
+to two folders above it): its sizes are synthetic, so official-size mismatches are reported as
+expected there and do not make the root unready.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from harness.data.catalogue import DataSet, Layout, Split, alias_note, resolve
+from harness.errors import SslBenchError
+
+SHOWN = 5  # names listed per problem
+
+
+@dataclass
+class CheckReport:
+    dataset: DataSet
+    layout: Layout
+    root: Path
+    synthetic: dict | None
+    lines: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        return not self.problems
+
+    def text(self) -> str:
+        kind = f"SynthScenes set (preset {self.synthetic.get('preset', '?')}, sizes synthetic)" if self.synthetic \
+            else "official data"
+        head = [f"data check {self.dataset.key}:{self.layout.name} (reader {self.layout.reader!r}) at {self.root}",
+                f"  {kind}"]
+        verdict = "READY" if self.ready else f"NOT READY: {len(self.problems)} problem(s)"
+        return "\n".join(head + self.lines + [f"  -> {verdict}"] + [f"     - {p}" for p in self.problems])
+
+
+def synthetic_meta(root: Path) -> dict | None:
+    """The generator's meta.json for a SynthScenes root (in it or up to two folders above); None
+    for any other root."""
+    for folder in [root, *list(root.resolve().parents)[:2]]:
+        path = folder / "meta.json"
+        if path.is_file():
+            try:
+                meta = json.loads(path.read_text())
+            except (OSError, ValueError):
+                return None
+            return meta if isinstance(meta, dict) and "seed" in meta else None
+    return None
+
+
+def _listing(names: list[str]) -> str:
+    more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+    return ", ".join(str(n) for n in names[:SHOWN]) + more
+
+
+def _num_classes(reader) -> int | None:
+    n = getattr(reader, "num_classes", None)
+    if n is None and getattr(reader, "classes", None) is not None:
+        n = len(reader.classes)
+    return int(n) if n is not None else None
+
+
+def _mask_findings(reader) -> tuple[list[str], list[str]]:
+    """(facts, problems) of the masks, from their headers: size vs image, PNG mode."""
+    from PIL import Image
+
+    from harness.data.io import image_size
+
+    masks = list(getattr(reader, "mask_paths", []) or [])
+    images = list(getattr(reader, "image_paths", []) or [])
+    if not masks:
+        return [], []
+    modes: dict[str, int] = {}
+    wrong_size, absent, unreadable = [], [], []
+    for img, mask in zip(images, masks):
+        if not Path(mask).is_file():
+            absent.append(Path(mask).name)
+            continue
+        try:
+            with Image.open(mask) as m:
+                modes[m.mode] = modes.get(m.mode, 0) + 1
+                if Path(img).is_file() and m.size != image_size(img):
+                    wrong_size.append(Path(mask).name)
+        except (OSError, SslBenchError):
+            unreadable.append(Path(mask).name)
+    facts = [f"masks: {', '.join(f'{n} {mode}' for mode, n in sorted(modes.items()))} "
+             f"(P = palette indices, L = grey indices)"]
+    problems = []
+    if absent:
+        problems.append(f"{len(absent)} masks absent: {_listing(absent)}")
+    if unreadable:
+        problems.append(f"{len(unreadable)} masks or their images have unreadable headers: {_listing(unreadable)}")
+    if wrong_size:
+        problems.append(f"{len(wrong_size)} masks differ in size from their image: {_listing(wrong_size)}")
+    other = {m: n for m, n in modes.items() if m not in ("P", "L")}
+    if other:
+        problems.append(f"masks in mode {', '.join(other)} (colour masks, not label indices): convert to P or L")
+    return facts, problems
+
+
+def _depth_findings(reader) -> tuple[list[str], list[str]]:
+    """The depth range of the first maps, in metres, as the reader returns them."""
+    if not hasattr(reader, "load_depth") or not len(reader):
+        return [], []
+    values = []
+    for i in range(min(3, len(reader))):
+        d = np.asarray(reader.load_depth(i), dtype=np.float64)
+        d = d[np.isfinite(d) & (d > 0)]
+        if d.size:
+            values.append(d)
+    if not values:
+        return [], ["the first depth maps hold no valid depth"]
+    d = np.concatenate(values)
+    fact = f"depth (first {len(values)} maps): {d.min():.3g}-{d.max():.3g} m, median {np.median(d):.3g} m"
+    if not 0.01 <= float(np.median(d)) <= 200:
+        return [fact], [f"depth median {np.median(d):.3g} m is implausible: check the depth units (mm vs m)"]
+    return [fact], []
+
+
+def _deep_findings(reader) -> list[str]:
+    """Decode every item; the unreadable ones."""
+    loaders = [getattr(reader, name) for name in ("load_image", "load_mask", "load_depth") if hasattr(reader, name)]
+    bad = []
+    for i in range(len(reader)):
+        for load in loaders:
+            try:
+                load(i)
+            except Exception as exc:  # any decoder failure is the finding
+                bad.append(f"item {i} ({load.__name__}): {str(exc).splitlines()[0][:120]}")
+    return [f"{len(bad)} unreadable: {_listing(bad)}"] if bad else []
+
+
+def _check_split(report: CheckReport, split: Split, deep: bool) -> bool:
+    """Check one split; whether the reader found it."""
+    from harness.registry import DATASETS
+
+    name = f"split {split.name}"
+    try:
+        reader = DATASETS.get(report.layout.reader)(report.root, split.split_arg)
+    except SslBenchError as exc:
+        if report.synthetic:  # a SynthScenes set holds only the splits its protocol reads
+            report.lines.append(f"  {name}: not in this SynthScenes set")
+        else:
+            report.lines.append(f"  {name}: MISSING")
+            report.problems.append(f"{name}: {str(exc).splitlines()[0]}")
+        return False
+    n, classes = len(reader), _num_classes(reader)
+    got = f"{n:,} {split.unit}" + (f", {classes} classes" if classes is not None else "")
+    want = [f"{split.size:,}" if split.size is not None else None,
+            f"{split.classes} classes" if split.classes and classes is not None else None]
+    official = " / ".join(w for w in want if w)
+    mismatch = (split.size is not None and n != split.size) or (
+        split.classes is not None and classes is not None and classes != split.classes)
+    status = "ok" if not mismatch else ("synthetic, official " + official if report.synthetic
+                                        else "DOES NOT MATCH official " + official)
+    report.lines.append(f"  {name}: {got}" + (f" ({status})" if official else ""))
+    if mismatch and not report.synthetic:
+        report.problems.append(f"{name}: {got}, official {official}")
+    for findings in (_mask_findings, _depth_findings):
+        facts, problems = findings(reader)
+        report.lines += [f"    {f}" for f in facts]
+        report.problems += [f"{name}: {p}" for p in problems]
+    if deep:
+        report.problems += [f"{name}: {p}" for p in _deep_findings(reader)]
+    return True
+
+
+def check_root(name: str, root: str | Path, deep: bool = False) -> CheckReport:
+    """Check ``root`` as the data set ``name`` (key, key:layout, or a reader key)."""
+    ds, layout = resolve(name)
+    root = Path(root)
+    report = CheckReport(ds, layout, root, synthetic_meta(root) if root.exists() else None)
+    note = alias_note(name)
+    if note:
+        report.lines.append(f"  {note}")
+    if not root.is_dir():
+        report.problems.append(f"data root {root} does not exist or is not a folder")
+        return report
+    found = [_check_split(report, split, deep) for split in ds.splits_of(layout)]
+    if report.synthetic and not any(found):
+        report.problems.append(f"no split of {ds.key}:{layout.name} found in this SynthScenes set")
+    return report
+
+
+def hint(dataset: str, root: str | Path) -> str:
+    """What a protocol's data error ends with: the command that explains it."""
+    return f"`ssl-bench data check {dataset} --data-root {root}` lists what is missing"

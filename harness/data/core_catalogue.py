@@ -1,0 +1,73 @@
+"""Catalogue entries (harness.data.catalogue) of the data sets whose readers live in harness/data.
+Torch-free. Sizes are the official releases' (the papers' and the official split files' counts)."""
+from harness.data.catalogue import DataSet, ExtraLayout, Layout, Split  # noqa: F401 (ExtraLayout: the API)
+
+_VOC_SOURCE = ("host.robots.ox.ac.uk/pascal/VOC/voc2012/VOCtrainval_11-May-2012.tar; the SBD augmentation "
+               "(SegmentationClassAug, 10,582 train_aug masks) as mmseg's tools/dataset_converters/voc_aug.py "
+               "makes it from Hariharan et al.'s benchmark.tgz")
+
+CATALOGUE = (
+    DataSet(
+        key="imagenet", title="ImageNet-1K (ILSVRC-2012)",
+        source="image-net.org: ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar, ILSVRC2012_devkit_t12.tar.gz "
+               "(val sorted into wnid folders by the devkit's ground truth, as torchvision's ImageNet does)",
+        docs="docs/DATASETS.md, Reader API, Classification",
+        layouts=(Layout("imagefolder", "imagenet", "root/{train,val}/<wnid>/<image>.JPEG (torchvision ImageFolder)"),),
+        splits=(Split("train", 1_281_167, classes=1000), Split("val", 50_000, classes=1000))),
+    DataSet(
+        key="imagefolder", title="any ImageFolder tree (no official sizes)",
+        source="any folder of class folders, e.g. ImageNet-A, ImageNet-R, ImageNet-Sketch as released",
+        docs="docs/DATASETS.md, Reader API, Classification",
+        layouts=(Layout("imagefolder", "imagefolder", "root/<split>/<class>/<image> (torchvision ImageFolder)",
+                        splits=(Split("train", None), Split("val", None))),)),
+    DataSet(
+        key="synth_background", title="SynthScenes scene backgrounds (4 texture classes)",
+        source="made by `ssl-bench data synth` (no official download)",
+        docs="docs/DATASETS.md, Reader API, Scene backgrounds",
+        layouts=(Layout("synthscenes", "synth_background", "a SynthScenes root: VOC2012/JPEGImages + scenes.jsonl"),),
+        splits=(Split("train", None, classes=4), Split("val", None, classes=4)), synthetic_only=True),
+    DataSet(
+        key="captions", title="caption groups (multi-positive image-text groups)",
+        source="a captions.jsonl with its images (SynthScenes writes one)",
+        docs="docs/DATASETS.md, Reader API, Caption groups",
+        layouts=(Layout("jsonl", "captions", "captions.jsonl + images/ (one group a line)"),)),
+    DataSet(
+        key="voc", title="Pascal VOC 2012", source=_VOC_SOURCE,
+        docs="docs/DATASETS.md, Reader API, Segmentation",
+        layouts=(Layout("segmentation", "voc", "VOC2012/{JPEGImages,SegmentationClass,ImageSets/Segmentation} "
+                        "(palette PNG masks read as indices)",
+                        splits=(Split("train", 1_464, classes=21), Split("val", 1_449, classes=21))),
+                 Layout("aug", "voc12aug", "VOC2012 + SegmentationClassAug/ and trainaug.txt (mmseg's voc_aug.py)",
+                        splits=(Split("trainaug", 10_582, classes=21), Split("val", 1_449, classes=21))))),
+    DataSet(
+        key="voc2007", title="Pascal VOC 2007",
+        source="host.robots.ox.ac.uk/pascal/VOC/voc2007/: VOCtrainval_06-Nov-2007.tar, VOCtest_06-Nov-2007.tar",
+        docs="docs/protocols/transfer.md, Data sets and layouts; docs/DATASETS.md, Detection boxes",
+        layouts=(), splits=(Split("trainval", 5_011, classes=20), Split("test", 4_952, classes=20))),
+    DataSet(
+        key="ade20k", title="ADE20K SceneParsing (ADEChallengeData2016)",
+        source="sceneparsing.csail.mit.edu: ADEChallengeData2016.zip",
+        docs="docs/DATASETS.md, Reader API, Segmentation",
+        layouts=(Layout("sceneparsing", "ade20k", "ADEChallengeData2016/{images,annotations}/{training,validation} "
+                        "(0 = other, reduce_zero_label)"),),
+        splits=(Split("training", 20_210, classes=150), Split("validation", 2_000, classes=150))),
+    DataSet(
+        key="pascal_context", title="Pascal Context (VOC 2010 images)",
+        source="VOCtrainval_03-May-2010.tar + trainval_merged.json, converted by mmseg's "
+               "tools/dataset_converters/pascal_context.py (Detail API)",
+        docs="docs/protocols/segmentation.md",
+        layouts=(Layout("60", "pascal_context",
+                        "VOC2010/{JPEGImages,SegmentationClassContext,ImageSets/SegmentationContext}"
+                        " (60 classes, background included)",
+                        splits=(Split("train", 4_996, classes=60), Split("val", 5_104, classes=60))),
+                 Layout("59", "pascal_context_59", "the same files, background ignored (reduce_zero_label)",
+                        splits=(Split("train", 4_996, classes=59), Split("val", 5_104, classes=59))))),
+    DataSet(
+        key="coco", title="MS-COCO (2014 / 2017 images)",
+        source="cocodataset.org: train2014.zip, annotations_trainval2014.zip; train2017.zip, val2017.zip and "
+               "stuffthingmaps_trainval2017.zip (converted by mmseg's tools/dataset_converters/coco_stuff164k.py)",
+        docs="docs/protocols/segmentation.md; docs/DATASETS.md, Detection boxes",
+        layouts=(Layout("stuff164k", "coco_stuff164k", "images/{train2017,val2017} + annotations/*_labelTrainIds.png",
+                        splits=(Split("train2017", 118_287, classes=171, reader_split="train"),
+                                Split("val2017", 5_000, classes=171, reader_split="val"))),)),
+)
