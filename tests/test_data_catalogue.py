@@ -19,10 +19,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_registered_reader_is_a_layout_of_one_catalogued_data_set():
+    import harness.data  # noqa: F401 (registers the core readers; the protocol folders' are declared)
+
     readers = catalogue().readers()
-    assert sorted(set(DATASETS.names()) - set(readers)) == []
     declared = {k for d in protocol_declarations().values() for k in (*d.datasets, *d.reads)}
+    registered = {name for name in readers if DATASETS.known(name)}
     assert sorted(declared - set(readers)) == []
+    assert sorted({"voc", "ade20k", "imagenet", "imagefolder", "nyu", "davis2017"} - registered) == []
+    assert len(registered) == len(readers) == 41
+
+
+@pytest.mark.slow
+def test_every_reader_importable_is_catalogued():
+    assert sorted(set(DATASETS.names()) - set(catalogue().readers())) == []
 
 
 def test_readers_come_from_the_declarations_and_old_keys_are_layouts():
@@ -107,3 +116,32 @@ def test_unknown_key_is_one_error_line(tmp_path, capsys):
     assert main(["data", "check", "nope", "--data-root", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: unknown data set 'nope'")
+
+
+def test_synth_for_a_protocol_is_found_from_help_and_writes_the_set_it_reads(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["data", "synth", "--help"])
+    assert exit_.value.code == 0
+    assert "--for PROTOCOL" in capsys.readouterr().out
+    out = tmp_path / "nyu_synth"
+    assert main(["data", "synth", "--for", "depth_linear", "--preset", "tiny", "--out", str(out), "--no-progress"]) == 0
+    assert main(["data", "check", "nyu", "--data-root", str(out)]) == 0
+    assert "READY" in capsys.readouterr().out
+
+
+def test_synth_for_a_protocol_without_a_set_is_one_error_line(tmp_path, capsys):
+    assert main(["data", "synth", "--for", "knn", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "declares no SynthScenes data set" in err[0]
+
+
+def test_a_protocols_data_error_ends_with_its_data_check_command(synth_tiny):
+    from harness.data.check import hint
+    from harness.errors import DataError
+    from harness.protocol_info import build_protocol
+    from harness.running.evaluate import with_check_hint
+
+    protocol = build_protocol("depth_linear", "synth", {"dataset": "nyu"})
+    exc = with_check_hint(DataError("NYU split file x not found"), protocol, synth_tiny)
+    assert str(exc).endswith(hint("nyu", synth_tiny)) and "ssl-bench data check nyu --data-root" in str(exc)
+    assert str(with_check_hint(exc, protocol, synth_tiny)) == str(exc)  # appended once

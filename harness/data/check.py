@@ -194,4 +194,4 @@ def check_root(name: str, root: str | Path, deep: bool = False) -> CheckReport:
 
 def hint(dataset: str, root: str | Path) -> str:
     """What a protocol's data error ends with: the command that explains it."""
-    return f"`ssl-bench data check {dataset} --data-root {root}` lists what is missing"
+    return f"check the root with `ssl-bench data check {dataset} --data-root {root}`"
