@@ -7,6 +7,6 @@ CATALOGUE = (
         source="davischallenge.org/davis2017/code.html: DAVIS-2017-trainval-480p.zip",
         docs="docs/DATASETS.md, Reader API, Video; docs/protocols/video_segmentation.md",
         layouts=(Layout("480p", "davis2017",
-                         "ImageSets/2017/<split>.txt, JPEGImages/480p/<seq>/, Annotations/480p/<seq>/"),),
+                         "ImageSets/2017/<split>.txt, JPEGImages/480p/<seq>/, Annotations/480p/<seq>/", height=480),),
         splits=(Split("train", 60, "sequences"), Split("val", 30, "sequences"))),
 )

@@ -50,13 +50,15 @@ class Split:
 @dataclass(frozen=True)
 class Layout:
     """A layout of a data set on disk, read by the registered reader ``reader``; ``splits``: the
-    official splits it holds (empty: the data set's)."""
+    official splits it holds (empty: the data set's); ``height``: the image height of a layout of one
+    resolution."""
 
     name: str
     reader: str
     description: str
     docs: str = ""
     splits: tuple[Split, ...] = ()
+    height: int | None = None  # a layout of one resolution (DAVIS 480p): its image height
 
 
 @dataclass(frozen=True)

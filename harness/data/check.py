@@ -63,11 +63,45 @@ def _listing(names: list[str]) -> str:
     return ", ".join(str(n) for n in names[:SHOWN]) + more
 
 
+def _count(reader, unit: str) -> int:
+    """The split's size in the catalogue's unit: a video reader's items are frames, its unit sequences."""
+    for attr in (unit,) if unit in ("sequences", "pairs") else ():
+        if hasattr(reader, attr):
+            return len(getattr(reader, attr))
+    return len(reader)
+
+
 def _num_classes(reader) -> int | None:
     n = getattr(reader, "num_classes", None)
     if n is None and getattr(reader, "classes", None) is not None:
         n = len(reader.classes)
     return int(n) if n is not None else None
+
+
+def _image_mask_paths(reader) -> tuple[list, list]:
+    """(images, masks) in pairs: a segmentation reader's lists, or a video reader's frames."""
+    if getattr(reader, "mask_paths", None):
+        return list(reader.image_paths), list(reader.mask_paths)
+    images, masks = [], []
+    for seq in getattr(reader, "sequences", []) or []:
+        if len(seq.frames) == len(seq.annotations):
+            images += list(seq.frames)
+            masks += list(seq.annotations)
+    return images, masks
+
+
+def _height_findings(reader, height: int | None, synthetic: bool) -> tuple[list[str], list[str]]:
+    """A layout of one resolution (DAVIS 480p): the heights of the first images."""
+    from harness.data.io import image_size
+
+    images = _image_mask_paths(reader)[0] or list(getattr(reader, "image_paths", []) or [])
+    if height is None or not images:
+        return [], []
+    heights = sorted({image_size(p)[1] for p in images[:3]})
+    fact = f"image heights (first {min(3, len(images))}): {', '.join(map(str, heights))} px, layout {height} px"
+    if heights != [height] and not synthetic:
+        return [fact], [f"images are {heights} px high, not {height}: another resolution of the data set"]
+    return [fact], []
 
 
 def _mask_findings(reader) -> tuple[list[str], list[str]]:
@@ -76,8 +110,7 @@ def _mask_findings(reader) -> tuple[list[str], list[str]]:
 
     from harness.data.io import image_size
 
-    masks = list(getattr(reader, "mask_paths", []) or [])
-    images = list(getattr(reader, "image_paths", []) or [])
+    images, masks = _image_mask_paths(reader)
     if not masks:
         return [], []
     modes: dict[str, int] = {}
@@ -148,16 +181,19 @@ def _check_split(report: CheckReport, split: Split, deep: bool) -> bool:
     try:
         reader = DATASETS.get(report.layout.reader)(report.root, split.split_arg)
     except SslBenchError as exc:
-        if report.synthetic:  # a SynthScenes set holds only the splits its protocol reads
+        # a SynthScenes set holds only the splits its protocol reads: a split whose file or folder
+        # is not there is absent, not broken (the readers' errors say "not found" for it)
+        absent = "not found" in str(exc).split(";")[0]
+        if report.synthetic and absent:
             report.lines.append(f"  {name}: not in this SynthScenes set")
         else:
-            report.lines.append(f"  {name}: MISSING")
+            report.lines.append(f"  {name}: {'MISSING' if absent else 'BROKEN (below)'}")
             report.problems.append(f"{name}: {str(exc).splitlines()[0]}")
         return False
-    n, classes = len(reader), _num_classes(reader)
-    got = f"{n:,} {split.unit}" + (f", {classes} classes" if classes is not None else "")
+    n, classes = _count(reader, split.unit), _num_classes(reader)
+    got = f"{n:,} {split.unit}" + (f", {classes:,} classes" if classes is not None else "")
     want = [f"{split.size:,}" if split.size is not None else None,
-            f"{split.classes} classes" if split.classes and classes is not None else None]
+            f"{split.classes:,} classes" if split.classes and classes is not None else None]
     official = " / ".join(w for w in want if w)
     mismatch = (split.size is not None and n != split.size) or (
         split.classes is not None and classes is not None and classes != split.classes)
@@ -166,8 +202,9 @@ def _check_split(report: CheckReport, split: Split, deep: bool) -> bool:
     report.lines.append(f"  {name}: {got}" + (f" ({status})" if official else ""))
     if mismatch and not report.synthetic:
         report.problems.append(f"{name}: {got}, official {official}")
-    for findings in (_mask_findings, _depth_findings):
-        facts, problems = findings(reader)
+    found = [_mask_findings(reader), _depth_findings(reader),
+             _height_findings(reader, report.layout.height, bool(report.synthetic))]
+    for facts, problems in found:
         report.lines += [f"    {f}" for f in facts]
         report.problems += [f"{name}: {p}" for p in problems]
     if deep:
