@@ -70,6 +70,7 @@ class DataSet:
     layouts: tuple[Layout, ...]
     splits: tuple[Split, ...] = ()
     synthetic_only: bool = False
+    prepare: str | None = None  # the module of `ssl-bench data prepare KEY` (harness.data.prepare)
 
     def layout(self, name: str | None) -> Layout:
         if name is None:
@@ -198,4 +199,6 @@ def describe(ds: DataSet) -> list[str]:
             lines.append(f"    splits: {'; '.join(_fmt_split(s) for s in splits)}")
     lines.append(f"  official files: {ds.source}")
     lines.append(f"  layout docs: {ds.docs}")
+    if ds.prepare:
+        lines.append(f"  prepare: ssl-bench data prepare {ds.key} --from DOWNLOAD --out DIR")
     return lines

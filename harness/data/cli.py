@@ -1,5 +1,6 @@
-"""`ssl-bench data`: the data-set catalogue (`list`), a root checked against it (`check`), and the
-SynthScenes sets (`synth`, the core set or, with `--for`, the set a protocol reads)."""
+"""`ssl-bench data`: the data-set catalogue (`list`), a root checked against it (`check`), an official
+download rearranged into a reader's layout (`prepare`), and the SynthScenes sets (`synth`: the core
+set or, with `--for`, the set a protocol reads)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -56,6 +57,16 @@ def cmd_data_check(args) -> int:
     return 0 if report.ready else 2
 
 
+def cmd_data_prepare(args) -> int:
+    from harness.data.check import check_root
+    from harness.data.prepare import prepare
+
+    out = prepare(args.key, args.from_dir, args.out)
+    report = check_root(args.key, out)
+    print(report.text())
+    return 0 if report.ready else 2
+
+
 def add_cli(sub) -> None:
     d = sub.add_parser("data", help="data sets: list the catalogue, check a root, generate SynthScenes sets")
     dsub = d.add_subparsers(dest="data_command", required=True)
@@ -78,3 +89,10 @@ def add_cli(sub) -> None:
     c.add_argument("--data-root", required=True)
     c.add_argument("--deep", action="store_true", help="decode every file and list the unreadable ones")
     c.set_defaults(func=cmd_data_check)
+    p = dsub.add_parser("prepare", help="rearrange an official download into the reader's layout, then check it "
+                                        "(idempotent, resumable; the download is never written into)")
+    p.add_argument("key", help="data set key (`ssl-bench data list` shows which have a prepare step)")
+    p.add_argument("--from", dest="from_dir", required=True, metavar="DOWNLOAD",
+                   help="folder holding the official download's files, as downloaded")
+    p.add_argument("--out", required=True, help="the data root to write")
+    p.set_defaults(func=cmd_data_prepare)

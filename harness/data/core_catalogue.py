@@ -13,7 +13,8 @@ CATALOGUE = (
                "(val sorted into wnid folders by the devkit's ground truth, as torchvision's ImageNet does)",
         docs="docs/DATASETS.md, Reader API, Classification",
         layouts=(Layout("imagefolder", "imagenet", "root/{train,val}/<wnid>/<image>.JPEG (torchvision ImageFolder)"),),
-        splits=(Split("train", 1_281_167, classes=1000), Split("val", 50_000, classes=1000))),
+        splits=(Split("train", 1_281_167, classes=1000), Split("val", 50_000, classes=1000)),
+        prepare="harness.data.prepare_imagenet"),
     DataSet(
         key="imagefolder", title="any ImageFolder tree (no official sizes)",
         source="any folder of class folders, e.g. ImageNet-A, ImageNet-R, ImageNet-Sketch as released",

@@ -1,0 +1,75 @@
+"""Tiny downloads in the official formats (the same archive members, .mat fields and list files as the
+real ones, few and small images), for the `ssl-bench data prepare` tests. Every draw is seeded.
+
+- ImageNet: ILSVRC2012_devkit_t12.tar.gz (ILSVRC2012_devkit_t12/data/meta.mat with the ``synsets``
+  struct array: ILSVRC2012_ID, WNID, words, gloss, num_children, wordnet_height, num_train_images;
+  data/ILSVRC2012_validation_ground_truth.txt, one ILSVRC2012_ID a line), ILSVRC2012_img_val.tar
+  (ILSVRC2012_val_%08d.JPEG at the top level) and ILSVRC2012_img_train.tar (one <wnid>.tar per class).
+- VOC 2012 + SBD: VOCdevkit/VOC2012/{JPEGImages,SegmentationClass,ImageSets/Segmentation/{train,val}.txt}
+  and benchmark_RELEASE/dataset/{cls/<id>.mat (GTcls.Segmentation), train.txt, val.txt}.
+"""
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+SYNSET_FIELDS = ("ILSVRC2012_ID", "WNID", "words", "gloss", "num_children", "wordnet_height", "num_train_images")
+
+
+def _jpeg(rng: np.random.Generator, size: tuple[int, int] = (24, 16)) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _meta_mat(path: Path, wnids: list[str]) -> None:
+    from scipy.io import savemat
+
+    # the leaf classes first (ids 1..n, as the real meta.mat), then one inner node with children
+    rows = [(i + 1, w, f"class {i}", f"gloss {i}", 0, 0, 3) for i, w in enumerate(wnids)]
+    rows.append((len(wnids) + 1, "n99999999", "an inner node", "not a class", len(wnids), 1, 0))
+    synsets = np.zeros((len(rows), 1), dtype=[(f, "O") for f in SYNSET_FIELDS])
+    for r, row in enumerate(rows):
+        for f, value in zip(SYNSET_FIELDS, row):
+            synsets[r, 0][f] = np.array([[value]]) if isinstance(value, int) else np.array([value])
+    savemat(path, {"synsets": synsets})
+
+
+def write_imagenet(download: Path, classes: int = 3, val_per_class: int = 2, train_per_class: int = 2,
+                   seed: int = 0) -> list[str]:
+    """The three archives under ``download``; returns the val images' wnids (image i+1 is wnids[i])."""
+    rng = np.random.default_rng(seed)
+    download.mkdir(parents=True, exist_ok=True)
+    wnids = [f"n{1000000 + 17 * i:08d}" for i in range(classes)]
+    labels = [int(x) for x in rng.permutation(np.repeat(np.arange(1, classes + 1), val_per_class))]
+    staging = download / "_devkit"
+    data = staging / "ILSVRC2012_devkit_t12" / "data"
+    data.mkdir(parents=True)
+    _meta_mat(data / "meta.mat", wnids)
+    (data / "ILSVRC2012_validation_ground_truth.txt").write_text("".join(f"{x}\n" for x in labels))
+    with tarfile.open(download / "ILSVRC2012_devkit_t12.tar.gz", "w:gz") as tar:
+        tar.add(staging / "ILSVRC2012_devkit_t12", arcname="ILSVRC2012_devkit_t12")
+    for p in sorted(staging.rglob("*"), reverse=True):
+        p.unlink() if p.is_file() else p.rmdir()
+    staging.rmdir()
+    with tarfile.open(download / "ILSVRC2012_img_val.tar", "w") as tar:
+        for i in range(len(labels)):
+            _add(tar, f"ILSVRC2012_val_{i + 1:08d}.JPEG", _jpeg(rng))
+    with tarfile.open(download / "ILSVRC2012_img_train.tar", "w") as tar:
+        for w in wnids:
+            inner = io.BytesIO()
+            with tarfile.open(fileobj=inner, mode="w") as class_tar:
+                for k in range(train_per_class):
+                    _add(class_tar, f"{w}_{k + 1}.JPEG", _jpeg(rng))
+            _add(tar, f"{w}.tar", inner.getvalue())
+    return [wnids[x - 1] for x in labels]

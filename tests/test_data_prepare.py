@@ -1,0 +1,107 @@
+"""`ssl-bench data prepare` on tiny downloads in the official formats (tests/official_downloads.py):
+the prepared root is read by the reader (and by torchvision's own ImageNet class), a second run
+skips what is done, an interrupted one resumes, the download is never written into, and a val
+folder with shuffled labels is caught by the devkit's ground truth."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.data.check import check_root
+from harness.registry import DATASETS
+from official_downloads import write_imagenet
+
+
+@pytest.fixture
+def trusted_archives(monkeypatch):
+    """The fixtures are not the official archives: torchvision's md5 check is the one step skipped."""
+    import torchvision.datasets.imagenet as tv
+
+    monkeypatch.setattr(tv, "_verify_archive", lambda *args: None)
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def imagenet_download(tmp_path) -> tuple[Path, list[str]]:
+    return tmp_path / "download", write_imagenet(tmp_path / "download")
+
+
+def _only_official_sizes_differ(key: str, root: Path) -> None:
+    report = check_root(key, root)
+    assert report.problems and all("official" in p for p in report.problems), report.text()
+    assert "MISSING" not in report.text() and "BROKEN" not in report.text()
+
+
+def test_imagenet_round_trip(imagenet_download, tmp_path, trusted_archives, capsys):
+    from torchvision.datasets import ImageNet
+
+    download, truth = imagenet_download
+    before = _snapshot(download)
+    out = tmp_path / "imagenet"
+    main(["data", "prepare", "imagenet", "--from", str(download), "--out", str(out)])
+    assert "val: done (val images 6)" in capsys.readouterr().out
+    _only_official_sizes_differ("imagenet", out)  # the fixture's 3 classes are not ImageNet's 1,000
+    val = DATASETS.get("imagenet")(out, "val")
+    assert [val.classes[label] for _, label in sorted(val.samples, key=lambda s: Path(s[0]).name)] == truth
+    theirs = ImageNet(str(out), split="val")  # torchvision's class reads the prepared root as it is
+    assert [Path(p).name for p, _ in theirs.samples] == [Path(p).name for p, _ in val.samples]
+    assert _snapshot(download) == before
+
+
+def test_imagenet_second_run_skips_and_interrupted_run_resumes(imagenet_download, tmp_path, trusted_archives,
+                                                              monkeypatch, capsys):
+    import torchvision.datasets.imagenet as tv
+
+    download, _ = imagenet_download
+    out = tmp_path / "imagenet"
+    real = tv.parse_val_archive
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tv, "parse_val_archive", interrupted)
+    assert main(["data", "prepare", "imagenet", "--from", str(download), "--out", str(out)]) == 130
+    assert not (out / "val").exists() and not list(out.glob(".staging-*"))
+    monkeypatch.setattr(tv, "parse_val_archive", real)
+    main(["data", "prepare", "imagenet", "--from", str(download), "--out", str(out)])
+    first = capsys.readouterr().out
+    assert "devkit: done before, skipped" in first and "val: done" in first
+    main(["data", "prepare", "imagenet", "--from", str(download), "--out", str(out)])
+    assert capsys.readouterr().out.count("done before, skipped") == 3
+
+
+def test_val_folder_with_shuffled_labels_is_refused(imagenet_download, tmp_path, trusted_archives, capsys):
+    download, truth = imagenet_download
+    good = tmp_path / "good"
+    main(["data", "prepare", "imagenet", "--from", str(download), "--out", str(good)])
+    hand_made = tmp_path / "hand_made"
+    shutil.copytree(good / "val", hand_made / "val")
+    a, b = sorted({w for w in truth})[:2]
+    moved = sorted((hand_made / "val" / a).iterdir())[0]
+    moved.rename(hand_made / "val" / b / moved.name)
+    capsys.readouterr()
+    assert main(["data", "prepare", "imagenet", "--from", str(download), "--out", str(hand_made)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "1 of the 6 val images" in err[0] and moved.name in err[0]
+
+
+def test_out_inside_the_download_is_refused(imagenet_download, capsys):
+    download, _ = imagenet_download
+    before = _snapshot(download)
+    assert main(["data", "prepare", "imagenet", "--from", str(download), "--out", str(download / "x")]) == 2
+    assert "never written into" in capsys.readouterr().err
+    assert _snapshot(download) == before
+
+
+def test_a_download_without_its_archives_is_one_error(tmp_path, capsys):
+    (tmp_path / "dl").mkdir()
+    assert main(["data", "prepare", "imagenet", "--from", str(tmp_path / "dl"), "--out", str(tmp_path / "o")]) == 2
+    assert "lacks ILSVRC2012_devkit_t12.tar.gz, ILSVRC2012_img_val.tar" in capsys.readouterr().err
