@@ -73,3 +73,57 @@ def write_imagenet(download: Path, classes: int = 3, val_per_class: int = 2, tra
                     _add(class_tar, f"{w}_{k + 1}.JPEG", _jpeg(rng))
             _add(tar, f"{w}.tar", inner.getvalue())
     return [wnids[x - 1] for x in labels]
+
+
+def _png(mask: np.ndarray, palette: bool) -> bytes:
+    buf = io.BytesIO()
+    image = Image.fromarray(mask)
+    if palette:
+        image = image.convert("P")
+        image.putpalette([v for i in range(256) for v in ((i * 37) % 256, (i * 91) % 256, (i * 53) % 256)])
+    image.save(buf, "PNG")
+    return buf.getvalue()
+
+
+def _gtcls_mat(mask: np.ndarray) -> bytes:
+    from scipy.io import savemat
+
+    buf = io.BytesIO()
+    present = np.unique(mask[(mask > 0) & (mask < 255)]).astype(np.uint8).reshape(-1, 1)
+    boundaries = np.empty((1, 1), dtype=object)
+    boundaries[0, 0] = np.zeros(mask.shape, dtype=np.uint8)  # a sparse matrix per class in the real files
+    savemat(buf, {"GTcls": {"Boundaries": boundaries, "Segmentation": mask,
+                            "CategoriesPresent": present}})
+    return buf.getvalue()
+
+
+def write_voc_sbd(download: Path, seed: int = 0) -> dict[str, list[str]]:
+    """VOCtrainval_11-May-2012.tar and benchmark.tgz under ``download``, with overlapping lists as the
+    real ones have: VOC train / val, SBD train / val (one SBD id in VOC val, one VOC train id not in
+    SBD). Returns the lists by name."""
+    rng = np.random.default_rng(seed)
+    ids = [f"2008_{i:06d}" for i in range(10)]
+    lists = {"train": ids[0:3], "val": ids[3:5], "sbd_train": ids[1:3] + ids[5:8], "sbd_val": ids[4:5] + ids[8:10]}
+    download.mkdir(parents=True, exist_ok=True)
+    voc_ids = lists["train"] + lists["val"]
+    size = (20, 14)
+    with tarfile.open(download / "VOCtrainval_11-May-2012.tar", "w") as tar:
+        base = "VOCdevkit/VOC2012/"
+        for stem in ids:
+            _add(tar, f"{base}JPEGImages/{stem}.jpg", _jpeg(rng, size))
+        for stem in voc_ids:
+            mask = rng.integers(0, 21, (size[1], size[0]), dtype=np.uint8)
+            mask[0, :] = 255
+            _add(tar, f"{base}SegmentationClass/{stem}.png", _png(mask, palette=True))
+        for name in ("train", "val"):
+            _add(tar, f"{base}ImageSets/Segmentation/{name}.txt", "".join(f"{s}\n" for s in lists[name]).encode())
+        _add(tar, f"{base}ImageSets/Segmentation/trainval.txt", "".join(f"{s}\n" for s in voc_ids).encode())
+    with tarfile.open(download / "benchmark.tgz", "w:gz") as tar:
+        base = "benchmark_RELEASE/dataset/"
+        for stem in lists["sbd_train"] + lists["sbd_val"]:
+            mask = rng.integers(0, 21, (size[1], size[0]), dtype=np.uint8)
+            _add(tar, f"{base}cls/{stem}.mat", _gtcls_mat(mask))
+            _add(tar, f"{base}img/{stem}.jpg", _jpeg(rng, size))
+        _add(tar, f"{base}train.txt", "".join(f"{s}\n" for s in lists["sbd_train"]).encode())
+        _add(tar, f"{base}val.txt", "".join(f"{s}\n" for s in lists["sbd_val"]).encode())
+    return lists

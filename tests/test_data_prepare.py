@@ -105,3 +105,50 @@ def test_a_download_without_its_archives_is_one_error(tmp_path, capsys):
     (tmp_path / "dl").mkdir()
     assert main(["data", "prepare", "imagenet", "--from", str(tmp_path / "dl"), "--out", str(tmp_path / "o")]) == 2
     assert "lacks ILSVRC2012_devkit_t12.tar.gz, ILSVRC2012_img_val.tar" in capsys.readouterr().err
+
+
+def test_voc_with_sbd_as_mmsegs_converter(tmp_path, capsys):
+    import tarfile
+
+    import numpy as np
+    from PIL import Image
+
+    from harness.data.prepare_voc import SBD_DATASET, sbd_mask
+    from official_downloads import write_voc_sbd
+
+    download = tmp_path / "download"
+    lists = write_voc_sbd(download)
+    before = _snapshot(download)
+    out = tmp_path / "voc"
+    main(["data", "prepare", "voc:aug", "--from", str(download), "--out", str(out)])
+    assert "sbd: done (SBD masks 8, trainaug 8, aug 5)" in capsys.readouterr().out
+    _only_official_sizes_differ("voc:aug", out)
+    _only_official_sizes_differ("voc", out)
+    voc = out / "VOCdevkit" / "VOC2012"
+    sets = voc / "ImageSets" / "Segmentation"
+    trainaug = set(lists["train"] + lists["sbd_train"] + lists["sbd_val"]) - set(lists["val"])
+    assert (sets / "trainaug.txt").read_text().split() == sorted(trainaug)
+    assert (sets / "aug.txt").read_text().split() == sorted(trainaug - set(lists["train"]))
+    reader = DATASETS.get("voc12aug")(out, "trainaug")
+    with tarfile.open(download / "benchmark.tgz") as tar:
+        sbd_id = lists["sbd_train"][-1]
+        truth = sbd_mask(tar.extractfile(f"{SBD_DATASET}cls/{sbd_id}.mat").read())
+    assert np.array_equal(reader.load_mask(reader.stems.index(sbd_id)), truth)
+    only_voc = lists["train"][0]  # a VOC train id SBD lacks: its VOC mask, as indices
+    voc_mask = np.asarray(Image.open(voc / "SegmentationClass" / f"{only_voc}.png"))
+    assert np.array_equal(np.asarray(Image.open(voc / "SegmentationClassAug" / f"{only_voc}.png")), voc_mask)
+    main(["data", "prepare", "voc:aug", "--from", str(download), "--out", str(out)])
+    assert capsys.readouterr().out.count("done before, skipped") == 2
+    assert _snapshot(download) == before
+
+
+def test_voc_without_the_augmented_masks_is_named(tmp_path):
+    import tarfile
+
+    from official_downloads import write_voc_sbd
+
+    write_voc_sbd(tmp_path / "download")
+    with tarfile.open(tmp_path / "download" / "VOCtrainval_11-May-2012.tar") as tar:
+        tar.extractall(tmp_path / "voc", filter="data")
+    report = check_root("voc:aug", tmp_path / "voc")
+    assert not report.ready and "split trainaug: MISSING" in report.text() and "SBD" in report.text()

@@ -34,7 +34,7 @@ CATALOGUE = (
         layouts=(Layout("jsonl", "captions", "captions.jsonl + images/ (one group a line)"),)),
     DataSet(
         key="voc", title="Pascal VOC 2012", source=_VOC_SOURCE,
-        docs="docs/DATASETS.md, Reader API, Segmentation",
+        docs="docs/DATASETS.md, Reader API, Segmentation", prepare="harness.data.prepare_voc",
         layouts=(Layout("segmentation", "voc", "VOC2012/{JPEGImages,SegmentationClass,ImageSets/Segmentation} "
                         "(palette PNG masks read as indices)",
                         splits=(Split("train", 1_464, classes=21), Split("val", 1_449, classes=21))),
