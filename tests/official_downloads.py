@@ -127,3 +127,33 @@ def write_voc_sbd(download: Path, seed: int = 0) -> dict[str, list[str]]:
         _add(tar, f"{base}train.txt", "".join(f"{s}\n" for s in lists["sbd_train"]).encode())
         _add(tar, f"{base}val.txt", "".join(f"{s}\n" for s in lists["sbd_val"]).encode())
     return lists
+
+
+def write_nyu_labelled(download: Path, frames: int = 6, size: tuple[int, int] = (40, 32), seed: int = 0) -> dict:
+    """nyu_depth_v2_labeled.mat as MATLAB v7.3 writes it (HDF5; arrays transposed: ``images``
+    frames x 3 x W x H uint8, ``rawDepths`` frames x W x H float metres, ``sceneTypes`` 1 x frames
+    object references to uint16 character arrays) and splits.mat (``trainNdxs`` / ``testNdxs`` column
+    vectors of 1-based frame numbers). Returns the arrays written, by name."""
+    import h5py
+    from scipy.io import savemat
+
+    rng = np.random.default_rng(seed)
+    download.mkdir(parents=True, exist_ok=True)
+    w, h = size
+    x, y = np.meshgrid(np.arange(w), np.arange(h), indexing="ij")  # smooth pictures: JPEG keeps them
+    phases = rng.uniform(0, 6.28, (frames, 3))
+    images = np.stack([np.stack([128 + 100 * np.sin(x / 5 + phases[i, c]) * np.cos(y / 7 + c) for c in range(3)])
+                       for i in range(frames)]).astype(np.uint8)
+    depths = rng.uniform(0.5, 9.5, (frames, w, h)).astype(np.float32)
+    scenes = [("kitchen", "bedroom", "bathroom")[i % 3] for i in range(frames)]
+    test = sorted(int(x) for x in rng.choice(np.arange(1, frames + 1), frames // 2, replace=False))
+    train = [i for i in range(1, frames + 1) if i not in test]
+    with h5py.File(download / "nyu_depth_v2_labeled.mat", "w") as f:
+        f["images"], f["rawDepths"] = images, depths
+        refs = f.create_dataset("sceneTypes", (1, frames), dtype=h5py.ref_dtype)
+        for i, scene in enumerate(scenes):
+            chars = f.create_dataset(f"#refs#/s{i}", data=np.array([[ord(c)] for c in scene], dtype=np.uint16))
+            refs[0, i] = chars.ref
+    savemat(download / "splits.mat", {"trainNdxs": np.array(train, dtype=np.float64).reshape(-1, 1),
+                                      "testNdxs": np.array(test, dtype=np.float64).reshape(-1, 1)})
+    return {"images": images, "depths": depths, "scenes": scenes, "train": train, "test": test}

@@ -152,3 +152,32 @@ def test_voc_without_the_augmented_masks_is_named(tmp_path):
         tar.extractall(tmp_path / "voc", filter="data")
     report = check_root("voc:aug", tmp_path / "voc")
     assert not report.ready and "split trainaug: MISSING" in report.text() and "SBD" in report.text()
+
+
+def test_nyu_from_the_labelled_mat_as_bts_converts_it(tmp_path, capsys):
+    pytest.importorskip("h5py")
+    import numpy as np
+
+    from official_downloads import write_nyu_labelled
+
+    download = tmp_path / "download"
+    written = write_nyu_labelled(download)
+    before = _snapshot(download)
+    out = tmp_path / "nyu"
+    main(["data", "prepare", "nyu", "--from", str(download), "--out", str(out)])
+    assert "labelled: done (train frames 3, test frames 3)" in capsys.readouterr().out
+    report = check_root("nyu", out)
+    assert [p for p in report.problems if "official" not in p] == [], report.text()
+    test = DATASETS.get("nyu")(out, "test")
+    assert len(test) == 3
+    first = written["test"][0] - 1  # 0-based frame number
+    k = [p.name for p in test.image_paths].index(f"rgb_{first:05d}.jpg")
+    assert test.image_paths[k].parent.name == written["scenes"][first]
+    depth = test.load_depth(k)
+    truth = written["depths"][first].T
+    assert np.allclose(depth, np.floor(truth * 1000) / 1000, atol=1e-6)  # uint16 millimetres
+    image = np.asarray(test.load_image(k)).astype(int)
+    assert image[:5].mean() < 8 and image[:, :5].mean() < 8  # BTS's black border (JPEG rings near its edge)
+    inner = np.transpose(written["images"][first], (2, 1, 0))[7:-6, 7:-8].astype(int)
+    assert np.abs(image[7:-6, 7:-8] - inner).mean() < 12  # JPEG
+    assert _snapshot(download) == before

@@ -6,7 +6,7 @@ CATALOGUE = (
         key="nyu", title="NYU Depth v2",
         source="cs.nyu.edu/~silberman/datasets/nyu_depth_v2.html (raw scenes and nyu_depth_v2_labeled.mat, "
                "splits.mat); the BTS / Monocular-Depth-Estimation-Toolbox export with nyu_train.txt / nyu_test.txt",
-        docs="docs/protocols/depth.md; benchmarks/depth/reader.py",
+        docs="docs/protocols/depth.md; benchmarks/depth/reader.py", prepare="benchmarks.depth.prepare_nyu",
         layouts=(Layout("dinov3", "nyu", "root/nyu_{train,test}.txt ('<rgb> <depth> <focal>'), depth 16-bit PNG in mm",
                         splits=(Split("train", None, note="the export's train list"),
                                 Split("test", 654, note="Eigen test"))),)),
