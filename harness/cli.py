@@ -107,6 +107,18 @@ def _values(pairs: list[str] | None) -> dict:
     return apply_overrides({}, pairs)
 
 
+def _note_old_dataset_key(name: str) -> None:
+    """One line on stderr when --dataset is an old key that names a layout of another data set."""
+    from harness.data.catalogue import alias_note
+
+    try:
+        note = alias_note(name)
+    except SslBenchError:  # a protocol's own name for a data set (not catalogued)
+        return
+    if note:
+        print(note, file=sys.stderr)
+
+
 def cmd_eval(args) -> int:
     from harness.protocol_info import build_protocol
     from harness.running.evaluate import check_input_sizes, evaluate
@@ -119,6 +131,7 @@ def cmd_eval(args) -> int:
     protocol = build_protocol(args.protocol, args.preset, values)
     if not Path(args.data_root).exists():
         raise SslBenchError(f"data root {args.data_root} does not exist")
+    _note_old_dataset_key(args.dataset)
     check_input_sizes(protocol, model)  # before the data is stamped or earlier records are looked up
     records, skipped = evaluate(model, protocol, Path(args.data_root), preset=args.preset, force=args.force)
     if skipped:

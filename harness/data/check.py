@@ -160,9 +160,11 @@ def _depth_findings(reader) -> tuple[list[str], list[str]]:
     return [fact], []
 
 
-def _deep_findings(reader) -> list[str]:
-    """Decode every item; the unreadable ones."""
+def _deep_findings(reader) -> tuple[list[str], list[str]]:
+    """Decode every item: (what was decoded, the unreadable ones)."""
     loaders = [getattr(reader, name) for name in ("load_image", "load_mask", "load_depth") if hasattr(reader, name)]
+    if not loaders:
+        return ["--deep: this reader has no per-item loader; nothing decoded"], []
     bad = []
     for i in range(len(reader)):
         for load in loaders:
@@ -170,7 +172,8 @@ def _deep_findings(reader) -> list[str]:
                 load(i)
             except Exception as exc:  # any decoder failure is the finding
                 bad.append(f"item {i} ({load.__name__}): {str(exc).splitlines()[0][:120]}")
-    return [f"{len(bad)} unreadable: {_listing(bad)}"] if bad else []
+    done = f"--deep: {len(reader)} items decoded ({', '.join(load.__name__ for load in loaders)})"
+    return [done], ([f"{len(bad)} unreadable: {_listing(bad)}"] if bad else [])
 
 
 def _check_split(report: CheckReport, split: Split, deep: bool) -> bool:
@@ -208,7 +211,9 @@ def _check_split(report: CheckReport, split: Split, deep: bool) -> bool:
         report.lines += [f"    {f}" for f in facts]
         report.problems += [f"{name}: {p}" for p in problems]
     if deep:
-        report.problems += [f"{name}: {p}" for p in _deep_findings(reader)]
+        facts, problems = _deep_findings(reader)
+        report.lines += [f"    {f}" for f in facts]
+        report.problems += [f"{name}: {p}" for p in problems]
     return True
 
 
@@ -225,8 +230,18 @@ def check_root(name: str, root: str | Path, deep: bool = False) -> CheckReport:
         return report
     found = [_check_split(report, split, deep) for split in ds.splits_of(layout)]
     if report.synthetic and not any(found):
-        report.problems.append(f"no split of {ds.key}:{layout.name} found in this SynthScenes set")
+        report.problems.append(f"no split of {ds.key}:{layout.name} found in this SynthScenes set{_synth_hint(layout)}")
     return report
+
+
+def _synth_hint(layout: Layout) -> str:
+    """Where a SynthScenes set of the layout comes from: a protocol that reads the layout's reader key
+    and declares one."""
+    from harness.registry import protocol_declarations
+
+    makers = sorted(name for name, d in protocol_declarations().items()
+                    if d.synthetic and layout.reader in (*d.datasets, *d.reads))
+    return f"; `ssl-bench data synth --for {makers[0]}` writes one" if makers else ""
 
 
 def hint(dataset: str, root: str | Path) -> str:
