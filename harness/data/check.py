@@ -54,7 +54,9 @@ def synthetic_meta(root: Path) -> dict | None:
                 meta = json.loads(path.read_text())
             except (OSError, ValueError):
                 return None
-            return meta if isinstance(meta, dict) and "seed" in meta else None
+            # every SynthScenes generator (the core one, the protocols' own) names itself synthscenes*
+            named = isinstance(meta, dict) and str(meta.get("generator", "")).startswith("synthscenes")
+            return meta if named else None
     return None
 
 
