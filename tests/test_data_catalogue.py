@@ -61,7 +61,7 @@ def test_datasets_page_shows_the_current_list(capsys):
     page = (ROOT / "docs" / "DATASETS.md").read_text()
     block = re.search(r"<!-- data list -->\n```\n(.*?)\n```", page, re.S)
     assert block is not None, "docs/DATASETS.md lost its `data list` block"
-    assert block.group(1).strip() == out, "run `ssl-bench data list` and paste its output into docs/DATASETS.md"
+    assert block.group(1).strip() == out, "run `python -m scripts.update_data_list_doc`"
 
 
 @pytest.fixture
