@@ -74,3 +74,18 @@ def test_depth_in_centimetres_is_a_units_problem(synth_sets, tmp_path):
     report = check_root("nyu", root)
     assert not report.ready
     assert "split train: BROKEN" in report.text() and "look like centimetres" in report.text()
+
+
+def test_voc_split_file_naming_an_absent_mask(synth_tiny, tmp_path, capsys):
+    root = tmp_path / "voc"
+    shutil.copytree(synth_tiny, root)
+    mask = sorted((root / "VOC2012" / "SegmentationClass").glob("val_*.png"))[0]
+    mask.unlink()
+    assert main(["data", "check", "voc", "--data-root", str(root)]) == 2
+    out = capsys.readouterr().out
+    assert "split val: BROKEN" in out and mask.stem in out
+
+
+def test_a_layout_only_mmseg_reads_is_not_called_ready(tmp_path):
+    report = check_root("coco", tmp_path)
+    assert not report.ready and "cannot be checked here" in report.text()

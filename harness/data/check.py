@@ -230,6 +230,12 @@ def check_root(name: str, root: str | Path, deep: bool = False) -> CheckReport:
     if not root.is_dir():
         report.problems.append(f"data root {root} does not exist or is not a folder")
         return report
+    from harness.registry import DATASETS
+
+    if getattr(DATASETS.get(layout.reader), "harness_reader", True) is False:
+        report.problems.append(f"{layout.reader!r} has no reader in the harness (mmsegmentation reads it inside "
+                               f"the protocol): this layout cannot be checked here")
+        return report
     found = [_check_split(report, split, deep) for split in ds.splits_of(layout)]
     if report.synthetic and not any(found):
         report.problems.append(f"no split of {ds.key}:{layout.name} found in this SynthScenes set{_synth_hint(layout)}")
