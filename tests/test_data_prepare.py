@@ -181,3 +181,15 @@ def test_nyu_from_the_labelled_mat_as_bts_converts_it(tmp_path, capsys):
     inner = np.transpose(written["images"][first], (2, 1, 0))[7:-6, 7:-8].astype(int)
     assert np.abs(image[7:-6, 7:-8] - inner).mean() < 12  # JPEG
     assert _snapshot(download) == before
+
+
+def test_data_check_catches_shuffled_val_labels_of_a_prepared_root(imagenet_download, tmp_path, trusted_archives):
+    download, truth = imagenet_download
+    out = tmp_path / "imagenet"
+    main(["data", "prepare", "imagenet", "--from", str(download), "--out", str(out)])
+    assert "val labels: 6 of 6 images in the devkit's class folder" in check_root("imagenet", out).text()
+    a, b = sorted(set(truth))[:2]
+    moved = sorted((out / "val" / a).iterdir())[0]
+    moved.rename(out / "val" / b / moved.name)
+    report = check_root("imagenet", out)
+    assert any("1 val images in the wrong class folder" in p and moved.name in p for p in report.problems)

@@ -59,6 +59,7 @@ class Layout:
     docs: str = ""
     splits: tuple[Split, ...] = ()
     height: int | None = None  # a layout of one resolution (DAVIS 480p): its image height
+    checks: str | None = None  # a module whose check(root) -> (facts, problems) adds the layout's own checks
 
 
 @dataclass(frozen=True)

@@ -237,6 +237,12 @@ def check_root(name: str, root: str | Path, deep: bool = False) -> CheckReport:
                                f"the protocol): this layout cannot be checked here")
         return report
     found = [_check_split(report, split, deep) for split in ds.splits_of(layout)]
+    if layout.checks and any(found) and not report.synthetic:
+        import importlib
+
+        facts, problems = importlib.import_module(layout.checks).check(root)
+        report.lines += [f"  {f}" for f in facts]
+        report.problems += problems
     if report.synthetic and not any(found):
         report.problems.append(f"no split of {ds.key}:{layout.name} found in this SynthScenes set{_synth_hint(layout)}")
     return report

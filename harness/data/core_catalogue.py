@@ -12,7 +12,8 @@ CATALOGUE = (
         source="image-net.org: ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar, ILSVRC2012_devkit_t12.tar.gz "
                "(val sorted into wnid folders by the devkit's ground truth, as torchvision's ImageNet does)",
         docs="docs/DATASETS.md, Reader API, Classification",
-        layouts=(Layout("imagefolder", "imagenet", "root/{train,val}/<wnid>/<image>.JPEG (torchvision ImageFolder)"),),
+        layouts=(Layout("imagefolder", "imagenet", "root/{train,val}/<wnid>/<image>.JPEG (torchvision ImageFolder)",
+                        checks="harness.data.prepare_imagenet"),),
         splits=(Split("train", 1_281_167, classes=1000), Split("val", 50_000, classes=1000)),
         prepare="harness.data.prepare_imagenet"),
     DataSet(

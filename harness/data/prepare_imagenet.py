@@ -65,6 +65,17 @@ def check_val_labels(out: Path) -> dict:
     return {"val images checked": seen}
 
 
+def check(root: Path) -> tuple[list[str], list[str]]:
+    """`data check imagenet`'s own check: with the devkit's meta.bin in the root (a prepared root),
+    every val image against the ground truth."""
+    if not (root / "meta.bin").is_file() or not (root / "val").is_dir():
+        return ["val labels: not checked (no devkit meta.bin in the root; `data prepare imagenet` writes it)"], []
+    wrong, seen = misplaced_val_images(root / "val", val_wnids(root))
+    fact = f"val labels: {seen - len(wrong)} of {seen} images in the devkit's class folder"
+    return [fact], ([f"{len(wrong)} val images in the wrong class folder, e.g. {', '.join(wrong[:3])}"]
+                    if wrong else [])
+
+
 def prepare(steps: Steps) -> None:
     from torchvision.datasets import imagenet as tv
 
