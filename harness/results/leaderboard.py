@@ -397,11 +397,12 @@ def to_html(df: RunTable | Iterable[dict], title: str = "ssl-bench leaderboard")
 
 
 def write_leaderboard(df_or_records: RunTable | Iterable[dict], out_dir: str | Path,
-                      extra_sections: list[str] | None = None) -> dict[str, Path]:
+                      extra_sections: list[str] | None = None, pairs: list | None = None) -> dict[str, Path]:
     """Write leaderboard.csv (wide, means), leaderboard_long.csv (mean/std/n/fingerprint per
     cell, then its 95% interval), leaderboard_fingerprints.csv, leaderboard.md, leaderboard.html
     and PNG plots into ``out_dir``. ``extra_sections`` (plain-text blocks, e.g. a suite's margins
-    and paper verdicts) are appended to leaderboard.md as preformatted text. Returns {name: path};
+    and paper verdicts) are appended to leaderboard.md as preformatted text; ``pairs`` (a run's
+    harness.results.pair_status.PairStatus list) adds its failed and not-applicable pairs. Returns {name: path};
     plot names are ``plot_<protocol>`` and ``curve_<file stem>``."""
     t = run_table(df_or_records)
     out = Path(out_dir)
@@ -414,7 +415,11 @@ def write_leaderboard(df_or_records: RunTable | Iterable[dict], out_dir: str | P
     paths["long_csv"] = atomic_write_text(out / "leaderboard_long.csv", long_table(t).to_csv(index=False))
     paths["fingerprints_csv"] = atomic_write_text(out / "leaderboard_fingerprints.csv",
                                                   fingerprint_table(t).to_csv(index=False))
-    md = to_markdown(t) + "".join(f"\n```\n{block}\n```\n" for block in extra_sections or [])
+    from harness.results.pair_status import markdown_section
+
+    pairs_md = markdown_section(pairs or [])
+    md = to_markdown(t) + (f"\n{pairs_md}" if pairs_md else "") \
+        + "".join(f"\n```\n{block}\n```\n" for block in extra_sections or [])
     paths["md"] = atomic_write_text(out / "leaderboard.md", md)
     paths["html"] = atomic_write_text(out / "leaderboard.html", to_html(t))
     figures = [(f"plot_{protocol}", out / f"{safe_name(protocol)}_bars.png", bar_spec(t, protocol))

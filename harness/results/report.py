@@ -41,6 +41,7 @@ from harness.paper.verdict import all_paper_cells
 from harness.results import html_assets
 from harness.results.leaderboard import (baseline_delta, build_leaderboard, format_cell,
                                          random_init_baselines)
+from harness.results.pair_status import html_section, read_pairs
 from harness.results.panels import read_index
 from harness.results.plots import PLOT_MODELS, axis_label, plot_selection
 from harness.metrics import Metric
@@ -454,14 +455,17 @@ def _paper_section(cells: pd.DataFrame, tables_checked: list[str]) -> str:
 def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = None, *,
                  title: str = "ssl-bench report", paper_tables: list[str] | None = None,
                  generated: str | None = None, table: RunTable | None = None,
-                 paper: pd.DataFrame | None = None, examples_dir: Path | None = None) -> str:
+                 paper: pd.DataFrame | None = None, examples_dir: Path | None = None,
+                 pairs: list | None = None) -> str:
     """The HTML page of the records in ``source`` (a records folder, default results/runs;
     record dicts; or a load_results() frame). ``paper_tables``: the published tables to
     compare with (default all; [] for none). A caller that already has them passes the run's
     leaderboard (``table``: build_leaderboard's RunTable) and its paper cells
     (``paper``: harness.paper.verdict.all_paper_cells of ``paper_tables``), so that neither is
     computed twice. ``examples_dir``: the folder whose ``show/`` holds `ssl-bench show`'s drawings
-    (the report's own folder, for write_report)."""
+    (the report's own folder, for write_report). ``pairs``: a run's PairStatus list
+    (harness.results.pair_status; default the ``pairs.json`` a run wrote beside a records folder),
+    whose failed and not-applicable pairs get a section."""
     if isinstance(source, pd.DataFrame):
         records = to_records(source) if len(source) else []
     else:
@@ -480,14 +484,16 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
     else:
         cells = all_paper_cells(records, tables) if tables else pd.DataFrame()
     generated = generated or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    sections, nav = _sections(t, records, by_protocol, records_by_row, cells, tables, examples_dir)
+    if pairs is None and (source is None or isinstance(source, (str, Path))):  # a folder: its run's pairs
+        pairs = read_pairs(Path(source or runs_dir()).parent / "pairs.json")
+    sections, nav = _sections(t, records, by_protocol, records_by_row, cells, tables, examples_dir, pairs or [])
     meta = (f"{len(records)} records · {len(t.models)} models · {len(by_protocol)} protocols · "
             f"generated {esc(generated)}")
     return _page(title, meta, nav, sections)
 
 
 def _sections(t: RunTable, records: list[dict], by_protocol: dict, records_by_row: dict, cells: pd.DataFrame,
-              tables: list[str], examples_dir: Path | None) -> tuple[list[str], str]:
+              tables: list[str], examples_dir: Path | None, pairs: list) -> tuple[list[str], str]:
     """The page's sections, in order, and the navigation links to them."""
     baselines = random_init_baselines(t)
     sections = [_protocol_section(t, p, gs, records_by_row, i, baselines)
@@ -495,7 +501,8 @@ def _sections(t: RunTable, records: list[dict], by_protocol: dict, records_by_ro
     if not sections:
         sections = ['<section><h2>No records</h2><p class="note">No result record was found.</p></section>']
     links = [(f"protocol-{p}", p) for p in by_protocol]
-    extra = [("examples", "examples", _examples_section(examples_dir) if examples_dir else ""),
+    extra = [("pairs", "without a number", html_section(pairs)),
+             ("examples", "examples", _examples_section(examples_dir) if examples_dir else ""),
              ("sweeps", "sweeps", sweeps_section(records)),  # every value of each sweep the records keep
              ("paper", "paper", _paper_section(cells, tables) if tables else ""),
              ("conflicts", "not comparable", _conflicts_section(t.messages))]

@@ -68,9 +68,10 @@ def check_input_sizes(protocol, model: ModelHandle) -> None:
     for key, size in protocol_input_sizes(protocol).items():
         if size % stride:
             lower, upper = max(stride, size // stride * stride), (size // stride + 1) * stride
-            raise ConfigError(f"{getattr(protocol, 'registry_name', 'protocol')}: {key} {size} is not a multiple of "
-                              f"the stride {stride} of model {model.name} ({model.backbone.arch}); set {key}={lower} "
-                              f"or {upper} (--set {key}=N)")
+            name = getattr(protocol, "registry_name", "protocol")
+            raise ConfigError(f"{name}: {key} {size} is not a multiple of the stride {stride} of model {model.name} "
+                              f"({model.backbone.arch}); set {key}={lower} or {upper} (eval: --set {key}=N; "
+                              f"run: --set {name}.{key}=N, or {key}: N in the suite entry's set)")
 
 
 def _measure(model: ModelHandle, protocol: Protocol, data_root: Path) -> list:

@@ -1,0 +1,104 @@
+"""What became of each (model, protocol) pair of a run: measured, reused, not applicable, or
+failed with its one error line. A suite keeps going past a failing pair; these say so in the
+console, leaderboard.md, the report and ``pairs.json`` beside the leaderboard."""
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness.io_utils import atomic_write_text
+
+MEASURED, CACHED, NOT_APPLICABLE, FAILED = "measured", "cached", "not applicable", "failed"
+STATES = (MEASURED, CACHED, NOT_APPLICABLE, FAILED)
+
+
+@dataclass
+class PairStatus:
+    model: str
+    protocol: str
+    preset: str | None
+    state: str  # one of STATES
+    reason: str = ""  # the error line (failed) or why the protocol cannot measure the model
+
+    @property
+    def label(self) -> str:
+        return pair_label(self.protocol, self.preset, self.model)
+
+    def line(self) -> str:
+        return f"{self.label}: {self.reason}" if self.reason else f"{self.label}: {self.state}"
+
+
+def pair_label(protocol: str, preset: str | None, model: str) -> str:
+    """How a run names a pair: ``robustness/synth on vit``, ``knn on r18`` (no preset)."""
+    return f"{protocol}{'/' + preset if preset else ''} on {model}"
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: its message's first line, the type named when it is not one of
+    ssl-bench's own (those already say what is wrong and what to do)."""
+    from harness.errors import SslBenchError
+
+    text = (str(exc).strip().splitlines() or [""])[0]
+    if isinstance(exc, SslBenchError):
+        return text or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def not_run(pairs: list[PairStatus]) -> list[PairStatus]:
+    """The pairs that gave no number, failed ones first."""
+    return sorted((p for p in pairs if p.state in (FAILED, NOT_APPLICABLE)), key=lambda p: p.state != FAILED)
+
+
+def console_block(pairs: list[PairStatus]) -> str:
+    """Plain text: one line per pair that gave no number (empty when every pair ran)."""
+    rows = not_run(pairs)
+    if not rows:
+        return ""
+    return "pairs without a number:\n" + "\n".join(f"  {p.state.upper() if p.state == FAILED else p.state}: "
+                                                   f"{p.line()}" for p in rows)
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_section(pairs: list[PairStatus]) -> str:
+    rows = not_run(pairs)
+    if not rows:
+        return ""
+    out = ["## Pairs without a number", "",
+           "A failed pair stopped with the error shown; a pair that is not applicable is one the protocol "
+           "cannot measure (the reason says why). The run goes on past both; a failed pair makes its exit "
+           "status non-zero.", "",
+           "| model | protocol | preset | state | reason |", "|---|---|---|---|---|"]
+    out += [f"| {_md(p.model)} | {_md(p.protocol)} | {_md(p.preset or '-')} | {p.state} | {_md(p.reason)} |"
+            for p in rows]
+    return "\n".join(out) + "\n"
+
+
+def html_section(pairs: list[PairStatus]) -> str:
+    rows = not_run(pairs)
+    if not rows:
+        return ""
+    esc = html.escape
+    body = "".join(f"<tr><td>{esc(p.model)}</td><td>{esc(p.protocol)}</td><td>{esc(p.preset or '-')}</td>"
+                   f'<td class="{"fail" if p.state == FAILED else ""}">{esc(p.state)}</td><td>{esc(p.reason)}</td></tr>'
+                   for p in rows)
+    return ('<section id="pairs"><h2>Pairs without a number</h2><p class="note">Failed pairs stopped with the '
+            "error shown; pairs that are not applicable are ones the protocol cannot measure.</p>"
+            "<table><tr><th>model</th><th>protocol</th><th>preset</th><th>state</th><th>reason</th></tr>"
+            f"{body}</table></section>")
+
+
+def write_pairs(path: Path, pairs: list[PairStatus]) -> Path:
+    """Every pair of the run, as JSON (strict: no NaN)."""
+    return atomic_write_text(path, json.dumps([asdict(p) for p in pairs], indent=1, allow_nan=False) + "\n")
+
+
+def read_pairs(path: Path) -> list[PairStatus]:
+    """The pairs a run wrote beside its leaderboard; [] where there is no such file."""
+    if not Path(path).is_file():
+        return []
+    return [PairStatus(**row) for row in json.loads(Path(path).read_text())]
