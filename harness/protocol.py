@@ -35,6 +35,9 @@ class ProtocolResult:
     # on a resample of the images (the leaderboard's bootstrap interval where n = 1); data about
     # the measurement, never part of a fingerprint, a record key or a cache key
     per_image: dict[str, Any] | None = None
+    # why a metric has no value (None, or NaN, in ``metrics``), by name: the record keeps the metric
+    # as null and this reason in its ``metrics_undefined`` block (strict JSON has no NaN)
+    metrics_undefined: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,7 @@ def evaluate(model: ModelHandle, protocol: Protocol, data_root: Path, *, preset:
                        "fingerprint": identity.fingerprint, "request": identity.request, **identity.data}
         rec = results.make_record(model.record_info(), proto_block, out.seed, out.variant,
                                   out.metrics, {**out.cost, **cost}, out.artifacts,  # the harness's keys win
-                                  per_image=out.per_image)
+                                  per_image=out.per_image, metrics_undefined=out.metrics_undefined)
         if dist.is_main():  # under torchrun every rank holds the same numbers
             results.write_record(rec, runs_dir, force=True)
         records.append(rec)
