@@ -48,6 +48,10 @@ class RunIdentity:
     fingerprint: str  # the settings that can change the number
     request: str  # the whole request, execution settings included
     data: dict[str, str]  # the data root, resolved, and its stamp (harness.data.io.data_identity)
+    # what the protocol builds differently for the model (Protocol.model_settings): kept in the
+    # record's model block as ``protocol_settings`` and matched when earlier records are looked
+    # up, never in the fingerprint (which describes the protocol, the same for every model)
+    model_settings: dict[str, Any] = field(default_factory=dict)
 
 
 class Protocol:
@@ -143,13 +147,15 @@ class Protocol:
 
     def model_settings(self, model: ModelHandle) -> dict[str, Any]:
         """What this protocol builds differently for ``model``, beyond the model's own identity
-        (the mmseg protocols: the backbone wrapper and head of a model their ViT cannot load);
-        folded into the fingerprint of the model's runs when not empty. Default: nothing."""
+        (the mmseg protocols: the backbone wrapper and head of a model their ViT cannot load).
+        What the model brings is the model's: the records keep it in their model block
+        (``protocol_settings``) and the fingerprint stays the protocol's, one for every model.
+        Default: nothing."""
         return {}
 
     def identity(self, data_root: Path, model: ModelHandle | None = None) -> RunIdentity:
-        """This request's identity on ``data_root`` (for ``model``, whose ``model_settings`` join
-        the fingerprint): harness.running.evaluate asks for it first, to find earlier records and
+        """This request's identity on ``data_root`` (for ``model``, whose ``model_settings`` it
+        carries beside the fingerprint): harness.running.evaluate asks for it first, to find earlier records and
         to key the new ones; ``artifact_dir`` keys its folder by the same object. Computed once per
         (data root, request, model settings): reading the data stamp walks the data set."""
         # harness.data imports every reader: the contract loads it only when asked
@@ -168,7 +174,7 @@ class Protocol:
             data = self.__dict__.setdefault("_data_identities", {})
             if str(data_root) not in data:
                 data[str(data_root)] = data_identity(data_root)
-            known[key] = RunIdentity(self.fingerprint(extra or None), request, data[str(data_root)])
+            known[key] = RunIdentity(self.fingerprint(), request, data[str(data_root)], dict(extra or {}))
         return known[key]
 
     def precision(self) -> str:

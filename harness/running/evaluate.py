@@ -31,6 +31,7 @@ def already_done(model: ModelHandle, protocol: Protocol, identity: RunIdentity,
             and all(r["protocol"].get(k) == v for k, v in identity.data.items())
             and r["protocol"]["name"] == protocol.registry_name
             and results.model_identity(r["model"]) == key
+            and (r["model"].get("protocol_settings") or {}) == identity.model_settings
             and r.get("cost", {}).get("device_type", "cpu") == model.device.type
             and r["model"]["name"] == model.name]
 
@@ -119,7 +120,9 @@ def evaluate(model: ModelHandle, protocol: Protocol, data_root: Path, *, preset:
         proto_block = {"name": protocol.registry_name, "preset": preset, "dataset": out.dataset,
                        "split": out.split, "params": {**protocol.settings(), **out.params},
                        "fingerprint": identity.fingerprint, "request": identity.request, **identity.data}
-        rec = results.make_record(model.record_info(), proto_block, out.seed, out.variant,
+        model_block = {**model.record_info(),  # what the protocol built for this model is the model's
+                       **({"protocol_settings": identity.model_settings} if identity.model_settings else {})}
+        rec = results.make_record(model_block, proto_block, out.seed, out.variant,
                                   out.metrics, {**out.cost, **cost}, out.artifacts,  # the harness's keys win
                                   per_image=out.per_image, metrics_undefined=out.metrics_undefined)
         if dist.is_main():  # under torchrun every rank holds the same numbers
