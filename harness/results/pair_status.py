@@ -11,7 +11,8 @@ from pathlib import Path
 from harness.io_utils import atomic_write_text
 
 MEASURED, CACHED, NOT_APPLICABLE, FAILED = "measured", "cached", "not applicable", "failed"
-STATES = (MEASURED, CACHED, NOT_APPLICABLE, FAILED)
+NO_VALUE = "no value"  # a measured pair with a metric that has none (its record says why)
+STATES = (MEASURED, CACHED, NOT_APPLICABLE, FAILED, NO_VALUE)
 
 
 @dataclass
@@ -47,8 +48,26 @@ def one_line(exc: BaseException) -> str:
 
 
 def not_run(pairs: list[PairStatus]) -> list[PairStatus]:
-    """The pairs that gave no number, failed ones first."""
-    return sorted((p for p in pairs if p.state in (FAILED, NOT_APPLICABLE)), key=lambda p: p.state != FAILED)
+    """The pairs (and parts of pairs) that gave no number, failed ones first."""
+    return sorted((p for p in pairs if p.state in (FAILED, NOT_APPLICABLE, NO_VALUE)), key=lambda p: p.state != FAILED)
+
+
+def undefined_parts(records: list[dict]) -> list[PairStatus]:
+    """A row per metric a record holds as null (its ``metrics_undefined`` reason): a part of a
+    pair that does not apply to the model ("not applicable: ...", e.g. occlusion without
+    attention) or a number that is undefined on the data (an empty bin)."""
+    from harness.variants import variant_label
+
+    out = []
+    for rec in records:
+        for metric, reason in (rec.get("metrics_undefined") or {}).items():
+            proto = rec.get("protocol") or {}
+            variant = variant_label(rec.get("variant") or {})
+            state = NOT_APPLICABLE if str(reason).startswith("not applicable") else NO_VALUE
+            text = str(reason).removeprefix("not applicable: ")
+            out.append(PairStatus(rec["model"]["name"], proto.get("name", "?"), proto.get("preset"), state,
+                                  f"{variant + ' ' if variant else ''}{metric}: {text}"))
+    return out
 
 
 def console_block(pairs: list[PairStatus]) -> str:

@@ -438,11 +438,12 @@ def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: P
     the console, the files, the checks and the report."""
     from harness.paper.verdict import all_paper_cells
     from harness.results.leaderboard import format_console, write_leaderboard
-    from harness.results.pair_status import console_block, write_pairs
+    from harness.results.pair_status import console_block, undefined_parts, write_pairs
     from harness.results.run_table import table_of_records
 
     out = Path(out_dir or results_dir())
     pairs = list(pairs or [])
+    shown = pairs + undefined_parts(records)  # and the parts of pairs that have no number
     table = table_of_records(records, kept_in=out / "runs")  # intervals kept beside the records' index
     paper = None
     if len(table):
@@ -453,7 +454,7 @@ def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: P
             log(f"(paper cells not computed: {type(exc).__name__}: {exc})")
     blocks, failed = suite_checks(suite, records, paper) if len(table) else ([], [])
     failures = failures + failed
-    paths = write_leaderboard(table, out, extra_sections=blocks, pairs=pairs) if len(table) else {}
+    paths = write_leaderboard(table, out, extra_sections=blocks, pairs=shown) if len(table) else {}
     if pairs:
         out.mkdir(parents=True, exist_ok=True)
         paths["pairs"] = write_pairs(out / "pairs.json", pairs)
@@ -462,13 +463,13 @@ def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: P
 
         try:  # the page is a view of the records: failing to draw it must not fail the run
             paths["report"] = write_report(out / "report.html", records, paper_tables=report_tables(suite),
-                                           table=table, paper=paper, pairs=pairs)
+                                           table=table, paper=paper, pairs=shown)
         except Exception as exc:  # noqa: BLE001
             log(f"(report.html not written: {type(exc).__name__}: {exc}; `ssl-bench report` retries)")
     log("")
     log(format_console(table) if len(table) else "(no results)")
     log("")
-    for block in blocks + [console_block(pairs)]:
+    for block in blocks + [console_block(shown)]:
         if block:
             log(block)
             log("")
