@@ -38,6 +38,9 @@ class ProtocolResult:
     # why a metric has no value (None, or NaN, in ``metrics``), by name: the record keeps the metric
     # as null and this reason in its ``metrics_undefined`` block (strict JSON has no NaN)
     metrics_undefined: dict[str, str] = field(default_factory=dict)
+    # what the numbers cannot say though they exist (a feature grid below the protocol's minimum,
+    # harness.features.grid): kept in the record's ``flags`` and printed when the record is made
+    flags: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

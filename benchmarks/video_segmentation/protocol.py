@@ -21,6 +21,7 @@ import torch
 from benchmarks.video_segmentation import davis_metrics, frames
 from benchmarks.video_segmentation.propagation import PropagationSettings, propagate_video, segmentation
 from harness.data.io import image_size
+from harness.features.grid import coarse_grid_flag
 from harness.data.synthetic import voc_palette
 from harness.errors import ConfigError, DataError
 from harness.per_image import ratios_block
@@ -77,6 +78,14 @@ class Config:
 
 # dino, ibot, synth: configs/protocols/davis_*.yaml
 PRESETS: dict[str, dict[str, Any]] = load_presets("davis")
+
+
+# the short side of the feature grid below which the number says little: the official evaluations
+# (480 p frames at stride 8 and 16) propagate labels over 60 and 30 cells; below 8 most objects cover a
+# cell or two and J and F measure the upsampling of those cells rather than the features
+MIN_GRID_CELLS = 8
+MIN_GRID_WHY = ("the official 480 p frames give 60 cells at stride 8 and 30 at stride 16; below 8 most "
+                "objects cover a cell or two and J and F measure the upsampling of those cells")
 
 
 def patch_size_of(model) -> int:
@@ -159,7 +168,11 @@ class VideoSegmentation(Protocol):
                 if c.progress:
                     print(f"[davis] {seq.name}: J {100 * np.mean(res['J']):.1f} F {100 * np.mean(res['F']):.1f}",
                           file=sys.stderr)
-        return [self._result(per_seq, geos, timings, art)]
+        result = self._result(per_seq, geos, timings, art)
+        smallest = min(geos, key=lambda g: min(g.grid))
+        flag = coarse_grid_flag("davis", smallest.grid, MIN_GRID_CELLS, MIN_GRID_WHY, model.name, patch, smallest.frame)
+        result.flags = [flag] if flag else []
+        return [result]
 
     def _selected(self, ds) -> list:
         wanted = self.cfg.sequences

@@ -12,7 +12,8 @@ from harness.io_utils import atomic_write_text
 
 MEASURED, CACHED, NOT_APPLICABLE, FAILED = "measured", "cached", "not applicable", "failed"
 NO_VALUE = "no value"  # a measured pair with a metric that has none (its record says why)
-STATES = (MEASURED, CACHED, NOT_APPLICABLE, FAILED, NO_VALUE)
+FLAGGED = "flagged"  # a measured pair whose numbers say little (its record's flags say why)
+STATES = (MEASURED, CACHED, NOT_APPLICABLE, FAILED, NO_VALUE, FLAGGED)
 
 
 @dataclass
@@ -49,13 +50,15 @@ def one_line(exc: BaseException) -> str:
 
 def not_run(pairs: list[PairStatus]) -> list[PairStatus]:
     """The pairs (and parts of pairs) that gave no number, failed ones first."""
-    return sorted((p for p in pairs if p.state in (FAILED, NOT_APPLICABLE, NO_VALUE)), key=lambda p: p.state != FAILED)
+    return sorted((p for p in pairs if p.state in (FAILED, NOT_APPLICABLE, NO_VALUE, FLAGGED)),
+                  key=lambda p: p.state != FAILED)
 
 
 def undefined_parts(records: list[dict]) -> list[PairStatus]:
     """A row per metric a record holds as null (its ``metrics_undefined`` reason): a part of a
     pair that does not apply to the model ("not applicable: ...", e.g. occlusion without
-    attention) or a number that is undefined on the data (an empty bin)."""
+    attention) or a number that is undefined on the data (an empty bin); and a row per flag the
+    records of a pair carry (a feature grid below the protocol's minimum)."""
     from harness.variants import variant_label
 
     out = []
@@ -67,7 +70,9 @@ def undefined_parts(records: list[dict]) -> list[PairStatus]:
             text = str(reason).removeprefix("not applicable: ")
             out.append(PairStatus(rec["model"]["name"], proto.get("name", "?"), proto.get("preset"), state,
                                   f"{variant + ' ' if variant else ''}{metric}: {text}"))
-    return out
+    flagged = {(r["model"]["name"], (r.get("protocol") or {}).get("name", "?"), (r.get("protocol") or {}).get("preset"),
+                flag) for r in records for flag in r.get("flags") or []}
+    return out + [PairStatus(m, p, preset, FLAGGED, flag) for m, p, preset, flag in sorted(flagged, key=str)]
 
 
 def console_block(pairs: list[PairStatus]) -> str:
@@ -75,8 +80,8 @@ def console_block(pairs: list[PairStatus]) -> str:
     rows = not_run(pairs)
     if not rows:
         return ""
-    return "pairs without a number:\n" + "\n".join(f"  {p.state.upper() if p.state == FAILED else p.state}: "
-                                                   f"{p.line()}" for p in rows)
+    lines = (f"  {p.state.upper() if p.state == FAILED else p.state}: {p.line()}" for p in rows)
+    return "pairs without a number, or flagged:\n" + "\n".join(lines)
 
 
 def _md(text: str) -> str:
@@ -87,10 +92,10 @@ def markdown_section(pairs: list[PairStatus]) -> str:
     rows = not_run(pairs)
     if not rows:
         return ""
-    out = ["## Pairs without a number", "",
+    out = ["## Pairs without a number, or flagged", "",
            "A failed pair stopped with the error shown; a pair that is not applicable is one the protocol "
-           "cannot measure (the reason says why). The run goes on past both; a failed pair makes its exit "
-           "status non-zero.", "",
+           "cannot measure (the reason says why); a flagged pair has numbers that say little (the flag says "
+           "why). The run goes on past all of them; a failed pair makes its exit status non-zero.", "",
            "| model | protocol | preset | state | reason |", "|---|---|---|---|---|"]
     out += [f"| {_md(p.model)} | {_md(p.protocol)} | {_md(p.preset or '-')} | {p.state} | {_md(p.reason)} |"
             for p in rows]
@@ -105,8 +110,9 @@ def html_section(pairs: list[PairStatus]) -> str:
     body = "".join(f"<tr><td>{esc(p.model)}</td><td>{esc(p.protocol)}</td><td>{esc(p.preset or '-')}</td>"
                    f'<td class="{"fail" if p.state == FAILED else ""}">{esc(p.state)}</td><td>{esc(p.reason)}</td></tr>'
                    for p in rows)
-    return ('<section id="pairs"><h2>Pairs without a number</h2><p class="note">Failed pairs stopped with the '
-            "error shown; pairs that are not applicable are ones the protocol cannot measure.</p>"
+    return ('<section id="pairs"><h2>Pairs without a number, or flagged</h2><p class="note">Failed pairs '
+            "stopped with the error shown; pairs that are not applicable are ones the protocol cannot measure; "
+            "flagged pairs have numbers that say little.</p>"
             "<table><tr><th>model</th><th>protocol</th><th>preset</th><th>state</th><th>reason</th></tr>"
             f"{body}</table></section>")
 

@@ -92,7 +92,7 @@ def provenance() -> dict[str, Any]:
 
 def make_record(model: dict, protocol: dict, seed: int | None, variant: dict, metrics: dict,
                 cost: dict, artifacts: dict | None = None, per_image: dict | None = None,
-                metrics_undefined: dict[str, str] | None = None) -> dict[str, Any]:
+                metrics_undefined: dict[str, str] | None = None, flags: list[str] | None = None) -> dict[str, Any]:
     """A new record. ``per_image``: the per-evaluation-image statistics (harness.per_image) a
     bootstrap interval is computed from; kept as the record's ``per_image`` block, outside its key.
     A metric without a value (None, NaN or infinite) is ``null`` in ``metrics`` and its reason is
@@ -108,6 +108,8 @@ def make_record(model: dict, protocol: dict, seed: int | None, variant: dict, me
     }
     if undefined:
         rec["metrics_undefined"] = undefined
+    if flags:
+        rec["flags"] = list(flags)  # what the numbers cannot say (a grid below the protocol's minimum)
     if per_image is not None:
         rec["per_image"] = per_image
     return rec

@@ -1,6 +1,7 @@
 """Run one protocol on one model and turn its results into records."""
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -116,6 +117,8 @@ def evaluate(model: ModelHandle, protocol: Protocol, data_root: Path, *, preset:
     if model.device.type == "cuda":
         cost["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated(model.device) / 2**20, 1)
     records = []
+    for flag in dict.fromkeys(f for out in outputs for f in out.flags):  # said once, where it is measured
+        print(f"note: {flag}", file=sys.stderr)
     for out in outputs:
         proto_block = {"name": protocol.registry_name, "preset": preset, "dataset": out.dataset,
                        "split": out.split, "params": {**protocol.settings(), **out.params},
@@ -124,7 +127,8 @@ def evaluate(model: ModelHandle, protocol: Protocol, data_root: Path, *, preset:
                        **({"protocol_settings": identity.model_settings} if identity.model_settings else {})}
         rec = results.make_record(model_block, proto_block, out.seed, out.variant,
                                   out.metrics, {**out.cost, **cost}, out.artifacts,  # the harness's keys win
-                                  per_image=out.per_image, metrics_undefined=out.metrics_undefined)
+                                  per_image=out.per_image, metrics_undefined=out.metrics_undefined,
+                                  flags=out.flags)
         if dist.is_main():  # under torchrun every rank holds the same numbers
             results.write_record(rec, runs_dir, force=True)
         records.append(rec)
