@@ -66,7 +66,9 @@ def test_a_failing_pair_keeps_the_run_going(isolated_home, synth_tiny, tmp_path,
     pairs = json.loads((results / "pairs.json").read_text())
     assert [(p["protocol"], p["state"]) for p in pairs] == [("linear", "failed"), ("knn", "measured")]
     md = (results / "leaderboard.md").read_text()
-    assert "## knn" in md and "## Pairs without a number" in md
+    assert "## knn" in md and "## Pairs without a number" in md and "## Overview" in md
+    overview = md.split("## Overview", 1)[1].split("\n## ", 1)[0]
+    assert "| vit | " in overview and " failed | " in overview  # linear's cell says the pair failed
     assert "| vit | linear | synth | failed | linear: crop 60 is not a multiple" in md
     assert "Pairs without a number" in (results / "report.html").read_text()
 
@@ -75,4 +77,4 @@ def test_a_failing_pair_keeps_the_run_going(isolated_home, synth_tiny, tmp_path,
     assert rc == 0, out
     pairs = json.loads((results / "pairs.json").read_text())
     assert [(p["protocol"], p["state"]) for p in pairs] == [("linear", "measured"), ("knn", "cached")]
-    assert "Pairs without a number" not in (results / "leaderboard.md").read_text()
+    assert "## Pairs without a number" not in (results / "leaderboard.md").read_text()

@@ -41,6 +41,7 @@ from harness.paper.verdict import all_paper_cells
 from harness.results import html_assets
 from harness.results.leaderboard import (baseline_delta, build_leaderboard, format_cell,
                                          random_init_baselines)
+from harness.results.overview import build_overview, model_reading, model_readings, overview_html
 from harness.results.pair_status import html_section, read_pairs
 from harness.results.panels import read_index
 from harness.results.plots import PLOT_MODELS, axis_label, plot_selection
@@ -227,6 +228,7 @@ def provenance(records: list[dict]) -> dict[str, Any]:
         "date": [created[0], created[-1]] if created else [],
         "wall_s": round(sum(wall), 3) if wall else None,
         "records": [r.get("id") for r in records],
+        "reading": values(lambda r: model_reading(r["model"])),
     }
 
 
@@ -241,6 +243,7 @@ def _prov_html(p: dict[str, Any]) -> str:
 
     date = " … ".join(p["date"]) if len(set(p["date"])) > 1 else (p["date"][0] if p["date"] else "")
     parts = [
+        line("read as (source · normalisation · readout)", p.get("reading")),
         line("checkpoint", p["checkpoint"], True), line("sha256", p["sha256"], True),
         line("weights key", [k for k in p["weights_key"] if k not in p["sha256"]], True),
         line("init seed", p["init_seed"]), line("method / arch", [f"{a} / {b}" for a, b in
@@ -487,6 +490,9 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
     if pairs is None and (source is None or isinstance(source, (str, Path))):  # a folder: its run's pairs
         pairs = read_pairs(Path(source or runs_dir()).parent / "pairs.json")
     sections, nav = _sections(t, records, by_protocol, records_by_row, cells, tables, examples_dir, pairs or [])
+    overview = overview_html(build_overview(t, pairs), model_readings(records)) if len(t) else ""
+    if overview:
+        sections, nav = [overview] + sections, '<a href="#overview">overview</a>' + nav
     meta = (f"{len(records)} records · {len(t.models)} models · {len(by_protocol)} protocols · "
             f"generated {esc(generated)}")
     return _page(title, meta, nav, sections)

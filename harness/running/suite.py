@@ -438,6 +438,7 @@ def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: P
     the console, the files, the checks and the report."""
     from harness.paper.verdict import all_paper_cells
     from harness.results.leaderboard import format_console, write_leaderboard
+    from harness.results.overview import model_readings
     from harness.results.pair_status import console_block, undefined_parts, write_pairs
     from harness.results.run_table import table_of_records
 
@@ -454,7 +455,8 @@ def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: P
             log(f"(paper cells not computed: {type(exc).__name__}: {exc})")
     blocks, failed = suite_checks(suite, records, paper) if len(table) else ([], [])
     failures = failures + failed
-    paths = write_leaderboard(table, out, extra_sections=blocks, pairs=shown) if len(table) else {}
+    paths = write_leaderboard(table, out, extra_sections=blocks, pairs=shown,
+                              readings=model_readings(records)) if len(table) else {}
     if pairs:
         out.mkdir(parents=True, exist_ok=True)
         paths["pairs"] = write_pairs(out / "pairs.json", pairs)
