@@ -23,6 +23,7 @@ class PairStatus:
     preset: str | None
     state: str  # one of STATES
     reason: str = ""  # the error line (failed) or why the protocol cannot measure the model
+    refused: bool = False  # failed with one of ssl-bench's own errors: a refusal that says what to set
 
     @property
     def label(self) -> str:

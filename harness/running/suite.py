@@ -496,7 +496,8 @@ class PairResult:
     def status(self) -> PairStatus:
         if self.outcome is not None:
             return self.outcome.status()
-        return PairStatus(self.model, self.protocol.name, self.protocol.preset, FAILED, self.error_line)
+        return PairStatus(self.model, self.protocol.name, self.protocol.preset, FAILED, self.error_line,
+                          refused=isinstance(self.error, SslBenchError))
 
 
 @dataclass
