@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -129,6 +130,14 @@ def cell_states(out_dir: Path) -> dict[tuple[str, str], tuple[str, str]]:
     return seen
 
 
+def _general(reason: str, model: str) -> str:
+    """A reason with the model's own name (and architecture) left out, so that models sharing it
+    share one note."""
+    reason = re.sub(rf"(the )?model {re.escape(model)} \([^)]*\)", "the model", reason)
+    reason = re.sub(rf"(the |model ){re.escape(model)}\b", "the model ", reason)
+    return re.sub(r"shift=occlusion_(non_)?salient top1: ", "occlusion: ", reason).replace("  ", " ")
+
+
 def table(models: list[str], protocols: list[str], cells: dict) -> str:
     """Markdown: a row per model, a column per protocol; the reasons numbered below."""
     reasons: list[str] = []
@@ -138,7 +147,8 @@ def table(models: list[str], protocols: list[str], cells: dict) -> str:
         for p in protocols:
             state, reason = cells.get((m, p), ("–", ""))
             if reason and state != "ok":
-                note = f"{p} on {m}: {reason}"
+                general = _general(reason, m)
+                note = general if general.lower().startswith(p) else f"{p}: {general}"
                 if note not in reasons:
                     reasons.append(note)
                 state = f"{state} [{reasons.index(note) + 1}]"
