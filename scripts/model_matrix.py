@@ -7,12 +7,13 @@ Swin, a transformers DINOv2 with patch 14 and registers, an open_clip ViT and a 
         [--write-docs]
 
 It runs one suite (`ssl-bench run`'s steps in this process; a failing pair does not stop it), then
-prints a table with one row per model and one column per protocol (the worst of its entries): `ok`,
-`ok (flag)` (a grid below the protocol's minimum), `n/a` (the protocol cannot measure the model, or
-a part of it), `refused` (one error line that says what to set, e.g. a crop the stride does not
-divide) or `FAILED` (an exception: a bug), the reasons below it. ``--write-docs`` puts the table
-into docs/MODELS.md between its markers. Exit status 1 when a pair FAILED (a refusal is not a
-failure of the matrix). tests/test_model_matrix.py runs a cheap subset of it.
+prints a table with one row per model and one column per protocol (the worst of its entries):
+`ok`; `ok (null)`, a metric without a value, its reason recorded; `ok (flag)`, a grid below the
+protocol's minimum; `n/a`, the protocol cannot measure the model, or a part of it; `refused`, one
+error line that says what to set (e.g. a crop the stride does not divide); `FAILED`, an exception
+(a bug). The reasons are listed below it. ``--write-docs`` puts the table into docs/MODELS.md
+between its markers. Exit status 1 when a pair FAILED (a refusal is not a failure of the matrix).
+tests/test_model_matrix.py runs a cheap subset of it.
 """
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ def cell_states(out_dir: Path) -> dict[tuple[str, str], tuple[str, str]]:
     from harness.results.pair_status import read_pairs, undefined_parts
     from harness.results.records import iter_records
 
-    order = {"FAILED": 4, "refused": 3, "n/a": 2, "ok (flag)": 1, "ok": 0}
+    order = {"FAILED": 5, "refused": 4, "n/a": 3, "ok (flag)": 2, "ok (null)": 1, "ok": 0}
     seen: dict[tuple[str, str], tuple[str, str]] = {}
 
     def put(model, protocol, state, reason=""):
@@ -122,7 +123,7 @@ def cell_states(out_dir: Path) -> dict[tuple[str, str], tuple[str, str]]:
             seen[(model, protocol)] = (state, reason)
 
     states = {"measured": "ok", "cached": "ok", "failed": "FAILED", "not applicable": "n/a", "flagged": "ok (flag)",
-              "no value": "ok"}
+              "no value": "ok (null)"}
     for p in read_pairs(out_dir / "pairs.json"):
         put(p.model, p.protocol, "refused" if p.refused else states[p.state], p.reason)
     for p in undefined_parts(list(iter_records(out_dir / "runs"))):
