@@ -202,7 +202,8 @@ def test_model_without_patch_grid(synth_clips):
 
 def test_input_size_not_a_multiple_of_the_patch(synth_clips):
     proto = VideoSegmentation.from_preset("synth", {"progress": False, "scale_size": 60})
-    with pytest.raises(ConfigError, match="not a multiple of the model's patch size 8"):
+    with pytest.raises(ConfigError, match=r"davis: .* not a multiple of the stride 8 of model .*; set scale_size=56 "
+                                          r"or 64 and size_multiple=8 .*--set davis.scale_size=N"):
         proto.run(_patch8(), synth_clips)
 
 

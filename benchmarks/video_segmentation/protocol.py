@@ -117,7 +117,7 @@ class VideoSegmentation(Protocol):
         c = self.cfg
         return PropagationSettings(c.n_last_frames, c.size_mask_neighborhood, c.topk, c.temperature)
 
-    def geometry(self, ds, seq, patch: int) -> Geometry:
+    def geometry(self, ds, seq, patch: int, model_name: str | None = None) -> Geometry:
         """The sizes of one sequence, checked: one frame size throughout, a network input that
         is a multiple of the patch size, a label grid with as many cells as the feature grid."""
         c = self.cfg
@@ -131,9 +131,12 @@ class VideoSegmentation(Protocol):
         w, h = sizes.pop()
         th, tw = frames.frame_size(h, w, c.scale_size, c.size_multiple)
         if th % patch or tw % patch or th < patch or tw < patch:
-            raise ConfigError(f"sequence {seq.name!r}: frames {w}x{h} become {tw}x{th} (scale_size {c.scale_size}, "
-                              f"size_multiple {c.size_multiple}), not a multiple of the model's patch size {patch}; "
-                              f"choose a scale_size and size_multiple divisible by {patch}")
+            lower, upper = max(patch, c.scale_size // patch * patch), (c.scale_size // patch + 1) * patch
+            raise ConfigError(f"davis: sequence {seq.name!r}: frames {w}x{h} become {tw}x{th} (scale_size "
+                              f"{c.scale_size}, size_multiple {c.size_multiple}), not a multiple of the stride {patch}"
+                              f"{f' of model {model_name}' if model_name else ''}; set scale_size={lower} or {upper} "
+                              f"and size_multiple={patch} (--set scale_size=N --set size_multiple={patch}; in a suite "
+                              f"--set davis.scale_size=N --set davis.size_multiple={patch})")
         lh, lw = frames.label_size(h, w, c.scale_size, c.size_multiple)
         if (lh // patch) * (lw // patch) != (th // patch) * (tw // patch):
             raise ConfigError(f"sequence {seq.name!r}: its labels ({lw // patch}x{lh // patch} patches) and its "
@@ -146,7 +149,7 @@ class VideoSegmentation(Protocol):
         patch = patch_size_of(model)
         ds = DATASETS.get(c.dataset)(Path(data_root), c.split)
         seqs = self._selected(ds)
-        geos = [self.geometry(ds, s, patch) for s in seqs]   # every check before any forward pass
+        geos = [self.geometry(ds, s, patch, model.name) for s in seqs]   # every check before any forward pass
         backbone = model.backbone.eval()
         dev = devices.module_device(backbone)
         timings = {"extract_s": 0.0, "propagate_s": 0.0, "metrics_s": 0.0}
