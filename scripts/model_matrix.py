@@ -135,7 +135,7 @@ def _general(reason: str, model: str) -> str:
     """A reason with the model's own name (and architecture) left out, so that models sharing it
     share one note."""
     reason = re.sub(rf"(the )?model {re.escape(model)} \([^)]*\)", "the model", reason)
-    reason = re.sub(rf"(the |model ){re.escape(model)}\b", "the model ", reason)
+    reason = re.sub(rf"(the |model ){re.escape(model)}\b", "the model", reason)
     return re.sub(r"shift=occlusion_(non_)?salient top1: ", "occlusion: ", reason).replace("  ", " ")
 
 
