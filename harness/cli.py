@@ -159,7 +159,10 @@ def cmd_leaderboard(args) -> int:
     if table.empty:
         print(f"no records under {runs or results.runs_dir()}")
         return 1
-    paths = write_leaderboard(table, Path(args.out) if args.out else results_dir())
+    from harness.results.pair_status import read_pairs  # the last run's pairs: why an overview cell is empty
+
+    pairs = read_pairs((runs or results.runs_dir()).parent / "pairs.json")
+    paths = write_leaderboard(table, Path(args.out) if args.out else results_dir(), pairs=pairs)
     print(format_console(table))
     for kind, p in paths.items():
         print(f"{kind:>12}: {p}")
