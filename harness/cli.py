@@ -35,10 +35,13 @@ def cmd_run(args) -> int:
     from harness.running.suite import load_suite, run_suite
 
     suite, source = load_suite(args.suite, args.set)
+    if args.fail_fast and args.launcher != "inprocess":
+        raise SslBenchError(f"--fail-fast stops a run in this process; jobs of --launcher {args.launcher} run side by "
+                            "side: leave out --fail-fast (failed pairs are listed) or use --launcher inprocess")
     if args.device:
         suite.device = args.device
     if args.launcher == "inprocess":
-        out = run_suite(suite, source, force=args.force, progress=not args.no_progress)
+        out = run_suite(suite, source, force=args.force, progress=not args.no_progress, fail_fast=args.fail_fast)
     else:
         from harness.running.launch import default_job_dir, launch_suite
 
@@ -169,7 +172,10 @@ def cmd_leaderboard(args) -> int:
     if table.empty:
         print(f"no records under {runs or results.runs_dir()}")
         return 1
-    paths = write_leaderboard(table, Path(args.out) if args.out else results_dir())
+    from harness.results.pair_status import read_pairs  # the last run's pairs: why an overview cell is empty
+
+    pairs = read_pairs((runs or results.runs_dir()).parent / "pairs.json")
+    paths = write_leaderboard(table, Path(args.out) if args.out else results_dir(), pairs=pairs)
     print(format_console(table))
     for kind, p in paths.items():
         print(f"{kind:>12}: {p}")
@@ -254,8 +260,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def _add_run_parser(sub) -> None:
     r = sub.add_parser("run", help="run a suite (models x protocols) and print the leaderboard")
     r.add_argument("suite", nargs="?", default=DEFAULT_SUITE)
-    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a suite key (device=cpu), or PROTOCOL.KEY=VALUE: a setting of that protocol's "
+                        "entries (robustness.crop=56)")
     r.add_argument("--force", action="store_true", help="re-run protocols that have records")
+    r.add_argument("--fail-fast", action="store_true",
+                   help="stop at the first failing (model, protocol) pair (default: run every pair, list "
+                        "the failed ones, exit 1)")
     r.add_argument("--no-progress", action="store_true")
     device_arg(r, "the suite's device key")
     _launcher_args(r, "run the suite in this process, or fan it out as one job per pretraining and "

@@ -32,8 +32,28 @@ def atomic_write_text(path: Path, text: str) -> Path:
     return atomic_write(path, lambda p: p.write_text(text))
 
 
-def atomic_write_json(path: Path, obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+def atomic_write_json(path: Path, obj: Any, strict: bool = False) -> Path:
+    """``obj`` as indented JSON. ``strict``: NaN and Infinity, which strict parsers (JSON.parse,
+    jq, most databases) refuse, are a ValueError naming where they are instead of bare tokens."""
+    try:
+        text = json.dumps(obj, indent=2, sort_keys=True, default=str, allow_nan=not strict)
+    except ValueError:
+        raise ValueError(f"{path}: not valid JSON: a non-finite number at {', '.join(non_finite_paths(obj))}; "
+                         "write null (with its reason) instead") from None
+    return atomic_write_text(path, text + "\n")
+
+
+def non_finite_paths(obj: Any, where: str = "") -> list[str]:
+    """The dotted paths of the NaN / Infinity floats inside ``obj`` (dicts, lists, tuples)."""
+    import math
+
+    if isinstance(obj, float):
+        return [] if math.isfinite(obj) else [where or "(top)"]
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in non_finite_paths(v, f"{where}.{k}" if where else str(k))]
+    if isinstance(obj, (list, tuple)):
+        return [p for i, v in enumerate(obj) for p in non_finite_paths(v, f"{where}[{i}]")]
+    return []
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

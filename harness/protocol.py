@@ -35,6 +35,12 @@ class ProtocolResult:
     # on a resample of the images (the leaderboard's bootstrap interval where n = 1); data about
     # the measurement, never part of a fingerprint, a record key or a cache key
     per_image: dict[str, Any] | None = None
+    # why a metric has no value (None, or NaN, in ``metrics``), by name: the record keeps the metric
+    # as null and this reason in its ``metrics_undefined`` block (strict JSON has no NaN)
+    metrics_undefined: dict[str, str] = field(default_factory=dict)
+    # what the numbers cannot say though they exist (a feature grid below the protocol's minimum,
+    # harness.features.grid): kept in the record's ``flags`` and printed when the record is made
+    flags: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,10 @@ class RunIdentity:
     fingerprint: str  # the settings that can change the number
     request: str  # the whole request, execution settings included
     data: dict[str, str]  # the data root, resolved, and its stamp (harness.data.io.data_identity)
+    # what the protocol builds differently for the model (Protocol.model_settings): kept in the
+    # record's model block as ``protocol_settings`` and matched when earlier records are looked
+    # up, never in the fingerprint (which describes the protocol, the same for every model)
+    model_settings: dict[str, Any] = field(default_factory=dict)
 
 
 class Protocol:
@@ -140,13 +150,15 @@ class Protocol:
 
     def model_settings(self, model: ModelHandle) -> dict[str, Any]:
         """What this protocol builds differently for ``model``, beyond the model's own identity
-        (the mmseg protocols: the backbone wrapper and head of a model their ViT cannot load);
-        folded into the fingerprint of the model's runs when not empty. Default: nothing."""
+        (the mmseg protocols: the backbone wrapper and head of a model their ViT cannot load).
+        What the model brings is the model's: the records keep it in their model block
+        (``protocol_settings``) and the fingerprint stays the protocol's, one for every model.
+        Default: nothing."""
         return {}
 
     def identity(self, data_root: Path, model: ModelHandle | None = None) -> RunIdentity:
-        """This request's identity on ``data_root`` (for ``model``, whose ``model_settings`` join
-        the fingerprint): harness.running.evaluate asks for it first, to find earlier records and
+        """This request's identity on ``data_root`` (for ``model``, whose ``model_settings`` it
+        carries beside the fingerprint): harness.running.evaluate asks for it first, to find earlier records and
         to key the new ones; ``artifact_dir`` keys its folder by the same object. Computed once per
         (data root, request, model settings): reading the data stamp walks the data set."""
         # harness.data imports every reader: the contract loads it only when asked
@@ -165,7 +177,7 @@ class Protocol:
             data = self.__dict__.setdefault("_data_identities", {})
             if str(data_root) not in data:
                 data[str(data_root)] = data_identity(data_root)
-            known[key] = RunIdentity(self.fingerprint(extra or None), request, data[str(data_root)])
+            known[key] = RunIdentity(self.fingerprint(), request, data[str(data_root)], dict(extra or {}))
         return known[key]
 
     def precision(self) -> str:

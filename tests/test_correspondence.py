@@ -334,3 +334,19 @@ def test_protocol_equals_probe3d_end_to_end_with_a_stand_in_model(fixture, tmp_p
         assert res.params["per_category"][cell["category"]][bin_name] == pytest.approx(cell["recall"], abs=1e-4)
     for metric, value in official["mean_over_categories"].items():
         assert res.metrics[metric] == pytest.approx(value, abs=1e-4)
+
+
+def test_a_grid_below_the_minimum_is_flagged_in_the_record_and_the_console(spair_tiny, isolated_home, capsys):
+    """vit_cpu_tiny (stride 8) at image_size 32: a 4 x 4 grid, below 1 / (2 alpha) = 5 cells a side."""
+    from harness.results.pair_status import undefined_parts
+    from harness.running.evaluate import evaluate
+
+    model = ModelHandle.random_init("vit_cpu_tiny", seed=0)
+    assert Correspondence.from_preset("synth", QUICK).coarse_grid(model.name, 8) is None  # 64 px: 8 cells
+    (rec,), _ = evaluate(model, Correspondence.from_preset("synth", {**QUICK, "image_size": 32}), spair_tiny)
+    (flag,) = rec["flags"]
+    assert flag.startswith(f"correspondence: the feature grid of model {model.name} is 4x4 cells (stride 8 on 32x32")
+    assert "minimum of 5 cells a side" in flag and rec["metrics"]["PCK"] is not None
+    assert f"note: {flag}" in capsys.readouterr().err
+    (part,) = undefined_parts([rec])
+    assert part.state == "flagged" and part.reason == flag

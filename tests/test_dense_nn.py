@@ -533,3 +533,14 @@ def test_search_device_auto_follows_the_model():
     assert core_settings(cfg, 21, 255, 16).index.device == "auto"
     cfg.search_device = "cpu"
     assert core_settings(cfg, 21, 255, 16, "cuda").index.device == "cpu"
+
+
+def test_a_bank_smaller_than_k_says_what_to_set():
+    """A stride-32 model leaves a few patches an image: the refusal names k's bound and the settings."""
+    from harness.errors import ConfigError
+
+    index = BankIndex(4, IndexSpec(), threads=1)
+    index.add(np.eye(4, dtype=np.float32)[:3])
+    with pytest.raises(ConfigError, match=r"dense_nn: the memory bank holds 3 patches .* fewer than k=5 neighbours; "
+                                          r"set k to at most 3 \(--set k=N; in a suite --set dense_nn.k=N\)"):
+        index.search(np.ones((1, 4), dtype=np.float32), 5)

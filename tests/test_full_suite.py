@@ -3,6 +3,7 @@ margins and table, then every other protocol that has a SynthScenes preset; on S
 tiny the protocols with their own SynthScenes sets run from the suite (slow)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -58,4 +59,12 @@ def test_the_full_suites_other_protocols_run_on_synthscenes_tiny(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for p in suite["protocols"]:
         assert re.search(rf"\[{p['name']}/synth\] synth_dino: [1-9][0-9]* record\(s\)", proc.stdout), p["name"]
+    written = sorted((tmp_path / "results" / "runs").rglob("*.json")) + [tmp_path / "results" / "pairs.json"]
+    assert len(written) > len(suite["protocols"])
+    for path in written:  # what JSON.parse, jq and databases accept: no NaN, no Infinity
+        json.loads(path.read_text(), parse_constant=_refuse_constant)
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
 

@@ -105,11 +105,14 @@ def test_a_failing_job_is_reported_and_the_others_finish(tmp_path, synth_tiny):
     rc, out = _run_cli(["run", str(suite), "--launcher", "local", "--no-progress",
                         "--job-dir", str(tmp_path / "jobs")], _dirs(tmp_path))
     assert rc == 1, out
-    failed = [line for line in out.splitlines() if line.startswith("job ") and "FAILED: knn on random_init" in line]
+    failed = [line for line in out.splitlines()
+              if line.startswith("job ") and "FAILED: knn/synth on random_init" in line]
     assert len(failed) == 1, out
     job_id = failed[0].split()[1]
     summary = out.split("FAILED parts:", 1)[1]
-    assert f"knn on random_init (job {job_id}):" in summary and "no_such_folder" in summary
+    assert f"knn/synth on random_init (job {job_id}):" in summary and "no_such_folder" in summary
+    pairs = json.loads((tmp_path / "results" / "pairs.json").read_text())
+    assert [p["state"] for p in pairs] == ["failed", "measured"] and "no_such_folder" in pairs[0]["reason"]
     assert len(_record_files(tmp_path)) == 2  # the other job's records (k = 5, 10)
     assert (tmp_path / "results" / "leaderboard.csv").is_file()
 

@@ -185,9 +185,10 @@ def test_a_model_without_keys_is_refused(discovery_tiny):
             super().__init__()
             self.conv = torch.nn.Conv2d(3, 4, 8, 8)
 
-    with pytest.raises(NotApplicable, match="LOST needs a ViT's keys"):  # a suite skips the model
+    # a suite lists the pair as not applicable
+    with pytest.raises(NotApplicable, match=r"LOST needs a ViT's last attention block .* model cnn \(tiny_cnn\)"):
         LOST.from_preset("synth").run(ModelHandle("cnn", Conv()), discovery_tiny)
-    with pytest.raises(NotApplicable, match="TokenCut needs a ViT's keys"):
+    with pytest.raises(NotApplicable, match="TokenCut needs a ViT's last attention block"):
         TokenCut.from_preset("synth").run(ModelHandle("cnn", Conv()), discovery_tiny)
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks.probe3d.features import center_padding, chosen_blocks, probe3d_blocks
+from benchmarks.probe3d.features import blocks_for, center_padding, chosen_blocks, probe3d_blocks
 from benchmarks.probe3d.head import DPTHead, bins_to_depth, official_state_dict
 from benchmarks.probe3d.losses import angular_loss, depth_loss
 from benchmarks.probe3d.metrics import depth_metrics, normal_metrics
@@ -177,10 +177,13 @@ def test_schedule_and_padding_match_the_official_code(official):
 
 def test_block_choice_is_probe3d_s_and_refuses_too_shallow_models():
     assert probe3d_blocks(12) == [2, 5, 8, 11] and probe3d_blocks(24) == [5, 11, 17, 23]
-    with pytest.raises(ConfigError, match="name four blocks"):
-        chosen_blocks(None, 3, "normals_dpt")
-    with pytest.raises(NotApplicable, match="has 3 block"):
-        chosen_blocks([0, 1, 2, 3], 3, "normals_dpt")
+    with pytest.raises(ConfigError, match=r"model r18 has 3 block\(s\), too few .* set blocks=\[0,0,0,2\] "
+                                          r"\(eval: --set blocks=\[0,0,0,2\]; run: --set normals_dpt.blocks="):
+        chosen_blocks(None, 3, "normals_dpt", "r18")
+    with pytest.raises(NotApplicable, match=r"has 1 block.*set blocks=\[0,0,0,0\]"):
+        chosen_blocks([0, 1, 2, 3], 1, "normals_dpt")
+    assert chosen_blocks(blocks_for(1), 1, "depth_dpt") == [0, 0, 0, 0]
+    assert chosen_blocks(blocks_for(3), 3, "depth_dpt") == [0, 0, 0, 2]
     for bad in ([0, 1, 2], [2, 1, 1, 2], [-1, 0, 1, 2]):
         with pytest.raises(ConfigError, match="four non-negative indices"):
             chosen_blocks(bad, 3, "normals_dpt")
@@ -296,7 +299,7 @@ def test_depth_protocol_end_to_end_on_synthscenes_tiny(synth_tiny):
 
 def test_a_three_block_model_needs_named_blocks(synth_tiny):
     model = ModelHandle.random_init("vit_cpu_tiny", seed=0)
-    with pytest.raises(ConfigError, match="name four blocks"):
+    with pytest.raises(ConfigError, match=r"model random_init-vit_cpu_tiny has 3 block.*set blocks=\[0,0,0,2\]"):
         NormalsDPT.from_preset("probe3d", {"progress": False}).run(model, synth_tiny)
 
 

@@ -349,17 +349,50 @@ def test_saliency_from_stored_rows_or_another_model(synth, tmp_path):
                                ).run(model, synth)
 
 
-def test_a_model_without_attention_is_refused_before_any_head_is_trained(synth, monkeypatch):
-    """The raw-pixel row has no attention to rank patches by: with occlusion in the shifts the run
-    stops at once (a suite skips the pair), not after training the head; without occlusion it runs."""
+def test_occlusion_alone_is_not_applicable_to_a_model_without_attention(synth, monkeypatch):
+    """The raw-pixel row has no attention to rank patches by: the other shifts run, and each
+    occlusion drop is a record whose top1 is null with the reason (not the whole protocol skipped)."""
     from harness.context.pixels import pixel_model
-    from harness.errors import NotApplicable
+
+    out = {r.variant["shift"]: r for r in
+           Robustness.from_preset("synth", {**QUICK, "shifts": ["v2", "occlusion"]}).run(pixel_model(), synth)}
+    assert set(out) == {"imagenet", "v2", "occlusion_salient", "occlusion_non_salient"}
+    assert out["v2"].metrics["top1"] is not None
+    for drop in ("occlusion_salient", "occlusion_non_salient"):
+        assert out[drop].metrics == {"top1": None}
+        assert out[drop].metrics_undefined["top1"].startswith("not applicable: occlusion (the [CLS] attention "
+                                                              "saliency) needs a ViT's last attention block")
+
+
+def test_occlusion_reads_a_timm_vit_inside_its_adapter_and_a_saliency_model_of_another_stride(synth):
+    from harness.models.sources import build_model
+
+    vit16 = {"source": "timm", "target": "vit_tiny_patch16_224", "weights": "random", "depth": 1, "img_size": 64}
+    model = build_model(vit16, name="timm_vit")
+    out = {r.variant["shift"]: r for r in
+           Robustness.from_preset("synth", {**QUICK, "shifts": ["occlusion"]}).run(model, synth)}
+    assert 0 <= out["occlusion_salient"].metrics["top1"] <= 100
+    # the saliency model's stride (16) is not the evaluated model's (8): the drops follow its grid
+    spec = "timm:vit_tiny_patch16_224,weights=random,depth=1,img_size=64"
+    proto = Robustness.from_preset("synth", {**QUICK, "shifts": ["occlusion"], "saliency": spec})
+    out = {r.variant["shift"]: r for r in proto.run(ModelHandle.random_init("vit_cpu_tiny"), synth)}
+    assert 0 < out["occlusion_salient"].params["information_loss"] < 1
+
+
+def test_sizes_beyond_the_crop_are_checked_before_any_head_is_trained(synth, monkeypatch):
+    from harness.models.sources import build_model
 
     trained = []
     monkeypatch.setattr(Robustness, "_train_heads", lambda self, *a, **k: trained.append(1))
-    with pytest.raises(NotApplicable, match="attention"):
-        Robustness.from_preset("synth", QUICK).run(pixel_model(), synth)
+    spec = "timm:vit_tiny_patch16_224,weights=random,depth=1,img_size=64"
+    with pytest.raises(ConfigError, match=r"crop 56 is not a multiple of the stride 16 of the saliency model .*"
+                                          r"set crop=48 or 64"):
+        Robustness.from_preset("synth", {**QUICK, "crop": 56, "resize": 56, "shifts": ["occlusion"], "saliency": spec}
+                               ).run(ModelHandle.random_init("vit_cpu_tiny"), synth)
+    model = build_model({"source": "timm", "target": "vit_tiny_patch16_224", "weights": "random", "depth": 1,
+                         "patch_size": 14, "img_size": 56}, name="p14")
+    with pytest.raises(ConfigError, match=r"backgrounds challenge's original images .* are 64x64, fed at their native "
+                                          r"size .* stride 14 of model p14 .*--set robustness.shifts=\[v2\]"):
+        Robustness.from_preset("synth", {**QUICK, "crop": 56, "resize": 56, "shifts": ["v2", "backgrounds"]}
+                               ).run(model, synth)
     assert trained == []
-    monkeypatch.undo()
-    out = Robustness.from_preset("synth", {**QUICK, "shifts": ["v2"]}).run(pixel_model(), synth)
-    assert {r.variant["shift"] for r in out} == {"imagenet", "v2"}

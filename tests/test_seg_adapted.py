@@ -57,19 +57,22 @@ def test_vits_mmseg_computes_keep_its_vit_path_and_their_fingerprint():
         assert spec["backbone"] == "feature_contract" and spec["head"] == "linear"
 
 
-def test_only_models_off_the_vit_path_change_the_fingerprint(tmp_path):
+def test_one_fingerprint_for_every_model_the_head_spec_is_the_models(tmp_path):
     root = tmp_path / "data"
     root.mkdir()
     vit, r18 = build_model("random_init:vit_cpu_tiny"), build_model("timm:resnet18,weights=random")
+    swin = build_model(SMALL_SWIN)
     for cls in (SegLinear, Segmenter):
         proto = cls.from_preset("synth")
         plain = proto.fingerprint()
-        assert proto.identity(root).fingerprint == plain
-        assert proto.identity(root, vit).fingerprint == plain  # the ViT path's records stay as they were
-        assert proto.identity(root, r18).fingerprint != plain
-    spec = Segmenter.from_preset("synth").model_settings(r18)["head_spec"]
+        identities = [proto.identity(root, m) for m in (None, vit, r18, swin)]
+        assert {i.fingerprint for i in identities} == {plain}  # CNN, ViT and Swin: the protocol's one
+        assert identities[1].model_settings == {}  # the ViT path builds nothing of its own
+        assert [i.model_settings["head_spec"]["backbone"] for i in identities[2:]] == ["feature_contract"] * 2
+    spec = Segmenter.from_preset("synth").identity(root, r18).model_settings["head_spec"]
     assert (spec["mask_heads"], spec["mask_heads_from"]) == (8, "width/64")  # 512 wide
     assert spec["mask_layers"] == 2 and spec["backbone_mode"].startswith("train")
+    assert Segmenter.from_preset("synth").identity(root, swin).model_settings["head_spec"]["mask_heads"] == 4
 
 
 def test_work_dir_is_keyed_by_the_adapter_settings(tmp_path, monkeypatch):
@@ -278,9 +281,9 @@ def test_both_protocols_on_a_resnet_a_swin_a_transformers_dinov2_and_user_code(s
             for rec in records:
                 assert 0 <= rec["metrics"]["mIoU"] <= 100, (spec, name)
                 assert rec["model"]["weights_key"] == model.cache_key and rec["model"]["adapter"]
-                assert rec["protocol"]["fingerprint"] == protocol.identity(data, model).fingerprint
-                assert rec["protocol"]["fingerprint"] != protocol.fingerprint()
-                spec_ = rec["protocol"]["params"]["head_spec"]  # the head spec, readable in the record
+                assert rec["protocol"]["fingerprint"] == protocol.fingerprint()  # the protocol's, not the model's
+                assert "head_spec" not in rec["protocol"]["params"]
+                spec_ = rec["model"]["protocol_settings"]["head_spec"]  # the head spec, the model's
                 assert spec_["backbone"] == "feature_contract" and ("mask_heads" in spec_) == (name == "segmenter")
             work = Path(records[0]["artifacts"]["work_dir"])
             assert model.cache_key[:16] in str(work)
@@ -324,3 +327,28 @@ def test_a_refusal_is_one_error_line_and_no_record(synth_tiny, isolated_home, ca
     runs = isolated_home / "results" / "runs"
     assert not (runs.exists() and list(runs.rglob("*.json")))
     assert not (isolated_home / "home" / "mmseg").exists()
+
+
+def test_compare_takes_a_resnet_and_random_init_on_the_mmseg_protocols(tmp_path):
+    """Records as the runner writes them (the identity's fingerprint, the model settings in the
+    model block): a ResNet and a random-init ViT are one comparable column."""
+    from harness.results.compare import compare_runs
+    from harness.results.records import make_record
+
+    root = tmp_path / "data"
+    root.mkdir()
+    proto = Segmenter.from_preset("synth")
+    records = {}
+    for name, spec, miou in (("r18", "timm:resnet18,weights=random", 12.0), ("random_init", "random_init:vit_cpu_tiny",
+                                                                            9.0)):
+        model = build_model(spec, name=name)
+        identity = proto.identity(root, model)
+        block = {"name": "segmenter", "preset": "synth", "dataset": "synth_ade", "split": "val",
+                 "params": proto.settings(), "fingerprint": identity.fingerprint, "request": identity.request,
+                 **identity.data}
+        info = {**model.record_info(), **({"protocol_settings": identity.model_settings} if identity.model_settings
+                                          else {})}
+        records[name] = [make_record(info, block, None, {"lr": "best"}, {"mIoU": miou}, {"wall_s": 1.0})]
+    assert "protocol_settings" in records["r18"][0]["model"]
+    table = compare_runs(records["random_init"], records["r18"])
+    assert len(table) and table["delta"].tolist()[0] == pytest.approx(3.0)

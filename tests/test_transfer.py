@@ -257,12 +257,29 @@ def test_settings_that_do_not_fit_are_refused(synth_tiny, model):
         TransferProtocol.from_preset("synth", {**QUICK, "dataset": "imagefolder"}).run(model, synth_tiny)
     with pytest.raises(ConfigError, match="mAP is for multi-label"):
         TransferProtocol.from_preset("synth", {**QUICK, "metric": "mAP"}).run(model, synth_tiny)
-    with pytest.raises(ConfigError, match="multiple of the model's patch size"):
+    with pytest.raises(ConfigError, match=r"transfer: image_size 60 is not a multiple of the stride 8 of model .*"
+                                          r"set image_size=56 or 64"):
         TransferProtocol.from_preset("synth", {**QUICK, "image_size": 60}).run(model, synth_tiny)
+    assert TransferProtocol.from_preset("synth", {"image_size": 60}).input_sizes() == {"image_size": 60}
     with pytest.raises(ConfigError, match="metric must be"):
         TransferProtocol.from_preset("synth", {"metric": "top5"})
-    with pytest.raises(DataError, match="constant over the training features"):
+    with pytest.raises(DataError, match="constant over the training features .* set zero_variance=unit"):
         recipe.standardise(np.ones((4, 3), dtype=np.float32), source="training features")
+
+
+def test_zero_variance_guard_is_standard_scalers():
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(0)
+    fit_on = rng.normal(size=(20, 5)).astype(np.float64)
+    fit_on[:, [1, 3]] = 0.0  # dead ReLU channels
+    other = rng.normal(size=(7, 5))
+    ours = recipe.standardise(fit_on, other, zero_variance="unit")
+    scaler = StandardScaler().fit(fit_on)
+    assert np.allclose(ours[0], scaler.transform(fit_on)) and np.allclose(ours[1], scaler.transform(other))
+    assert TransferProtocol.from_preset("synth").fingerprint() == TransferProtocol.from_preset(
+        "synth", {"zero_variance": "refuse"}).fingerprint() != TransferProtocol.from_preset(
+        "synth", {"zero_variance": "unit"}).fingerprint()  # the default keeps the records it made
 
 
 def test_cli_bad_layout_one_error_line_exit_2_no_record(synth_tiny, isolated_home, capsys):

@@ -199,3 +199,15 @@ def test_an_imported_checkpoint_finds_its_head_in_the_file_it_came_from(folder, 
     with pytest.raises(ConfigError, match="is not the file model"):
         UnsupClsProtocol.from_preset("ibot", {"dataset": "imagefolder", "resize": 32, "crop": 32, "progress": False,
                                               "head_checkpoint": str(other)}).run(model, folder)
+
+
+def test_an_undefined_official_acc_is_null_with_its_reason_the_other_scores_kept():
+    """SynthScenes tiny's few validation classes: the official matching indexes out of range for
+    some assignments; the record keeps ARI, NMI and FMI and says why ACC has no value."""
+    labels = np.array([0, 0, 1, 1, 1, 0])
+    clusters = np.array([0, 0, 5, 5, 5, 0])  # a cluster value - min beyond the two labels present
+    proto = UnsupClsProtocol.from_preset("synth")
+    res = proto._result("kmeans", labels, clusters, {}, 0.0, 0.0)
+    assert res.metrics["ACC"] is None and "beyond the 2 labels" in res.metrics_undefined["ACC"]
+    assert "acc_matching=hungarian" in res.metrics_undefined["ACC"]
+    assert res.metrics["ARI"] == pytest.approx(100.0) and res.metrics["NMI"] == pytest.approx(100.0)

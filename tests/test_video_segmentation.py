@@ -202,7 +202,8 @@ def test_model_without_patch_grid(synth_clips):
 
 def test_input_size_not_a_multiple_of_the_patch(synth_clips):
     proto = VideoSegmentation.from_preset("synth", {"progress": False, "scale_size": 60})
-    with pytest.raises(ConfigError, match="not a multiple of the model's patch size 8"):
+    with pytest.raises(ConfigError, match=r"davis: .* not a multiple of the stride 8 of model .*; set scale_size=56 "
+                                          r"or 64 and size_multiple=8 .*--set davis.scale_size=N"):
         proto.run(_patch8(), synth_clips)
 
 
@@ -237,3 +238,13 @@ def test_synth_small_ranks_ssl_checkpoints_above_random_init(tmp_path, isolated_
     score = {spec: VideoSegmentation.from_preset("synth", {"progress": False}).run(build_model(spec), root)[0]
              .metrics["JF_mean"] for spec in ("random_init:vit_cpu_tiny", "zoo:synth_dino", "zoo:synth_ibot")}
     assert min(score["zoo:synth_dino"], score["zoo:synth_ibot"]) > score["random_init:vit_cpu_tiny"] + 2, score
+
+
+def test_davis_declares_its_minimum_grid():
+    from benchmarks.video_segmentation.protocol import MIN_GRID_CELLS, MIN_GRID_WHY
+    from harness.features.grid import coarse_grid_flag
+
+    flag = coarse_grid_flag("davis", (2, 4), MIN_GRID_CELLS, MIN_GRID_WHY, "r18", 32, (64, 128))
+    assert flag.startswith("davis: the feature grid of model r18 is 4x2 cells (stride 32 on 128x64 inputs), "
+                           "below the protocol's minimum of 8 cells a side (the official 480 p frames")
+    assert coarse_grid_flag("davis", (8, 16), MIN_GRID_CELLS, MIN_GRID_WHY, "vit", 8, (64, 128)) is None

@@ -11,6 +11,7 @@ category's fraction of correct keypoints.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from benchmarks.correspondence.matching import (SquareResize, match_keypoints, p
 from benchmarks.correspondence.per_image_kind import category_pck_block, mean_over_categories
 from benchmarks.correspondence.reader import PairImages
 from harness.data.io import image_size, load_rgb
+from harness.features.grid import coarse_grid_flag
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from harness.errors import ConfigError, DataError
 from harness.examples import Example, Panel, chosen_items, seen_by_model
@@ -123,7 +125,22 @@ class Correspondence(Protocol):
         t0 = time.perf_counter()
         scored = self.score_pairs(data, pairs, fs, {im: i for i, im in enumerate(images)})
         match_s = time.perf_counter() - t0
-        return [self.result(chosen, scored, len(images), extract_s, match_s)]
+        result = self.result(chosen, scored, len(images), extract_s, match_s)
+        flag = self.coarse_grid(model.name, patch)
+        result.flags = [flag] if flag else []
+        return [result]
+
+    def coarse_grid(self, model_name: str, patch: int) -> str | None:
+        """The flag of a grid too coarse for PCK at ``alpha``: a match is its patch's centre, so with
+        fewer than 1 / (2 alpha) cells a side half a patch is more than alpha of even a box that
+        spans the whole image, and most right matches count as misses."""
+        cfg = self.cfg
+        cells = -(-cfg.image_size // patch)  # center padding to a whole patch
+        minimum = math.ceil(1 / (2 * cfg.alpha) - 1e-9)
+        why = (f"a match is its patch's centre: below 1/(2 alpha) = {minimum} cells a side, half a patch is more "
+               f"than alpha = {cfg.alpha} of even a box spanning the whole image, so most right matches miss")
+        return coarse_grid_flag("correspondence", (cells, cells), minimum, why, model_name, patch,
+                                (cfg.image_size, cfg.image_size))
 
     def pair_inputs(self, data, p, fs, index: dict):
         """(source features, target features, source keypoints, target keypoints) of one pair:

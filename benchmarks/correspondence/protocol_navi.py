@@ -165,9 +165,13 @@ class CorrespondenceNAVI(Protocol):
             inside = np.array([b == m for b in bins], dtype=np.float64)
             num[m], den[m] = within * inside, inside
         block = ratios_block(num, den, scale={m: 100.0 for m in num})
+        # an empty bin is NaN, as Probe3D's empty mean; the record writes it as null with this reason
         metrics = {m: (float(100.0 * num[m].sum() / den[m].sum()) if den[m].sum() else float("nan")) for m in num}
+        undefined = {m: f"no pair of views is {lo}-{hi} degrees apart in this data (an empty bin)"
+                     for m, (lo, hi) in ANGLE_BINS.items() if not den[m].sum()}
+        undefined.update({m: "no correspondence was scored" for m in num if not den[m].sum() and m not in undefined})
         cfg = self.cfg
-        return ProtocolResult(
+        return ProtocolResult(metrics_undefined=undefined,
             metrics=metrics, dataset=cfg.dataset, split=cfg.split, seed=cfg.pair_seed,
             params={"preset": cfg.preset, "n_pairs": len(scored), "n_views": len(data.views),
                     "n_pairs_by_angle": {m: int(den[m].sum()) for m in ANGLE_BINS},

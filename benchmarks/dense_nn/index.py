@@ -107,8 +107,10 @@ class BankIndex:
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(similarities (n, k) float32, indices (n, k) int64), best first."""
         if self.ntotal < k:
-            raise ConfigError(f"the memory bank holds {self.ntotal} patches, fewer than k={k}; "
-                              f"lower k or use a larger fraction")
+            raise ConfigError(f"dense_nn: the memory bank holds {self.ntotal} patches (the patch grids of the "
+                              f"training images kept at this fraction), fewer than k={k} neighbours; set k to at "
+                              f"most {self.ntotal} (--set k=N; in a suite --set dense_nn.k=N), use a larger fraction, "
+                              f"or a model of a smaller stride (more patches an image)")
         q = np.ascontiguousarray(queries, dtype=np.float32)
         if self.torch_bank is not None:
             return self.torch_bank.search(q, k)

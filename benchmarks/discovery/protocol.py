@@ -144,11 +144,11 @@ class DiscoveryProtocol(Protocol):
         x = PadToPatchMultiple(patch)(image)
         grid = (x.shape[-2] // patch, x.shape[-1] // patch)
         feats = last_block_features(backbone, x[None].to(module_device(backbone)), self.cfg.which_features,
-                                    self.PANEL)
+                                    self.PANEL, model.name)
         return self.find(feats[0].float(), grid, patch, (image.height, image.width)), x
 
     def _checked_model(self, model):
-        check_has_keys(model.backbone, self.PANEL)
+        check_has_keys(model.backbone, self.PANEL, model.name)
         model.backbone.eval()
 
     def run(self, model, data_root) -> list[ProtocolResult]:

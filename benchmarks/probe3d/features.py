@@ -23,18 +23,31 @@ def probe3d_blocks(n_blocks: int) -> list[int]:
     return [n_blocks // 4 - 1, n_blocks // 2 - 1, n_blocks // 4 * 3 - 1, n_blocks - 1]
 
 
-def chosen_blocks(blocks: list[int] | None, n_blocks: int, protocol: str) -> list[int]:
+def blocks_for(n_blocks: int) -> list[int]:
+    """Four blocks a model of ``n_blocks`` has: Probe3D's rule, each index at least 0 (a model with
+    fewer than four blocks repeats them: [0, 0, 0, 0] for one)."""
+    return [max(0, b) for b in probe3d_blocks(max(1, n_blocks))]
+
+
+def _set_blocks(protocol: str, n_blocks: int) -> str:
+    fit = ",".join(map(str, blocks_for(n_blocks)))
+    return f"set blocks=[{fit}] (eval: --set blocks=[{fit}]; run: --set {protocol}.blocks=[{fit}])"
+
+
+def chosen_blocks(blocks: list[int] | None, n_blocks: int, protocol: str, model: str | None = None) -> list[int]:
     """The four 0-based block indices, in depth order; refused with the fix when invalid."""
     chosen = probe3d_blocks(n_blocks) if blocks is None else list(blocks)
+    who = f"model {model} has" if model else "the model has"
     if blocks is None and chosen[0] < 0:
-        raise ConfigError(f"{protocol}: a {n_blocks}-block model has no Probe3D block list "
-                          f"(n//4 - 1 < 0); name four blocks, e.g. --set blocks=[0,1,1,{n_blocks - 1}]")
+        raise ConfigError(f"{protocol}: {who} {n_blocks} block(s), too few for Probe3D's block list "
+                          f"(n//4 - 1 < 0); {_set_blocks(protocol, n_blocks)}")
     if len(chosen) != 4 or min(chosen) < 0 or chosen != sorted(chosen):
-        raise ConfigError(f"{protocol}: blocks must be four non-negative indices in depth order, found {chosen}")
+        raise ConfigError(f"{protocol}: blocks must be four non-negative indices in depth order, found {chosen}; "
+                          f"{_set_blocks(protocol, n_blocks)}")
     if chosen[-1] >= n_blocks:
         # the list suits the suite's other models; a shallower one (the raw-pixel baseline) is skipped
-        raise NotApplicable(f"{protocol} reads blocks {chosen}; the model has {n_blocks} block(s) "
-                            f"(indices 0 to {n_blocks - 1})")
+        raise NotApplicable(f"{protocol} reads blocks {chosen}; {who} {n_blocks} block(s) "
+                            f"(indices 0 to {n_blocks - 1}): {_set_blocks(protocol, n_blocks)}")
     return chosen
 
 

@@ -123,7 +123,7 @@ class DPTProbe(Protocol):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ checks before any work
-    def check_model(self, backbone) -> list[int]:
+    def check_model(self, backbone, model_name: str | None = None) -> list[int]:
         name = self.registry_name
         if not callable(getattr(backbone, "get_features", None)) or not isinstance(
                 getattr(backbone, "patch_size", None), int):
@@ -131,7 +131,7 @@ class DPTProbe(Protocol):
         n = len(backbone.blocks) if hasattr(backbone, "blocks") else getattr(backbone, "num_blocks", None)
         if not isinstance(n, int):
             raise NotApplicable(f"{name}: {type(backbone).__name__} states no block count")
-        return chosen_blocks(self.cfg.blocks, n, name)
+        return chosen_blocks(self.cfg.blocks, n, name, model_name)
 
     def readers(self, data_root: Path):
         cfg = self.cfg
@@ -158,7 +158,7 @@ class DPTProbe(Protocol):
         """(head, blocks, training reader, evaluation reader, losses): the checks, then the probe trained."""
         cfg = self.cfg
         backbone = model.backbone
-        blocks = self.check_model(backbone)
+        blocks = self.check_model(backbone, model.name)
         train, val = self.readers(Path(data_root))
         backbone.eval()
         torch.manual_seed(cfg.seed)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.errors import ConfigError, NotApplicable
+from harness.errors import ConfigError
+from harness.features import attention
 
 DROPS = ("salient", "non_salient")
 
@@ -47,31 +48,13 @@ def drop_patches(images: torch.Tensor, salient: torch.Tensor, grid: tuple[int, i
     return out, 1.0 - keep.float().mean(1)
 
 
-def require_attention(backbone) -> None:
-    """NotApplicable unless the backbone's last block has the attention the saliency reads."""
-    attn = getattr(getattr(getattr(backbone, "blocks", [None])[-1], "attn", None), "qkv", None)
-    if not isinstance(attn, nn.Linear):
-        raise NotApplicable("occlusion needs a ViT's attention (the last block's attn.qkv); "
-                            f"{type(backbone).__name__} has none")
+def require_attention(backbone, name: str | None = None) -> None:
+    """NotApplicable unless the backbone (or the model inside its adapter) has the last attention
+    block the saliency reads (harness.features.attention)."""
+    attention.require_attention(backbone, "occlusion (the [CLS] attention saliency)", name)
 
 
 def cls_attention(backbone, x: torch.Tensor, head: int) -> torch.Tensor:
     """(B, h*w): the last block's attention of [CLS] to each patch, for one head, as DINO's
     ``forward_selfattention`` returns it (softmax(q k^T x scale), registers left out)."""
-    require_attention(backbone)
-    block = backbone.blocks[-1].attn
-    heads = int(block.num_heads)
-    if not 0 <= head < heads:
-        raise ConfigError(f"saliency_head {head} but the saliency model has {heads} heads")
-    seen = {}
-    handle = block.qkv.register_forward_hook(lambda _m, _i, out: seen.__setitem__("qkv", out))
-    try:
-        backbone.get_features(x, n_last_blocks=1, norm=True)
-    finally:
-        handle.remove()
-    b, t, _ = seen["qkv"].shape
-    qkv = seen["qkv"].reshape(b, t, 3, heads, -1).permute(2, 0, 3, 1, 4)
-    q, k = qkv[0, :, head], qkv[1, :, head]
-    scores = (q[:, :1] @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5)
-    prefix = int(getattr(backbone, "num_prefix_tokens", 1))
-    return scores.softmax(-1)[:, 0, prefix:]
+    return attention.cls_attention_rows(backbone, x, head, "occlusion saliency")

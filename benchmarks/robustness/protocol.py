@@ -35,7 +35,9 @@ from benchmarks.robustness import evaluation
 from benchmarks.robustness.corruption import CORRUPTIONS_15, CORRUPTIONS_19, NORMALIZERS, SEVERITIES
 from benchmarks.robustness.head_file import load_head_file
 from benchmarks.robustness.occlusion import drop_and_score
-from benchmarks.robustness.patch_drop import DROPS, require_attention
+from benchmarks.robustness.patch_drop import DROPS
+from benchmarks.robustness.sizes import OCCLUSION, check_native_sizes, check_saliency_stride
+from harness.features.attention import missing_attention, require_attention
 from benchmarks.robustness.transforms import CenterCropOnly
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, ResizeCenterCrop
 from harness.errors import ConfigError
@@ -162,8 +164,7 @@ class Robustness(LinearProbe):
             raise ConfigError("robustness scores the head the recipe selects on the validation split (iBOT's); "
                               "selection_holdout is not supported here, set it to 0")
         data_root = Path(data_root)
-        if "occlusion" in c.shifts and c.saliency == "self":
-            require_attention(model.backbone)  # before the head is trained, not after
+        self._check_before_work(model, data_root)  # before the head is trained, not after
         if c.head_checkpoint:
             return self._with_head_file(model, data_root)
         clean = super().run(model, data_root)[0]
@@ -274,12 +275,47 @@ class Robustness(LinearProbe):
 
         return build_model(spec).backbone.to(device).eval()
 
+    # ------------------------------------------------------------------ what cannot run, found first
+    def _check_before_work(self, model, root: Path) -> None:
+        """Every input size fed to the model (the backgrounds at their native size) and to the
+        saliency model, against their strides; whether occlusion applies (``self._occlusion_skip``:
+        why not, for a model without the attention its saliency reads: that part alone is left out)."""
+        c = self.cfg
+        self._occlusion_skip = self._saliency_model = None
+        if "backgrounds" in c.shifts:
+            check_native_sizes(model, root / c.backgrounds_root, c.bg_variants, c.shifts)
+        if "occlusion" not in c.shifts or c.saliency.endswith(".npy"):
+            return
+        if c.saliency == "self":
+            self._occlusion_skip = missing_attention(model.backbone, OCCLUSION, model.name)
+            return
+        from harness.models.sources import build_model
+
+        saliency = build_model(c.saliency, name="saliency").backbone.to(module_device(model.backbone)).eval()
+        require_attention(saliency, "saliency")
+        check_saliency_stride(c.crop, int(saliency.patch_size), c.saliency, model.name)
+        self._saliency_model = saliency
+
+    def _occlusion_not_applicable(self) -> list[ProtocolResult]:
+        """One record per drop, its top1 null with the reason (harness.results.records)."""
+        c = self.cfg
+        why = {"top1": f"not applicable: {self._occlusion_skip}"}
+        return [ProtocolResult(metrics={"top1": None}, metrics_undefined=why, dataset=c.dataset, split=c.val_split,
+                               seed=c.seed, variant={"shift": f"occlusion_{drop}"},
+                               params={"saliency": c.saliency, "occlusion_mass": c.occlusion_mass})
+                for drop in c.occlusion_drops]
+
     def _occlusion(self, model, root: Path, splits, scorer, of_batch) -> list[ProtocolResult]:
         c = self.cfg
+        if getattr(self, "_occlusion_skip", None):
+            return self._occlusion_not_applicable()
         tf = ResizeCenterCrop(resize=c.resize, crop=c.crop, interpolation=c.occlusion_interpolation)
         device = module_device(model.backbone)
-        scored = drop_and_score(self._saliency(model, root, device), splits.val, splits.val_labels, tf, of_batch,
-                                stride=int(model.backbone.patch_size), mass=c.occlusion_mass, drops=c.occlusion_drops,
+        saliency = getattr(self, "_saliency_model", None) or self._saliency(model, root, device)
+        # the patch grid the drops are made on: the saliency model's (stored rows: the evaluated model's)
+        stride = int(getattr(saliency, "patch_size", model.backbone.patch_size))
+        scored = drop_and_score(saliency, splits.val, splits.val_labels, tf, of_batch,
+                                stride=stride, mass=c.occlusion_mass, drops=c.occlusion_drops,
                                 head=c.saliency_head, batch_size=c.feature_batch_size, device=device,
                                 fill=self._fill())
         out = []

@@ -6,8 +6,10 @@ builds the mmengine config from these settings and runs it.
 Two backbone paths, one sweep: a ViT whose weights mmseg's ``VisionTransformer`` computes
 exactly (the harness ViT of every method and zoo checkpoint, a plain timm ViT) is rebuilt as
 that ViT (mmseg_bridge.py); any other model keeps its own module, wrapped as an mmseg backbone
-that returns its patch grid (mmseg_adapted.py). Only the second path adds to the fingerprint
-(``model_settings``): the ViT path's records are those it always wrote.
+that returns its patch grid (mmseg_adapted.py). The second path's head spec (how the features
+reach the head, the mask transformer's head count) is the model's (``model_settings``): records keep
+it in their model block (``protocol_settings``), and the fingerprint is the protocol's, one for
+every model.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from benchmarks.segmentation.config import EXECUTION_ONLY, SegConfig
 from benchmarks.segmentation import mmseg_adapted
 from benchmarks.segmentation.mmseg_bridge import (MASK_DROP_PATH, MASK_LAYERS, MMSEG_VERSION, read_per_image_file,
                                                   run_seg_protocol, vit_mismatch)
+from harness.config import fingerprint
 from harness.errors import ConfigError, NotApplicable
 from harness.models.feature_backbone import is_adapted
 
@@ -57,13 +60,12 @@ def best_of(runs: list[dict], key: str = "mIoU") -> dict:
     return max(finite, key=lambda r: r["metrics"][key])
 
 
-def to_results(runs: list[dict], cfg: SegConfig, split: str = "val", extra_params: dict | None = None) -> list:
+def to_results(runs: list[dict], cfg: SegConfig, split: str = "val") -> list:
     """One ProtocolResult per lr (variant lr=<lr>) + the best over the sweep (variant lr=best).
 
     Every record names the lr its number comes from (params ``lr``) and carries all the
     validations of that lr's training (params ``validations``: [iteration, mIoU] pairs);
     the number is the last validation's (``reported_iter`` = iters), CrIBo's final one.
-    ``extra_params`` join every record's params (the feature-contract path's head spec).
     """
     from harness.protocol import ProtocolResult
 
@@ -71,7 +73,7 @@ def to_results(runs: list[dict], cfg: SegConfig, split: str = "val", extra_param
         return {"lr": r["lr"], "eta_min": r["lr"] * cfg.eta_min_ratio, "iters": r["iters"],
                 "num_classes": r["num_classes"], "train_lists": r["train_lists"],
                 "synthetic": r["synthetic"], "validations": r["validations"],
-                "reported_iter": r["reported_iter"], "reported": "last validation", **(extra_params or {})}
+                "reported_iter": r["reported_iter"], "reported": "last validation"}
 
     def artifacts(r: dict) -> dict:
         return {"per_class_csv": r["csv"], "validation_log": r["validation_log"], "work_dir": r["work_dir"],
@@ -137,10 +139,11 @@ class SegProtocolBase:
         from harness.paths import home
 
         # the data stamp too: mmengine resumes from this folder, never from another data set's run;
-        # the model's cache key holds its adapter's settings, the fingerprint its backbone path
-        fingerprint = self.identity(data_root, model).fingerprint
+        # the model's cache key holds its adapter's settings, the model settings its backbone path
+        identity = self.identity(data_root, model)
+        built = f"-{fingerprint(identity.model_settings, length=8)}" if identity.model_settings else ""
         return (home() / "mmseg" / model.cache_key[:16]
-                / f"{self.registry_name}-{fingerprint}-{data_stamp(data_root)[:8]}")
+                / f"{self.registry_name}-{identity.fingerprint}{built}-{data_stamp(data_root)[:8]}")
 
     def precision(self) -> str:
         return "fp16" if self.cfg.amp else "fp32"  # mmengine's AmpOptimWrapper autocasts to fp16
@@ -156,17 +159,15 @@ class SegProtocolBase:
                               "(CUDA_VISIBLE_DEVICES='') to run it on the CPU")
         work_dir = Path(self.cfg.work_dir) if self.cfg.work_dir else self.default_work_dir(model, data_root)
         vit = mmseg_vit_weights(model.backbone)
-        extra = {}
         if vit is not None:
             state, arch = vit
             state = {k: v.detach().cpu() for k, v in state.items()}  # mmengine loads them from a file
             runs = run_seg_protocol(state, arch, self.cfg, data_root, work_dir, head=self.HEAD,
                                     frozen=self.FROZEN)
         else:
-            extra = self.model_settings(model)  # the head spec, readable in the records
             runs = mmseg_adapted.run_feature_seg_protocol(
                 model.backbone, model.cache_key, self.cfg, data_root, work_dir, head=self.HEAD,
                 frozen=self.FROZEN, protocol=self.registry_name)
         if int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) != 0:
             return []  # one set of records per run, written by rank 0
-        return to_results(runs, self.cfg, extra_params=extra)
+        return to_results(runs, self.cfg)

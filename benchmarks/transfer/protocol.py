@@ -51,6 +51,9 @@ class TransferConfig:
     max_iter: int = 1000
     tol: float = 1e-12
     standardize: bool = True
+    # a feature dimension constant over the fitting split: "refuse" (the official script would
+    # divide by its zero std); "unit": divided by 1, scikit-learn StandardScaler's guard (opt-in)
+    zero_variance: Literal["refuse", "unit"] = "refuse"
     metric: str = ""  # "": the data set's published metric
     ap_curve: Literal["sklearn", "devkit"] = "sklearn"  # sklearn: the official voc_ap on sklearn's curve
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"
@@ -73,6 +76,7 @@ class TransferConfig:
 class TransferProtocol(Protocol):
     Config = TransferConfig
     NOT_IN_FINGERPRINT = ("batch_size", "num_workers", "cache", "progress")
+    ABSENT_AT = {"zero_variance": "refuse"}  # records made before the guard are the refusing default's
     PRESETS = load_presets("transfer")  # configs/protocols/transfer_*.yaml
     DEFAULT_PRESET = "synclr"
 
@@ -135,11 +139,18 @@ class TransferProtocol(Protocol):
                               f"{', '.join(sorted(self.declaration().datasets))}")
         return reader
 
+    def input_sizes(self) -> dict[str, int]:
+        """What the runner checks against the model's stride before any image is read (its error
+        names the protocol, the model and the nearest sizes that work)."""
+        return {"image_size": int(self.cfg.image_size)}
+
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
         c = self.cfg
         patch = int(model.backbone.patch_size)
-        if c.image_size % patch:
-            raise ConfigError(f"image_size {c.image_size} is not a multiple of the model's patch size {patch}")
+        if c.image_size % patch:  # the runner checks input_sizes() first; a direct call is refused alike
+            lower, upper = max(patch, c.image_size // patch * patch), (c.image_size // patch + 1) * patch
+            raise ConfigError(f"transfer: image_size {c.image_size} is not a multiple of the stride {patch} of model "
+                              f"{model.name}; set image_size={lower} or {upper} (--set image_size=N)")
         t0 = time.perf_counter()
         data, base = self.arrays(model, data_root)
         t_feat = time.perf_counter() - t0
@@ -171,8 +182,9 @@ class TransferProtocol(Protocol):
         trainval/test on trainval's."""
         if not self.cfg.standardize:
             return {"train": data.train[0], "val": data.val[0], "trainval": data.trainval[0], "test": data.test[0]}
-        tr, va = recipe.standardise(data.train[0], data.val[0], source="training features")
-        tv, te = recipe.standardise(data.trainval[0], data.test[0], source="train+val features")
+        guard = {"zero_variance": self.cfg.zero_variance, "where": f"transfer on {self.cfg.dataset}"}
+        tr, va = recipe.standardise(data.train[0], data.val[0], source="training features", **guard)
+        tv, te = recipe.standardise(data.trainval[0], data.test[0], source="train+val features", **guard)
         return {"train": tr, "val": va, "trainval": tv, "test": te}
 
 

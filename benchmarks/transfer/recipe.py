@@ -34,14 +34,24 @@ def c_grid(wd_from: float = -6.0, wd_to: float = 5.0, steps: int = 45) -> list[f
     return [1.0 / wd.item() for wd in torch.logspace(wd_from, wd_to, steps)]
 
 
-def standardise(fit_on: np.ndarray, *others: np.ndarray, source: str = "features") -> list[np.ndarray]:
-    """(x - mean) / std with the statistics of ``fit_on``; every array returned, ``fit_on`` first."""
+ZERO_VARIANCE = ("refuse", "unit")
+
+
+def standardise(fit_on: np.ndarray, *others: np.ndarray, source: str = "features",
+                zero_variance: str = "refuse", where: str = "transfer") -> list[np.ndarray]:
+    """(x - mean) / std with the statistics of ``fit_on``; every array returned, ``fit_on`` first.
+    A dimension constant over ``fit_on`` (a dead ReLU channel) has std 0: the official script divides
+    by it (NaN features), refused here (``zero_variance: refuse``); ``unit`` divides it by 1 instead, as
+    scikit-learn's StandardScaler does (the centred dimension is then 0 everywhere in ``fit_on``)."""
     mean = np.mean(fit_on, axis=0, keepdims=True)
     std = np.std(fit_on, axis=0, keepdims=True)
     if np.any(std == 0):
-        raise DataError(f"{int(np.sum(std == 0))} feature dimension(s) are constant over the {source}: the "
-                        "official standardisation divides by their zero std (NaN features); use more images "
-                        "or set standardize: false")
+        if zero_variance != "unit":
+            raise DataError(f"{where}: {int(np.sum(std == 0))} feature dimension(s) are constant over the {source} "
+                            "(dead channels): the official standardisation divides by their zero std (NaN "
+                            "features); set zero_variance=unit (scikit-learn StandardScaler's guard: those "
+                            "dimensions divided by 1), standardize=false, or use more images")
+        std = np.where(std == 0, 1.0, std)
     return [(x - mean) / std for x in (fit_on, *others)]
 
 

@@ -152,6 +152,12 @@ def scores(table: np.ndarray, label_values: np.ndarray, cluster_values: np.ndarr
     return {"ACC": value, "ARI": ari(table), "NMI": nmi(table), "FMI": fmi(table)}
 
 
+def contingency_of(labels: np.ndarray, clusters: np.ndarray, copies: int = 1):
+    """(table, label values, cluster values) as the official code sees them (``copies`` stacked copies)."""
+    table, lv, cv = contingency(labels, clusters)
+    return table * int(copies), lv, cv
+
+
 def assignment_scores(labels: np.ndarray, clusters: np.ndarray, matching: str = "official",
                       copies: int = 1) -> dict[str, float]:
     """:func:`scores` of two per-image arrays, as the official code scores ``copies`` stacked copies of

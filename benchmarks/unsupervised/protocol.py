@@ -36,7 +36,7 @@ from harness.protocol import Protocol, ProtocolResult
 from harness.registry import DATASETS, register_protocol
 
 from benchmarks.unsupervised.kmeans import kmeans_assign
-from benchmarks.unsupervised.metrics import AccUndefined, assignment_scores
+from benchmarks.unsupervised.metrics import AccUndefined, assignment_scores, contingency_of, scores
 from benchmarks.unsupervised.per_image_kind import clusters_block
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,9 @@ class UnsupClsProtocol(Protocol):
         c = self.cfg
         patch = int(model.backbone.patch_size)
         if c.crop % patch:
-            raise ConfigError(f"crop {c.crop} is not a multiple of the model's patch size {patch}")
+            lower, upper = max(patch, c.crop // patch * patch), (c.crop // patch + 1) * patch
+            raise ConfigError(f"unsup_cls: crop {c.crop} is not a multiple of the stride {patch} of model "
+                              f"{model.name}; set crop={lower} or {upper} (--set crop=N)")
         reader, labels, num_classes = self.split(data_root)
         head = self.head(model, num_classes) if "head" in c.assignments else None
         t0 = time.perf_counter()
@@ -174,13 +176,16 @@ class UnsupClsProtocol(Protocol):
 
     def _result(self, assignment, labels, clusters, params, t_feat, t_assign) -> ProtocolResult:
         c = self.cfg
+        undefined = {}
         try:
             s = assignment_scores(labels, clusters, c.acc_matching, c.gather_copies)
-        except AccUndefined as exc:
-            raise DataError(f"{c.dataset} {c.split!r}: {exc} (every class needs images for the official "
-                            f"matching; or set acc_matching=hungarian)") from None
+        except AccUndefined as exc:  # the official script stops there; the other scores still mean something
+            s = {**scores(*contingency_of(labels, clusters, c.gather_copies)), "ACC": None}
+            undefined["ACC"] = (f"{exc} (the {c.dataset} {c.split!r} split has images of {len(np.unique(labels))} "
+                                "classes; acc_matching=hungarian scores any assignment)")
         params["clusters_used"] = int(len(np.unique(clusters)))
-        return ProtocolResult(metrics={m: 100.0 * v for m, v in s.items()}, dataset=c.dataset, split=c.split,
+        return ProtocolResult(metrics={m: None if v is None else 100.0 * v for m, v in s.items()},
+                              metrics_undefined=undefined, dataset=c.dataset, split=c.split,
                               seed=c.kmeans_seed if assignment == "kmeans" else None,
                               variant={"assignment": assignment}, params=params,
                               per_image=clusters_block(labels, clusters, matching=c.acc_matching,

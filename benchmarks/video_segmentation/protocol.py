@@ -21,6 +21,7 @@ import torch
 from benchmarks.video_segmentation import davis_metrics, frames
 from benchmarks.video_segmentation.propagation import PropagationSettings, propagate_video, segmentation
 from harness.data.io import image_size
+from harness.features.grid import coarse_grid_flag
 from harness.data.synthetic import voc_palette
 from harness.errors import ConfigError, DataError
 from harness.per_image import ratios_block
@@ -79,6 +80,14 @@ class Config:
 PRESETS: dict[str, dict[str, Any]] = load_presets("davis")
 
 
+# the short side of the feature grid below which the number says little: the official evaluations
+# (480 p frames at stride 8 and 16) propagate labels over 60 and 30 cells; below 8 most objects cover a
+# cell or two and J and F measure the upsampling of those cells rather than the features
+MIN_GRID_CELLS = 8
+MIN_GRID_WHY = ("the official 480 p frames give 60 cells at stride 8 and 30 at stride 16; below 8 most "
+                "objects cover a cell or two and J and F measure the upsampling of those cells")
+
+
 def patch_size_of(model) -> int:
     """The model's patch size (stride of its patch grid); a ConfigError for a model without one."""
     backbone = getattr(model, "backbone", None)
@@ -108,7 +117,7 @@ class VideoSegmentation(Protocol):
         c = self.cfg
         return PropagationSettings(c.n_last_frames, c.size_mask_neighborhood, c.topk, c.temperature)
 
-    def geometry(self, ds, seq, patch: int) -> Geometry:
+    def geometry(self, ds, seq, patch: int, model_name: str | None = None) -> Geometry:
         """The sizes of one sequence, checked: one frame size throughout, a network input that
         is a multiple of the patch size, a label grid with as many cells as the feature grid."""
         c = self.cfg
@@ -122,9 +131,12 @@ class VideoSegmentation(Protocol):
         w, h = sizes.pop()
         th, tw = frames.frame_size(h, w, c.scale_size, c.size_multiple)
         if th % patch or tw % patch or th < patch or tw < patch:
-            raise ConfigError(f"sequence {seq.name!r}: frames {w}x{h} become {tw}x{th} (scale_size {c.scale_size}, "
-                              f"size_multiple {c.size_multiple}), not a multiple of the model's patch size {patch}; "
-                              f"choose a scale_size and size_multiple divisible by {patch}")
+            lower, upper = max(patch, c.scale_size // patch * patch), (c.scale_size // patch + 1) * patch
+            raise ConfigError(f"davis: sequence {seq.name!r}: frames {w}x{h} become {tw}x{th} (scale_size "
+                              f"{c.scale_size}, size_multiple {c.size_multiple}), not a multiple of the stride {patch}"
+                              f"{f' of model {model_name}' if model_name else ''}; set scale_size={lower} or {upper} "
+                              f"and size_multiple={patch} (--set scale_size=N --set size_multiple={patch}; in a suite "
+                              f"--set davis.scale_size=N --set davis.size_multiple={patch})")
         lh, lw = frames.label_size(h, w, c.scale_size, c.size_multiple)
         if (lh // patch) * (lw // patch) != (th // patch) * (tw // patch):
             raise ConfigError(f"sequence {seq.name!r}: its labels ({lw // patch}x{lh // patch} patches) and its "
@@ -137,7 +149,7 @@ class VideoSegmentation(Protocol):
         patch = patch_size_of(model)
         ds = DATASETS.get(c.dataset)(Path(data_root), c.split)
         seqs = self._selected(ds)
-        geos = [self.geometry(ds, s, patch) for s in seqs]   # every check before any forward pass
+        geos = [self.geometry(ds, s, patch, model.name) for s in seqs]   # every check before any forward pass
         backbone = model.backbone.eval()
         dev = devices.module_device(backbone)
         timings = {"extract_s": 0.0, "propagate_s": 0.0, "metrics_s": 0.0}
@@ -159,7 +171,11 @@ class VideoSegmentation(Protocol):
                 if c.progress:
                     print(f"[davis] {seq.name}: J {100 * np.mean(res['J']):.1f} F {100 * np.mean(res['F']):.1f}",
                           file=sys.stderr)
-        return [self._result(per_seq, geos, timings, art)]
+        result = self._result(per_seq, geos, timings, art)
+        smallest = min(geos, key=lambda g: min(g.grid))
+        flag = coarse_grid_flag("davis", smallest.grid, MIN_GRID_CELLS, MIN_GRID_WHY, model.name, patch, smallest.frame)
+        result.flags = [flag] if flag else []
+        return [result]
 
     def _selected(self, ds) -> list:
         wanted = self.cfg.sequences

@@ -417,8 +417,8 @@ def _protocol_differences(a: Side, b: Side) -> tuple[list[Difference], list[Diff
                                     "the hashes differ in settings the paper cell does not state"))
             return diffs, reported
         if not any(d.effect == YES for d in diffs):
-            why = ("the settings behind it differ beyond those recorded: a model-specific setting (model_settings, "
-                   "e.g. the mmseg wrapper of an adapted model) or a protocol setting that only the hash holds")
+            why = ("the settings behind it differ beyond those recorded: a protocol setting that only the hash "
+                   "holds (its settings block does not list it)")
         else:
             why = "the hash of the settings that change the number"
         diffs.append(Difference("protocol", "fingerprint", a.fingerprint, b.fingerprint, YES, why))

@@ -338,14 +338,22 @@ def _md_escape(s: str) -> str:
     return str(s).replace("|", "\\|")
 
 
-def to_markdown(df: RunTable | Iterable[dict]) -> str:
-    """One table per (protocol, dataset, split): headline metric first, then the other metrics;
-    the best mean of each column in bold; on headline columns each row's delta to random init."""
+def to_markdown(df: RunTable | Iterable[dict], pairs: list | None = None,
+                readings: dict[str, str] | None = None) -> str:
+    """The overview (harness.results.overview: a row per model, a column per protocol's headline;
+    ``pairs`` say why a cell is empty, ``readings`` how each model was read), then one table per
+    (protocol, dataset, split): headline metric first, then the other metrics; the best mean of each
+    column in bold; on headline columns each row's delta to random init."""
+    from harness.results.overview import build_overview, overview_markdown
+
     t = run_table(df)
     labels = t.labels
-    out = ["# Leaderboard", "",
-           "One table per protocol and data set, its headline metric first. Cells: mean ± std over "
-           "seeds (n = number of seeds). " + _legend(t, "**Bold**") + ".", ""]
+    out = ["# Leaderboard", ""]
+    overview = overview_markdown(build_overview(t, pairs), readings)
+    if overview:
+        out += [overview]
+    out += ["One table per protocol and data set, its headline metric first. Cells: mean ± std over "
+            "seeds (n = number of seeds). " + _legend(t, "**Bold**") + ".", ""]
     for table in protocol_tables(t):
         rows, cells = _table_cells(t, table, best_mark=lambda v: f"**{v}**")
         fps = ", ".join(dict.fromkeys(f"`{c[5][:SHORT_FP]}`" for c in table.columns))
@@ -397,11 +405,15 @@ def to_html(df: RunTable | Iterable[dict], title: str = "ssl-bench leaderboard")
 
 
 def write_leaderboard(df_or_records: RunTable | Iterable[dict], out_dir: str | Path,
-                      extra_sections: list[str] | None = None) -> dict[str, Path]:
+                      extra_sections: list[str] | None = None, pairs: list | None = None,
+                      readings: dict[str, str] | None = None) -> dict[str, Path]:
     """Write leaderboard.csv (wide, means), leaderboard_long.csv (mean/std/n/fingerprint per
     cell, then its 95% interval), leaderboard_fingerprints.csv, leaderboard.md, leaderboard.html
     and PNG plots into ``out_dir``. ``extra_sections`` (plain-text blocks, e.g. a suite's margins
-    and paper verdicts) are appended to leaderboard.md as preformatted text. Returns {name: path};
+    and paper verdicts) are appended to leaderboard.md as preformatted text; ``pairs`` (a run's
+    harness.results.pair_status.PairStatus list) adds its failed and not-applicable pairs and fills the
+    overview's empty cells; ``readings`` (harness.results.overview.model_readings) say how each model
+    was read. Returns {name: path};
     plot names are ``plot_<protocol>`` and ``curve_<file stem>``."""
     t = run_table(df_or_records)
     out = Path(out_dir)
@@ -414,7 +426,11 @@ def write_leaderboard(df_or_records: RunTable | Iterable[dict], out_dir: str | P
     paths["long_csv"] = atomic_write_text(out / "leaderboard_long.csv", long_table(t).to_csv(index=False))
     paths["fingerprints_csv"] = atomic_write_text(out / "leaderboard_fingerprints.csv",
                                                   fingerprint_table(t).to_csv(index=False))
-    md = to_markdown(t) + "".join(f"\n```\n{block}\n```\n" for block in extra_sections or [])
+    from harness.results.pair_status import markdown_section
+
+    pairs_md = markdown_section(pairs or [])
+    md = to_markdown(t, pairs, readings) + (f"\n{pairs_md}" if pairs_md else "") \
+        + "".join(f"\n```\n{block}\n```\n" for block in extra_sections or [])
     paths["md"] = atomic_write_text(out / "leaderboard.md", md)
     paths["html"] = atomic_write_text(out / "leaderboard.html", to_html(t))
     figures = [(f"plot_{protocol}", out / f"{safe_name(protocol)}_bars.png", bar_spec(t, protocol))

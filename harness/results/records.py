@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import datetime as _dt
 import json
+import math
 import platform
 import socket
 import subprocess
@@ -90,10 +91,14 @@ def provenance() -> dict[str, Any]:
 
 
 def make_record(model: dict, protocol: dict, seed: int | None, variant: dict, metrics: dict,
-                cost: dict, artifacts: dict | None = None, per_image: dict | None = None) -> dict[str, Any]:
+                cost: dict, artifacts: dict | None = None, per_image: dict | None = None,
+                metrics_undefined: dict[str, str] | None = None, flags: list[str] | None = None) -> dict[str, Any]:
     """A new record. ``per_image``: the per-evaluation-image statistics (harness.per_image) a
-    bootstrap interval is computed from; kept as the record's ``per_image`` block, outside its key."""
+    bootstrap interval is computed from; kept as the record's ``per_image`` block, outside its key.
+    A metric without a value (None, NaN or infinite) is ``null`` in ``metrics`` and its reason is
+    in ``metrics_undefined`` (``metrics_undefined``: the protocol's reasons, by metric name)."""
     key = record_key(model, protocol, seed, variant, cost.get("device_type", "cpu"))
+    metrics, undefined = defined_metrics(metrics, metrics_undefined)
     rec = {
         "id": key,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -101,9 +106,28 @@ def make_record(model: dict, protocol: dict, seed: int | None, variant: dict, me
         "metrics": metrics, "cost": cost, "artifacts": artifacts or {},
         "provenance": provenance(),
     }
+    if undefined:
+        rec["metrics_undefined"] = undefined
+    if flags:
+        rec["flags"] = list(flags)  # what the numbers cannot say (a grid below the protocol's minimum)
     if per_image is not None:
         rec["per_image"] = per_image
     return rec
+
+
+def defined_metrics(metrics: dict, reasons: dict[str, str] | None = None) -> tuple[dict, dict[str, str]]:
+    """(metrics with every value that is not a finite number as None, {name: why it is None}):
+    the protocol's reason where it gives one."""
+    reasons = dict(reasons or {})
+    out, undefined = {}, {}
+    for name, value in metrics.items():
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if value is None or (number and not math.isfinite(value)):
+            out[name] = None
+            undefined[name] = reasons.get(name) or f"not a finite number ({value!r})"
+        else:
+            out[name] = value
+    return out, undefined
 
 
 def write_record(record: dict, directory: Path | None = None, force: bool = False) -> Path | None:
@@ -112,7 +136,7 @@ def write_record(record: dict, directory: Path | None = None, force: bool = Fals
     path = record_path(record["id"], directory)
     if path.exists() and not force:
         return None
-    atomic_write_json(path, record)
+    atomic_write_json(path, record, strict=True)  # JSON.parse, jq and databases refuse NaN
     index_of(path.parent).add(path)
     return path
 

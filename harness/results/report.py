@@ -41,6 +41,8 @@ from harness.paper.verdict import all_paper_cells
 from harness.results import html_assets
 from harness.results.leaderboard import (baseline_delta, build_leaderboard, format_cell,
                                          random_init_baselines)
+from harness.results.overview import build_overview, model_reading, model_readings, overview_html
+from harness.results.pair_status import html_section, read_pairs
 from harness.results.panels import read_index
 from harness.results.plots import PLOT_MODELS, axis_label, plot_selection
 from harness.metrics import Metric
@@ -226,6 +228,7 @@ def provenance(records: list[dict]) -> dict[str, Any]:
         "date": [created[0], created[-1]] if created else [],
         "wall_s": round(sum(wall), 3) if wall else None,
         "records": [r.get("id") for r in records],
+        "reading": values(lambda r: model_reading(r["model"])),
     }
 
 
@@ -240,6 +243,7 @@ def _prov_html(p: dict[str, Any]) -> str:
 
     date = " … ".join(p["date"]) if len(set(p["date"])) > 1 else (p["date"][0] if p["date"] else "")
     parts = [
+        line("read as (source · normalisation · readout)", p.get("reading")),
         line("checkpoint", p["checkpoint"], True), line("sha256", p["sha256"], True),
         line("weights key", [k for k in p["weights_key"] if k not in p["sha256"]], True),
         line("init seed", p["init_seed"]), line("method / arch", [f"{a} / {b}" for a, b in
@@ -454,14 +458,17 @@ def _paper_section(cells: pd.DataFrame, tables_checked: list[str]) -> str:
 def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = None, *,
                  title: str = "ssl-bench report", paper_tables: list[str] | None = None,
                  generated: str | None = None, table: RunTable | None = None,
-                 paper: pd.DataFrame | None = None, examples_dir: Path | None = None) -> str:
+                 paper: pd.DataFrame | None = None, examples_dir: Path | None = None,
+                 pairs: list | None = None) -> str:
     """The HTML page of the records in ``source`` (a records folder, default results/runs;
     record dicts; or a load_results() frame). ``paper_tables``: the published tables to
     compare with (default all; [] for none). A caller that already has them passes the run's
     leaderboard (``table``: build_leaderboard's RunTable) and its paper cells
     (``paper``: harness.paper.verdict.all_paper_cells of ``paper_tables``), so that neither is
     computed twice. ``examples_dir``: the folder whose ``show/`` holds `ssl-bench show`'s drawings
-    (the report's own folder, for write_report)."""
+    (the report's own folder, for write_report). ``pairs``: a run's PairStatus list
+    (harness.results.pair_status; default the ``pairs.json`` a run wrote beside a records folder),
+    whose failed and not-applicable pairs get a section."""
     if isinstance(source, pd.DataFrame):
         records = to_records(source) if len(source) else []
     else:
@@ -480,14 +487,19 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
     else:
         cells = all_paper_cells(records, tables) if tables else pd.DataFrame()
     generated = generated or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    sections, nav = _sections(t, records, by_protocol, records_by_row, cells, tables, examples_dir)
+    if pairs is None and (source is None or isinstance(source, (str, Path))):  # a folder: its run's pairs
+        pairs = read_pairs(Path(source or runs_dir()).parent / "pairs.json")
+    sections, nav = _sections(t, records, by_protocol, records_by_row, cells, tables, examples_dir, pairs or [])
+    overview = overview_html(build_overview(t, pairs), model_readings(records)) if len(t) else ""
+    if overview:
+        sections, nav = [overview] + sections, '<a href="#overview">overview</a>' + nav
     meta = (f"{len(records)} records · {len(t.models)} models · {len(by_protocol)} protocols · "
             f"generated {esc(generated)}")
     return _page(title, meta, nav, sections)
 
 
 def _sections(t: RunTable, records: list[dict], by_protocol: dict, records_by_row: dict, cells: pd.DataFrame,
-              tables: list[str], examples_dir: Path | None) -> tuple[list[str], str]:
+              tables: list[str], examples_dir: Path | None, pairs: list) -> tuple[list[str], str]:
     """The page's sections, in order, and the navigation links to them."""
     baselines = random_init_baselines(t)
     sections = [_protocol_section(t, p, gs, records_by_row, i, baselines)
@@ -495,7 +507,8 @@ def _sections(t: RunTable, records: list[dict], by_protocol: dict, records_by_ro
     if not sections:
         sections = ['<section><h2>No records</h2><p class="note">No result record was found.</p></section>']
     links = [(f"protocol-{p}", p) for p in by_protocol]
-    extra = [("examples", "examples", _examples_section(examples_dir) if examples_dir else ""),
+    extra = [("pairs", "without a number", html_section(pairs)),
+             ("examples", "examples", _examples_section(examples_dir) if examples_dir else ""),
              ("sweeps", "sweeps", sweeps_section(records)),  # every value of each sweep the records keep
              ("paper", "paper", _paper_section(cells, tables) if tables else ""),
              ("conflicts", "not comparable", _conflicts_section(t.messages))]

@@ -1,6 +1,7 @@
 """Run one protocol on one model and turn its results into records."""
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -31,6 +32,7 @@ def already_done(model: ModelHandle, protocol: Protocol, identity: RunIdentity,
             and all(r["protocol"].get(k) == v for k, v in identity.data.items())
             and r["protocol"]["name"] == protocol.registry_name
             and results.model_identity(r["model"]) == key
+            and (r["model"].get("protocol_settings") or {}) == identity.model_settings
             and r.get("cost", {}).get("device_type", "cpu") == model.device.type
             and r["model"]["name"] == model.name]
 
@@ -68,9 +70,10 @@ def check_input_sizes(protocol, model: ModelHandle) -> None:
     for key, size in protocol_input_sizes(protocol).items():
         if size % stride:
             lower, upper = max(stride, size // stride * stride), (size // stride + 1) * stride
-            raise ConfigError(f"{getattr(protocol, 'registry_name', 'protocol')}: {key} {size} is not a multiple of "
-                              f"the stride {stride} of model {model.name} ({model.backbone.arch}); set {key}={lower} "
-                              f"or {upper} (--set {key}=N)")
+            name = getattr(protocol, "registry_name", "protocol")
+            raise ConfigError(f"{name}: {key} {size} is not a multiple of the stride {stride} of model {model.name} "
+                              f"({model.backbone.arch}); set {key}={lower} or {upper} (eval: --set {key}=N; "
+                              f"run: --set {name}.{key}=N, or {key}: N in the suite entry's set)")
 
 
 def _measure(model: ModelHandle, protocol: Protocol, data_root: Path) -> list:
@@ -137,13 +140,18 @@ def _evaluate(model: ModelHandle, protocol: Protocol, data_root: Path, *, preset
     if model.device.type == "cuda":
         cost["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated(model.device) / 2**20, 1)
     records = []
+    for flag in dict.fromkeys(f for out in outputs for f in out.flags):  # said once, where it is measured
+        print(f"note: {flag}", file=sys.stderr)
     for out in outputs:
         proto_block = {"name": protocol.registry_name, "preset": preset, "dataset": out.dataset,
                        "split": out.split, "params": {**protocol.settings(), **out.params},
                        "fingerprint": identity.fingerprint, "request": identity.request, **identity.data}
-        rec = results.make_record(model.record_info(), proto_block, out.seed, out.variant,
+        model_block = {**model.record_info(),  # what the protocol built for this model is the model's
+                       **({"protocol_settings": identity.model_settings} if identity.model_settings else {})}
+        rec = results.make_record(model_block, proto_block, out.seed, out.variant,
                                   out.metrics, {**out.cost, **cost}, out.artifacts,  # the harness's keys win
-                                  per_image=out.per_image)
+                                  per_image=out.per_image, metrics_undefined=out.metrics_undefined,
+                                  flags=out.flags)
         if dist.is_main():  # under torchrun every rank holds the same numbers
             results.write_record(rec, runs_dir, force=True)
         records.append(rec)

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from harness.errors import MissingDependencyError, SslBenchError
 from harness.paths import REPO_ROOT, home, results_dir
+from harness.results.pair_status import FAILED, PairStatus, pair_label
 from harness.running.suite import (EvalOutcome, ModelEntry, ProtocolEntry, SuiteConfig, SuiteData, cached_checkpoint,
                            check_model_entry, evaluate_entry, finish_suite, model_entries, prepare_data,
                            prepare_model, pretrained_checkpoint, runnable_protocols, suite_pairs, suite_protocol,
@@ -198,10 +199,16 @@ class JobOutcome:
             lines = lines[rules[0] + 1:rules[1]]
         return [line for line in lines if line.strip()]
 
+    def _last_line(self) -> str:
+        return (self.error_lines() or ["no error text"])[-1].strip()
+
+    def error_text(self) -> str:
+        """The exception's line, then the job and where its log is."""
+        return f"{self._last_line()} (job {self.job_id}; log {self.stderr})"
+
     def failure(self) -> str:
         """One line: which job, what it ran, the exception, where its log is."""
-        last = (self.error_lines() or ["no error text"])[-1].strip()
-        return f"{self.spec.label} (job {self.job_id}): {last}; log {self.stderr}"
+        return f"{self.spec.label} (job {self.job_id}): {self._last_line()}; log {self.stderr}"
 
 
 def _collect(spec: JobSpec, job) -> JobOutcome:
@@ -349,8 +356,8 @@ def _check_suite(suite: SuiteConfig, source: str, data: SuiteData, log) -> tuple
     return entries, protocols
 
 
-def _pretrain_stage(executor, entries, data, options, progress, failures, log) -> set[str]:
-    """Pretrain every model without a cached checkpoint; returns the names that failed."""
+def _pretrain_stage(executor, entries, data, options, progress, failures, log) -> dict[str, str]:
+    """Pretrain every model without a cached checkpoint; returns the names that failed, with their errors."""
     settings = JobSettings(options.job_device(), options.threads)
     specs = []
     for entry in entries:
@@ -368,20 +375,34 @@ def _pretrain_stage(executor, entries, data, options, progress, failures, log) -
     outcomes = run_jobs(executor, specs, options.parallel_limit(), log,
                         on_done=lambda o: log(f"[{o.spec.model}] pretrained: {o.value}"))
     failures += [o.failure() for o in outcomes if not o.ok]
-    return {o.spec.model for o in outcomes if not o.ok}
+    return {o.spec.model: o.error_text() for o in outcomes if not o.ok}
 
 
 def _evaluation_stage(executor, entries, protocols, data, source, options, force, progress,
-                      failures, log) -> list[dict]:
-    """One job per (model, protocol entry); records in the in-process run's order."""
+                      failures, log, failed_models: dict[str, str]) -> tuple[list[dict], list[PairStatus]]:
+    """One job per (model, protocol entry): (records, every pair's status), in the in-process run's
+    order. The pairs of a model whose pretraining failed (``failed_models``: name -> error) fail too."""
     settings = JobSettings(options.job_device(), options.threads)
-    specs = [JobSpec(f"{p.name} on {entry.name}", evaluate_job,
+    pairs = suite_pairs(protocols, entries)
+    specs = [JobSpec(pair_label(p.name, p.preset, entry.name), evaluate_job,
                      (entry, p, data, source, force, progress, settings), model=entry.name)
-             for p, entry in suite_pairs(protocols, entries)]
-    outcomes = run_jobs(executor, specs, options.parallel_limit(), log,
-                        on_done=lambda o: log(f"{o.value.summary()} (job {o.job_id})"))
-    failures += [o.failure() for o in outcomes if not o.ok]
-    return [record for o in outcomes if o.ok for record in o.value.records]
+             for p, entry in pairs if entry.name not in failed_models]
+    outcomes = iter(run_jobs(executor, specs, options.parallel_limit(), log,
+                             on_done=lambda o: log(f"{o.value.summary()} (job {o.job_id})")))
+    records, statuses = [], []
+    for p, entry in pairs:
+        if entry.name in failed_models:
+            statuses.append(PairStatus(entry.name, p.name, p.preset, FAILED, f"model {entry.name}: "
+                                       f"{failed_models[entry.name]}"))
+            continue
+        o = next(outcomes)
+        if o.ok:
+            records += o.value.records
+            statuses.append(o.value.status())
+        else:
+            failures.append(o.failure())
+            statuses.append(PairStatus(entry.name, p.name, p.preset, FAILED, o.error_text()))
+    return records, statuses
 
 
 def _suite_job_gpus(options: LaunchOptions) -> int | None:
@@ -407,10 +428,9 @@ def launch_suite(suite: SuiteConfig, source: str, options: LaunchOptions, *, for
     log(f"launching on {options.cluster}; job logs under {options.job_dir}")
     failures: list[str] = []
     failed_models = _pretrain_stage(executor, entries, data, options, progress, failures, log)
-    trained = [e for e in entries if e.name not in failed_models]
-    records = _evaluation_stage(executor, trained, protocols, data, source, options, force, progress,
-                                failures, log)
-    return finish_suite(records, failures, t0, out_dir, log, suite)
+    records, pairs = _evaluation_stage(executor, entries, protocols, data, source, options, force, progress,
+                                       failures, log, failed_models)
+    return finish_suite(records, failures, t0, out_dir, log, suite, pairs=pairs)
 
 
 # ----------------------------------------------------------------------------- pretraining

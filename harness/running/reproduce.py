@@ -145,7 +145,7 @@ def run_plan(tab: Table, jobs: list[Job], *, device: str = "auto", zoo_dir: Path
     built = _settings_by_patch(tab, jobs, suite, log)
     suite, ready = plan_suite(tab, jobs, device=device, zoo_dir=zoo_dir, zoo_path=zoo_path, trust=trust)
     run = execute_suite(suite, str(tab.source), force=force, progress=False, log=log,
-                        runs_dir=Path(runs_dir) if runs_dir is not None else None, keep_going=True,
+                        runs_dir=Path(runs_dir) if runs_dir is not None else None,
                         prepared=built)
     by_entry = {id(pair.protocol): pair for pair in run.pairs}
     for job, entry in zip(ready, suite.protocols):

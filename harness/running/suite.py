@@ -17,6 +17,7 @@ from harness.runtime.device import prepare, resolve_device
 from harness.errors import ConfigError, NotApplicable, SslBenchError
 from harness.protocol_info import build_protocol
 from harness.running.evaluate import evaluate
+from harness.results.pair_status import CACHED, FAILED, MEASURED, NOT_APPLICABLE, PairStatus, one_line, pair_label
 from harness.results.margins import MarginSpec, check_margins, format_margins, margins_failed
 from harness.results.retrain_check import RetrainCheckSpec, check_retrains, format_retrain_check, load_spread
 from harness.models.handle import ModelHandle
@@ -24,7 +25,7 @@ from harness.models.sources import BuildContext, ModelSpec, build_model, parse_s
 from harness.paths import results_dir
 from harness.context.supervised_source import suite_supervised_checkpoint, validated_supervised_spec
 from harness.training.cached_pretrain import cached_checkpoint, pretrain_config, pretrained_checkpoint  # noqa: F401
-from harness.running.model_memo import DeferredModel, ModelMemo, memo_key
+from harness.running.model_memo import DeferredModel, ModelMemo, StaleMemoError, memo_key
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -88,12 +89,40 @@ class SuiteConfig:
 
 
 def load_suite(path: str | Path, overrides: list[str] | None = None) -> tuple[SuiteConfig, str]:
-    raw = apply_overrides(load_config(path), overrides)
+    """A suite file with ``overrides``: ``key.path=value`` of the suite itself, or
+    ``PROTOCOL.key=value``, a setting of every entry of that protocol (what its errors suggest,
+    e.g. ``robustness.crop=56``), added to the entries' ``set``."""
+    raw = load_config(path)
+    suite_items, protocol_items = _split_overrides(raw, overrides or [])
+    raw = apply_overrides(raw, suite_items)
+    for entry in raw.get("protocols") or []:
+        mine = [item.split(".", 1)[1] for item in protocol_items if item.split(".", 1)[0].strip() == entry.get("name")]
+        if mine:
+            entry["set"] = apply_overrides(dict(entry.get("set") or {}), mine)
     source = raw.get("_source_", str(path))
     suite = from_dict(SuiteConfig, raw, source)
     if suite.retrain_check is not None:
         load_spread(suite.retrain_check)  # a changed or inconsistent spread file: an error before any work
     return suite, source
+
+
+def _split_overrides(raw: dict, overrides: list[str]) -> tuple[list[str], list[str]]:
+    """(the suite's own overrides, the protocols' ones): an override whose first key names a
+    protocol of the suite, not a suite key, is that protocol's setting."""
+    suite_keys = {f.name for f in dataclasses.fields(SuiteConfig)}
+    protocols = {p.get("name") for p in raw.get("protocols") or [] if isinstance(p, dict)}
+    own, theirs = [], []
+    for item in overrides:
+        head = item.split("=", 1)[0].split(".", 1)[0].strip()
+        if head in suite_keys or "=" not in item:
+            own.append(item)
+        elif head in protocols and "." in item.split("=", 1)[0]:
+            theirs.append(item)
+        else:
+            raise ConfigError(f"--set {item}: {head!r} is neither a suite key ({', '.join(sorted(suite_keys))}) "
+                              f"nor a protocol of the suite ({', '.join(sorted(map(str, protocols))) or 'none'}); "
+                              "a protocol's setting is --set PROTOCOL.KEY=VALUE, e.g. --set robustness.crop=56")
+    return own, theirs
 
 
 def _importable(module: str) -> bool:
@@ -336,6 +365,11 @@ class EvalOutcome:
     seconds: float
     not_applicable: str | None = None  # why the protocol cannot measure this model (NotApplicable)
 
+    def status(self) -> PairStatus:
+        if self.not_applicable:
+            return PairStatus(self.model, self.protocol, self.preset, NOT_APPLICABLE, self.not_applicable)
+        return PairStatus(self.model, self.protocol, self.preset, CACHED if self.skipped else MEASURED)
+
     def summary(self) -> str:
         if self.not_applicable:
             return f"[{self.protocol}/{self.preset or '-'}] {self.model}: skipped ({self.not_applicable})"
@@ -397,15 +431,20 @@ def suite_checks(suite: SuiteConfig | None, records: list[dict],
 
 
 def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: Path | None = None,
-                 log=print, suite: SuiteConfig | None = None) -> dict[str, Any]:
-    """Write and print the leaderboard of a run's records, the suite's checks, then its failures.
-    The leaderboard (one RunTable) and the paper cells are computed once and shared by the
-    console, the files, the checks and the report."""
+                 log=print, suite: SuiteConfig | None = None, pairs: list[PairStatus] | None = None) -> dict[str, Any]:
+    """Write and print the leaderboard of a run's records, the suite's checks, the pairs that gave
+    no number (``pairs``: every pair's PairStatus; failed and not-applicable ones are listed), then
+    its failures. The leaderboard (one RunTable) and the paper cells are computed once and shared by
+    the console, the files, the checks and the report."""
     from harness.paper.verdict import all_paper_cells
     from harness.results.leaderboard import format_console, write_leaderboard
+    from harness.results.overview import model_readings
+    from harness.results.pair_status import console_block, undefined_parts, write_pairs
     from harness.results.run_table import table_of_records
 
     out = Path(out_dir or results_dir())
+    pairs = list(pairs or [])
+    shown = pairs + undefined_parts(records)  # and the parts of pairs that have no number
     table = table_of_records(records, kept_in=out / "runs")  # intervals kept beside the records' index
     paper = None
     if len(table):
@@ -416,27 +455,32 @@ def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: P
             log(f"(paper cells not computed: {type(exc).__name__}: {exc})")
     blocks, failed = suite_checks(suite, records, paper) if len(table) else ([], [])
     failures = failures + failed
-    paths = write_leaderboard(table, out, extra_sections=blocks) if len(table) else {}
+    paths = write_leaderboard(table, out, extra_sections=blocks, pairs=shown,
+                              readings=model_readings(records)) if len(table) else {}
+    if pairs:
+        out.mkdir(parents=True, exist_ok=True)
+        paths["pairs"] = write_pairs(out / "pairs.json", pairs)
     if len(table):
         from harness.results.report import write_report
 
         try:  # the page is a view of the records: failing to draw it must not fail the run
             paths["report"] = write_report(out / "report.html", records, paper_tables=report_tables(suite),
-                                           table=table, paper=paper)
+                                           table=table, paper=paper, pairs=shown)
         except Exception as exc:  # noqa: BLE001
             log(f"(report.html not written: {type(exc).__name__}: {exc}; `ssl-bench report` retries)")
     log("")
     log(format_console(table) if len(table) else "(no results)")
     log("")
-    for block in blocks:
-        log(block)
-        log("")
+    for block in blocks + [console_block(shown)]:
+        if block:
+            log(block)
+            log("")
     for kind, path in paths.items():
         log(f"{kind:>12}: {path}")
     log(f"total time {time.perf_counter() - t0:.0f} s; records in {out / 'runs'}")
     if failures:
         log("FAILED parts:\n  " + "\n  ".join(failures))
-    return {"records": records, "paths": paths, "failures": failures}
+    return {"records": records, "paths": paths, "failures": failures, "pairs": pairs}
 
 
 @dataclass
@@ -447,6 +491,13 @@ class PairResult:
     model: str
     outcome: EvalOutcome | None = None
     error: BaseException | None = None
+    error_line: str = ""  # the error in one line, naming what failed (the model, the protocol entry)
+
+    def status(self) -> PairStatus:
+        if self.outcome is not None:
+            return self.outcome.status()
+        return PairStatus(self.model, self.protocol.name, self.protocol.preset, FAILED, self.error_line,
+                          refused=isinstance(self.error, SslBenchError))
 
 
 @dataclass
@@ -456,31 +507,42 @@ class SuiteRun:
     failures: list[str]
     pairs: list[PairResult]
 
+    def statuses(self) -> list[PairStatus]:
+        return [p.status() for p in self.pairs]
+
 
 def execute_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress: bool = True,
-                  log=print, runs_dir: Path | None = None, keep_going: bool = False,
+                  log=print, runs_dir: Path | None = None, fail_fast: bool = False,
                   prepared: dict[str, ModelHandle] | None = None) -> SuiteRun:
     """Every evaluation of a suite in this process: the data, then each model, then each
-    (protocol entry, model) pair. An ssl-bench error (a bad setting, a missing file) stops the
-    run unless ``keep_going``, when it stays with its pair, as any other exception does.
-    ``prepared``: models already built, by name (they are not built again)."""
+    (protocol entry, model) pair. A malformed model entry is an error before any work; after that
+    every pair it can is run: a protocol entry, a model or a pair that fails stays with its pairs,
+    its error in one line naming them, and the run goes on, unless ``fail_fast``, when the first
+    failure stops it (an SslBenchError naming the pair). ``prepared``: models already built, by
+    name (they are not built again)."""
     prepare(resolve_device(suite.device))  # a clear error before any work when it cannot be had
     data = prepare_data(suite, progress, log)
     entries = model_entries(suite)
+    for entry in entries:
+        if entry.name not in (prepared or {}):
+            check_model_entry(entry, data)
     pairs = suite_pairs(runnable_protocols(suite, log), entries)
-    errors: dict[Any, BaseException] = {}  # by id(protocol entry) or model name
+    errors: dict[Any, tuple[BaseException, str]] = {}  # by id(protocol entry) or model name
     failures: list[str] = []
-    protocols = _suite_protocols(pairs, source, progress, keep_going, errors)
+    fail = _Failures(fail_fast, failures, log)
+    protocols = _suite_protocols(pairs, source, progress, fail, errors)
     models = dict(prepared or {})
-    memos = _suite_models(suite, entries, data, protocols, models, progress, log, keep_going, errors, failures)
+    memos = _suite_models(suite, entries, data, protocols, models, progress, log, fail, errors)
     results: list[PairResult] = []
     records: list[dict] = []
     for p, entry in pairs:
-        result = PairResult(p, entry.name, error=errors.get(entry.name, errors.get(id(p))))
+        result = PairResult(p, entry.name)
+        error = errors.get(entry.name, errors.get(id(p)))
+        if error is not None:
+            result.error, result.error_line = error
         results.append(result)
         if result.error is None:
-            _evaluate_pair(result, models[entry.name], p, data, source, force, protocols[id(p)], runs_dir, keep_going,
-                           failures, log)
+            _evaluate_pair(result, models[entry.name], p, data, source, force, protocols[id(p)], runs_dir, fail)
         if result.outcome is not None:
             records += result.outcome.records
             log(result.outcome.summary())
@@ -492,21 +554,43 @@ def execute_suite(suite: SuiteConfig, source: str, *, force: bool = False, progr
     return SuiteRun(records, failures, results)
 
 
-def _suite_protocols(pairs, source: str, progress: bool, keep_going: bool, errors: dict) -> dict[int, Any]:
+@dataclass
+class _Failures:
+    """Where a run's failures go: one line each into ``failures`` (the traceback logged for an
+    error that is not ssl-bench's own), or, with ``fail_fast``, the first one raised."""
+    fail_fast: bool
+    failures: list[str]
+    log: Any
+
+    def keep(self, label: str, exc: BaseException, reason_prefix: str = "") -> str:
+        """The failure of ``label`` (what failed: a pair, a model, a protocol entry); returns the
+        reason its pairs show (``reason_prefix`` names what failed when it is not the pair)."""
+        if isinstance(exc, StaleMemoError):  # pairs before it may have reused records under the wrong identity
+            raise exc
+        line = f"{label}: {one_line(exc)}"
+        if not isinstance(exc, SslBenchError):
+            self.log(traceback.format_exc())
+        if self.fail_fast:
+            raise SslBenchError(f"{line} (--fail-fast: the run stopped at this first failure)") from exc
+        self.failures.append(line)
+        self.log(f"FAILED {line}")
+        return reason_prefix + one_line(exc)
+
+
+def _suite_protocols(pairs, source: str, progress: bool, fail: _Failures, errors: dict) -> dict[int, Any]:
     """Each protocol entry built once, before any model is (by id of the entry)."""
     protocols: dict[int, Any] = {}
     for p in dict((id(p), p) for p, _ in pairs).values():
         try:
             protocols[id(p)] = suite_protocol(p, source, progress)
         except SslBenchError as exc:
-            if not keep_going:
-                raise
-            errors[id(p)] = exc
+            label = f"protocol {p.name}{'/' + p.preset if p.preset else ''}"
+            errors[id(p)] = exc, fail.keep(label, exc, f"{label}: ")
     return protocols
 
 
 def _suite_models(suite: SuiteConfig, entries: list[ModelEntry], data: SuiteData, protocols: dict, models: dict,
-                  progress: bool, log, keep_going: bool, errors: dict, failures: list[str]) -> dict[str, ModelMemo]:
+                  progress: bool, log, fail: _Failures, errors: dict) -> dict[str, ModelMemo]:
     """Build (or remember) every model not in ``models`` yet, into it; their memos by name."""
     memos: dict[str, ModelMemo] = {}
     for entry in entries:
@@ -517,35 +601,24 @@ def _suite_models(suite: SuiteConfig, entries: list[ModelEntry], data: SuiteData
                                                            suite.device)
             if memo is not None:
                 memos[entry.name] = memo
-        except SslBenchError as exc:
-            if not keep_going:
-                raise
-            errors[entry.name] = exc
-        except Exception as exc:  # keep the rest of the suite going; report at the end
-            failures.append(f"model {entry.name}: {exc}")
-            log(traceback.format_exc())
-            errors[entry.name] = exc
+        except Exception as exc:  # its pairs fail; the other models' go on
+            errors[entry.name] = exc, fail.keep(f"model {entry.name}", exc, f"model {entry.name}: ")
     return memos
 
 
 def _evaluate_pair(result: PairResult, model, p: ProtocolEntry, data: SuiteData, source: str, force: bool, protocol,
-                   runs_dir: Path | None, keep_going: bool, failures: list[str], log) -> None:
+                   runs_dir: Path | None, fail: _Failures) -> None:
     """One (protocol entry, model) pair into ``result``: its outcome, or its error."""
     try:
         result.outcome = evaluate_entry(model, p, data, source, force, protocol, runs_dir)
-    except SslBenchError as exc:
-        if not keep_going:
-            raise
-        result.error = exc
     except Exception as exc:
-        failures.append(f"{p.name} on {result.model}: {exc}")
-        log(traceback.format_exc())
-        result.error = exc
+        result.error, result.error_line = exc, fail.keep(pair_label(p.name, p.preset, result.model), exc)
 
 
 def run_suite(suite: SuiteConfig, source: str, *, force: bool = False, progress: bool = True,
-              out_dir: Path | None = None, log=print) -> dict[str, Any]:
-    """Every step in this process (`--launcher inprocess`); harness.running.launch runs them as jobs."""
+              out_dir: Path | None = None, log=print, fail_fast: bool = False) -> dict[str, Any]:
+    """Every step in this process (`--launcher inprocess`); harness.running.launch runs them as jobs.
+    A failing pair is kept as failed and the run goes on; ``fail_fast`` stops at the first."""
     t0 = time.perf_counter()
-    run = execute_suite(suite, source, force=force, progress=progress, log=log)
-    return finish_suite(run.records, run.failures, t0, out_dir, log, suite)
+    run = execute_suite(suite, source, force=force, progress=progress, log=log, fail_fast=fail_fast)
+    return finish_suite(run.records, run.failures, t0, out_dir, log, suite, pairs=run.statuses())
