@@ -127,8 +127,10 @@ def cmd_eval(args) -> int:
     from harness.running.evaluate import check_input_sizes, evaluate
     from harness.results.leaderboard import build_leaderboard, format_console
 
+    from harness.data.catalogue import reader_key
+
     model = _model(args)
-    values = {"dataset": args.dataset, **_values(args.set)}
+    values = {"dataset": reader_key(args.dataset), **_values(args.set)}
     if args.lr:  # the mmseg protocols' learning-rate sweep, one or several values
         values["lrs"] = args.lr
     protocol = build_protocol(args.protocol, args.preset, values)
@@ -146,10 +148,11 @@ def cmd_eval(args) -> int:
 def cmd_features(args) -> int:
     from harness.data.transforms import ResizeCenterCrop, PatchMultipleResize
     from harness.features.extract import extract_features
+    from harness.data.catalogue import reader_key
     from harness.registry import DATASETS
 
     model = _model(args)
-    dataset = DATASETS.get(args.dataset)(args.data_root, args.split)
+    dataset = DATASETS.get(reader_key(args.dataset))(args.data_root, args.split)
     if args.transform == "center_crop":
         transform = ResizeCenterCrop(resize=args.resize, crop=args.crop)
     else:
@@ -220,6 +223,7 @@ SUBCOMMAND_MODULES = {
 
 def cmd_show(args) -> int:
     from harness.paths import results_dir
+    from harness.data.catalogue import reader_key
     from harness.protocol_info import build_protocol
     from harness.running.evaluate import check_input_sizes
     from harness.running.show import show_examples
@@ -227,7 +231,7 @@ def cmd_show(args) -> int:
     if args.count < 1:
         raise SslBenchError(f"--count must be at least 1, found {args.count}")
     model = _model(args)
-    protocol = build_protocol(args.protocol, args.preset, {"dataset": args.dataset, **_values(args.set)})
+    protocol = build_protocol(args.protocol, args.preset, {"dataset": reader_key(args.dataset), **_values(args.set)})
     if not Path(args.data_root).exists():
         raise SslBenchError(f"data root {args.data_root} does not exist")
     check_input_sizes(protocol, model)

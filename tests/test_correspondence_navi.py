@@ -299,9 +299,10 @@ def test_matching_and_errors_equal_probe3d_on_stored_features(fixture, parity_se
         for ours, key in ((e3, "err_3d"), (e2, "err_2d")):
             assert ours.numel() == theirs[key]["n"]
             assert float(ours.double().sum()) == pytest.approx(theirs[key]["sum"], rel=1e-4)
-            # the first errors as a set: another CPU's rounding can swap two matches of near-equal score
+            # the first errors as a set: another CPU's rounding can swap two matches of near-equal score;
+            # one error drifts by 2.5e-4 relative on an Intel Xeon against the AMD EPYC the fixture came from
             assert np.sort(ours[:len(theirs[key]["first"])].double().numpy()) == pytest.approx(
-                np.sort(np.array(theirs[key]["first"])), rel=1e-4, abs=1e-6)
+                np.sort(np.array(theirs[key]["first"])), rel=1e-3, abs=1e-6)
 
 
 def test_protocol_equals_probe3d_end_to_end_with_a_stand_in_model(fixture, parity_set, isolated_home):

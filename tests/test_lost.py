@@ -217,7 +217,7 @@ def test_cli_bad_layout_is_one_error_line_and_no_record(discovery_tiny, isolated
     root = isolated_home / "broken"
     shutil.copytree(discovery_tiny, root)
     shutil.rmtree(root / "VOC2007" / "Annotations")
-    rc = main(["--threads", "1", "eval", "--protocol", "lost", "--preset", "synth", "--dataset", "voc07",
+    rc = main(["--threads", "1", "eval", "--protocol", "lost", "--preset", "synth", "--dataset", "voc2007:boxes",
                "--data-root", str(root), "--random-init", "vit_cpu_tiny", "--set", "progress=false"])
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "VOC2007" in lines[0]

@@ -80,8 +80,10 @@ def test_leaderboard_best_row_is_the_lowest_and_deltas_say_better(depth_demo):
     assert best_rows(t, d1, t.models) == {"a"}  # 80 is the highest: higher-is-better beside it
     assert t.labels[key].endswith("rmse ↓") and not t.labels[d1].endswith("↓")
     md = to_markdown(t)
-    row_a = next(line for line in md.splitlines() if line.startswith("| a |"))
-    row_b = next(line for line in md.splitlines() if line.startswith("| b |"))
+    # the protocol's own table, below the overview (which has a row per model too)
+    table = md[md.index("| model | rmse ↓ | delta1 |"):]
+    row_a = next(line for line in table.splitlines() if line.startswith("| a |"))
+    row_b = next(line for line in table.splitlines() if line.startswith("| b |"))
     assert "**0.30** ± 0.01 (n=3) Δ -0.60 (better)" in row_a
     assert "**" not in row_b.split("|")[2]  # b's rmse is not starred
     assert "| model | rmse ↓ | delta1 |" in md

@@ -307,7 +307,7 @@ def test_cli_bad_layout_one_error_line_exit_2_no_record(synth_tiny, isolated_hom
     root = _copy(synth_tiny, isolated_home)
     (root / "nyuv2" / "nyuv2_snorm_all.pkl").unlink()
     rc = main(["--threads", "1", "eval", "--protocol", "normals_dpt", "--preset", "synth", "--dataset",
-               "nyu_probe3d", "--data-root", str(root), "--random-init", "vit_cpu_tiny", "--set", "progress=false"])
+               "nyu:probe3d", "--data-root", str(root), "--random-init", "vit_cpu_tiny", "--set", "progress=false"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("error:") and "nyuv2_snorm_all.pkl" in err[0]
     runs = isolated_home / "results" / "runs"

@@ -161,6 +161,14 @@ def resolve(name: str) -> tuple[DataSet, Layout]:
                       f"{', '.join(sorted(cat.datasets))}")
 
 
+def reader_key(name: str) -> str:
+    """The reader key a data set name is served by: ``KEY:LAYOUT`` -> that layout's reader; any other
+    name unchanged (a data set's own key, an old key, or a name the protocol's reader will judge)."""
+    if ":" not in name:
+        return name
+    return resolve(name)[1].reader
+
+
 def alias_note(name: str) -> str | None:
     """One line for a reader key that is a layout of another key; None for a data set's own key."""
     cat = catalogue()

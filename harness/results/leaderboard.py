@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import html
 import math
-from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -24,8 +22,8 @@ import pandas as pd
 
 from harness.results import html_assets
 from harness.io_utils import atomic_write_text
-from harness.protocol_info import headline_metric, variant_text
 from harness.results.records import runs_dir as runs_dir_default
+from harness.results.protocol_tables import ProtocolTable, protocol_tables
 from harness.results.plots import bar_spec, draw_once, fraction_curve_specs, safe_name
 from harness.results.run_table import (RunTable, headline_keys, run_table, table_of_folder,
                                        table_of_records)
@@ -110,54 +108,6 @@ def formatted(df: RunTable | Iterable[dict], headline_only: bool = False, digits
     out = pd.DataFrame({t.labels[c]: cols[c] for c in keys}, index=pd.Index(t.models, name="model"))
     out.index.name = "model"
     return out
-
-
-# ----------------------------------------------------------------------------- per-protocol tables
-@dataclass
-class ProtocolTable:
-    """The columns of one (protocol, dataset, split): headline metric first, then the others."""
-
-    protocol: str
-    dataset: str
-    split: str
-    headline: str | None  # the headline metric's name
-    columns: list[tuple]  # column keys (protocol, dataset, split, variant, metric, fingerprint)
-    headers: dict[tuple, str]  # column key -> readable header ("top1 k=20 cls")
-
-    @property
-    def title(self) -> str:
-        return f"{self.dataset}/{self.split}" if self.split else self.dataset
-
-    def is_headline(self, col: tuple) -> bool:
-        return col[4] == self.headline
-
-
-def protocol_tables(df: RunTable | Iterable[dict], headline_only: bool = False) -> list[ProtocolTable]:
-    """The leaderboard split into one table per (protocol, dataset, split), in table order.
-    Headers read metric then variant as the protocol declares it (its ``variant_labels``), with the
-    short fingerprint where one (protocol, dataset, split, variant, metric) has several.
-    ``headline_only``: the headline metric's columns alone, and of a sweep that also reports its
-    best (``lr=<value>`` and ``lr=best``) the best alone (the console's view)."""
-    t = run_table(df)
-    groups: dict[tuple, list[tuple]] = defaultdict(list)
-    for c in t.keys:
-        groups[c[:3]].append(c)
-    tables = []
-    for (protocol, dataset, split), keys in groups.items():
-        headline = headline_metric(protocol, dict.fromkeys(c[4] for c in keys))
-        metric_order = {m: i for i, m in enumerate(dict.fromkeys(c[4] for c in keys))}
-        keys = sorted(keys, key=lambda c: (c[4] != headline, metric_order[c[4]]))  # stable: variants keep order
-        if headline_only:
-            keys = [c for c in keys if c[4] == headline]
-            best = {(c[4], c[5]) for c in keys if t.variants[c].get("lr") == "best"}
-            keys = [c for c in keys if (c[4], c[5]) not in best or t.variants[c].get("lr") in (None, "best")]
-        headers = {}
-        for c in keys:
-            metric = c[4] if t.metric(c).higher_is_better else f"{c[4]} ↓"  # the arrow only where lower is better
-            text = " ".join(x for x in (metric, variant_text(protocol, t.variants[c])) if x)
-            headers[c] = f"{text} @{c[5][:SHORT_FP]}" if c[:5] in t.conflicted else text
-        tables.append(ProtocolTable(protocol, dataset, split, headline, keys, headers))
-    return tables
 
 
 def random_init_baselines(df: RunTable | Iterable[dict]) -> dict[str, list[str]]:

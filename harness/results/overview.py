@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.results.protocol_tables import protocol_tables
 from harness.results.pair_status import FAILED, NOT_APPLICABLE, PairStatus
 from harness.results.run_table import RunTable, run_table
 
@@ -45,8 +46,6 @@ def _ranks(values: np.ndarray, higher: bool) -> np.ndarray:
 def build_overview(df, pairs: list[PairStatus] | None = None, digits: int = 2) -> Overview:
     """The overview of a RunTable (or records); ``pairs``: the run's pair states, which say why a
     cell is empty (failed, not applicable)."""
-    from harness.results.leaderboard import protocol_tables
-
     t = run_table(df)
     state = {}
     for p in pairs or []:
