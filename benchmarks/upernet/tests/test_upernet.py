@@ -1,0 +1,119 @@
+"""upernet: presets against the official configs, each parameter's layer id / lr scale / weight
+decay as iBOT's segmentation constructor assigns them, the one-line refusals, and (slow) the
+SynthScenes recipe end to end through mmseg."""
+import pytest
+import torch
+from torch import nn
+
+from benchmarks.upernet.config import UperNetConfig
+from benchmarks.upernet.mmseg_parts import optimizer_groups, prepared_model, handed_over, timm_blocks
+from harness.errors import ConfigError, NotApplicable
+from harness.models.backbone import create_backbone
+from harness.models.handle import ModelHandle
+from harness.models.multilevel import MultiLevelBackbone
+
+
+class _Segmentor(nn.Module):
+    """The names of mmseg's EncoderDecoder: backbone.*, decode_head.*, auxiliary_head.*."""
+
+    def __init__(self, vit, out_indices=(0, 1, 2, 3)):
+        super().__init__()
+        self.backbone = MultiLevelBackbone(vit, out_indices)
+        self.decode_head = nn.Conv2d(vit.embed_dim, 5, 1)
+
+
+def _official_layer(name: str, num_max_layer: int) -> int:
+    """get_num_layer_for_vit of iBOT's segmentation constructor, on the official names."""
+    if name in ("backbone.cls_token", "backbone.mask_token", "backbone.pos_embed"):
+        return 0
+    if name.startswith("backbone.patch_embed"):
+        return 0
+    if name.startswith("backbone.blocks"):
+        return int(name.split(".")[2]) + 1
+    return num_max_layer - 1
+
+
+def test_groups_follow_the_official_segmentation_rule():
+    torch.manual_seed(0)
+    seg = _Segmentor(create_backbone("vit_cpu_tiny", depth=4, patch_size=16, embed_dim=32))
+    groups = optimizer_groups(seg, base_lr=1e-4, weight_decay=0.05, layer_decay=0.65, depth=4, decay_skip="mmcv")
+    by_param = {id(p): g for g in groups for p in g["params"]}
+    for name, p in seg.named_parameters():
+        official = name.replace("backbone.model.", "backbone.")
+        layer = _official_layer(official, 4 + 2)
+        g = by_param[id(p)]
+        assert g["lr_scale"] == pytest.approx(0.65 ** (4 + 2 - layer - 1)), name
+        assert g["lr"] == pytest.approx(1e-4 * g["lr_scale"])
+        no_decay = p.ndim == 1 or official.endswith(".bias")  # the bare skip list never matches
+        assert g["weight_decay"] == (0.0 if no_decay else 0.05), name
+    # the quirk: pos_embed and cls_token are weight decayed; decay_skip=model spares them
+    fixed = optimizer_groups(seg, base_lr=1e-4, weight_decay=0.05, layer_decay=0.65, depth=4, decay_skip="model")
+    wd = {id(p): g["weight_decay"] for g in fixed for p in g["params"]}
+    pos = id(seg.backbone.model.pos_embed)
+    assert wd[pos] == 0.0 and by_param[pos]["weight_decay"] == 0.05
+
+
+def test_presets_name_the_official_numbers():
+    from benchmarks.upernet.protocol import UperNet
+
+    s, b, synclr = (UperNet.from_preset(n).cfg for n in ("ibot_vit_s16", "ibot_vit_b16", "synclr"))
+    assert (s.lr, s.layer_decay, s.out_with_norm, s.batch_size) == (3e-5, 0.9, True, 16)
+    assert (b.lr, b.layer_decay, b.out_with_norm, b.batch_size) == (8e-5, 0.65, True, 16)
+    assert (synclr.lr, synclr.iters, synclr.batch_size, synclr.out_with_norm) == (1e-4, 60000, 32, False)
+    for c in (s, b, synclr):
+        assert (c.warmup_iters, c.poly_power, c.min_lr, c.stride(), c.crop_size) == (1500, 1.0, 0.0, 341, 512)
+        assert c.out_indices == [3, 5, 7, 11] and c.drop_path_rate == 0.1 and c.amp
+    assert UperNetConfig().aux_index([4, 2, 1, 0.5]) == 2
+
+
+def test_drop_path_is_linear_over_the_blocks_and_the_caller_model_untouched():
+    vit = create_backbone("vit_cpu_tiny")
+    with handed_over("k", vit):
+        copy = prepared_model("k", 0.1)
+    rates = [b.drop_path1.drop_prob for b in timm_blocks(copy)[1:]]
+    assert rates == pytest.approx([0.05, 0.1]) and isinstance(timm_blocks(copy)[0].drop_path1, nn.Identity)
+    assert all(isinstance(b.drop_path1, nn.Identity) for b in vit.blocks)
+
+
+def test_refusals(tmp_path):
+    from benchmarks.upernet.protocol import UperNet
+
+    proto = UperNet.from_preset("ibot_vit_b16", {"amp": False})
+    with pytest.raises(ConfigError, match="needs blocks \\[4, 6, 8, 12\\].*vit_cpu_tiny has 3 blocks"):
+        proto.check(ModelHandle.random_init("vit_cpu_tiny"))
+    from harness.context.pixels import PixelBackbone
+    with pytest.raises(NotApplicable):
+        proto.check(ModelHandle("pixels", PixelBackbone(), {"context": "pixels"}))
+    with pytest.raises(ValueError, match="ADE20K's layout"):
+        UperNetConfig(dataset="voc")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="amp .* needs a GPU"):
+            UperNet.from_preset("synth", {"amp": True}).check(ModelHandle.random_init("vit_cpu_tiny"))
+
+
+def test_ade_root_without_annotations_is_one_data_error(tmp_path):
+    from benchmarks.upernet.runner import resolve_ade
+    from harness.errors import DataError
+
+    (tmp_path / "ADEChallengeData2016" / "images" / "training").mkdir(parents=True)
+    with pytest.raises(DataError, match="annotations"):
+        resolve_ade("ade20k", tmp_path)
+
+
+@pytest.mark.slow
+def test_synth_recipe_end_to_end(tmp_path, monkeypatch):
+    import numpy as np
+
+    from benchmarks.upernet.protocol import UperNet
+    from harness.data.synthetic import generate
+    from harness.per_image import read_per_image
+
+    monkeypatch.setenv("SSL_BENCH_HOME", str(tmp_path / "home"))
+    synth_tiny = generate(tmp_path / "synth", preset="tiny", seed=0, progress=False)
+
+    proto = UperNet.from_preset("synth", {"work_dir": str(tmp_path / "w"), "iters": 60, "warmup_iters": 6})
+    result, = proto.run(ModelHandle.random_init("vit_cpu_tiny", seed=0), synth_tiny)
+    assert 0 <= result.metrics["mIoU"] <= 100 and result.params["validations"][-1][0] == 60
+    stats = read_per_image(result.per_image)
+    got = float(stats.metric_of_weights(np.ones((1, stats.images)), "mIoU")[0])
+    assert got == pytest.approx(result.metrics["mIoU"], abs=0.01)
