@@ -92,8 +92,8 @@ class UperNet(Protocol):
         c = self.cfg
         return ProtocolResult(
             metrics=dict(run["metrics"]), dataset=c.dataset, split="validation", seed=c.seed,
-            variant={"lr": c.lr}, per_image=read_per_image_file(run["per_image"]),
+            variant={}, per_image=read_per_image_file(run["per_image"]),
             params={"iters": c.iters, "reported_iter": run["reported_iter"], "validations": run["validations"],
                     "num_classes": data.num_classes, "synthetic": data.classes is not None,
-                    "rescales": rescales, "reported": "last validation"},
+                    "rescales": rescales, "lr": c.lr, "reported": "last validation"},
             artifacts={"work_dir": run["work_dir"]})
