@@ -39,6 +39,10 @@ class UperNetConfig:
     out_with_norm: bool = False         # register_backbone.py default; the README sets it true
     rescales: list[float] | None = None  # None: iBOT's by patch size (4, 2, 1, 0.5 at 16)
     drop_path_rate: float | None = 0.1  # the configs' backbone drop_path_rate; None: the model's own
+    # resize_at_load: a harness ViT's position table is resized to the crop's grid once and trained
+    # there (iBOT's mmcv_custom/checkpoint.py at load; img_size=[512]); interpolate: keep the
+    # pretraining table and resample it at every forward (any other model does that)
+    pos_embed: Literal["resize_at_load", "interpolate"] = "resize_at_load"
     # the heads (models/upernet.py with the vit config's overrides)
     channels: int | None = None         # UPerHead channels; None: the backbone width (384 / 768)
     aux_channels: int = 256
@@ -71,6 +75,8 @@ class UperNetConfig:
                             f"{self.batch_size}, {self.crop_size}, {self.lr}")
         if not 0 < self.layer_decay <= 1:
             problems.append(f"layer_decay must be in (0, 1], found {self.layer_decay}")
+        if self.pos_embed not in ("resize_at_load", "interpolate"):
+            problems.append(f"pos_embed must be resize_at_load or interpolate, found {self.pos_embed!r}")
         if self.decay_skip not in SKIP_RULES:
             problems.append(f"decay_skip must be one of {SKIP_RULES}, found {self.decay_skip!r}")
         if not 0 <= self.warmup_iters < self.iters:

@@ -70,14 +70,43 @@ def set_drop_path(model: nn.Module, rate: float) -> None:
         block.drop_path2 = DropPath(r) if r > 0 else nn.Identity()
 
 
-def prepared_model(key: str, drop_path_rate: float | None) -> nn.Module:
-    """A trainable deep copy of the handed-over model with the configs' drop path."""
+def resize_pos_embed(model: nn.Module, crop_size: int) -> bool:
+    """Resize a harness ViT's position table to the crop's grid once, as iBOT's
+    ``mmcv_custom/checkpoint.py`` does at load (bicubic to the target size, prefix tokens kept), so
+    that the table trained is the crop's; False (nothing done) for any other model or grid."""
+    import torch.nn.functional as F
+
+    from harness.models.backbone import ViTBackbone
+
+    if not isinstance(model, ViTBackbone) or model.pos_embed is None or model.pos_embed_native is not None:
+        return False
+    g = crop_size // model.patch_size
+    g0 = tuple(model.patch_embed.grid_size)
+    if g0 == (g, g) or model.no_embed_class:
+        return False
+    n_prefix = model.num_prefix_tokens
+    prefix, grid = model.pos_embed.data[:, :n_prefix], model.pos_embed.data[:, n_prefix:]
+    grid = grid.reshape(1, g0[0], g0[1], -1).permute(0, 3, 1, 2)
+    grid = F.interpolate(grid.float(), size=(g, g), mode="bicubic", align_corners=False)
+    grid = grid.permute(0, 2, 3, 1).reshape(1, g * g, -1).to(prefix.dtype)
+    model.pos_embed = nn.Parameter(torch.cat([prefix, grid], dim=1))
+    model.patch_embed.img_size = (g * model.patch_size, g * model.patch_size)
+    model.patch_embed.grid_size = (g, g)
+    model.patch_embed.num_patches = g * g
+    return True
+
+
+def prepared_model(key: str, drop_path_rate: float | None, pos_embed_size: int | None = None) -> nn.Module:
+    """A trainable deep copy of the handed-over model with the configs' drop path and, given a
+    crop size, its position table resized to that grid."""
     if key not in _HANDED_OVER:
         raise ConfigError(f"no backbone was handed over under {key!r}; build {BACKBONE} inside "
                           f"benchmarks.upernet.mmseg_parts.handed_over(key, backbone)")
     model = copy.deepcopy(_HANDED_OVER[key])
     if drop_path_rate is not None:
         set_drop_path(model, float(drop_path_rate))
+    if pos_embed_size:
+        resize_pos_embed(model, int(pos_embed_size))
     for p in model.parameters():
         p.requires_grad_(True)
     return model
@@ -104,8 +133,8 @@ def register() -> None:
 
     class SslBenchMultiLevel(MultiLevelBackbone):
         def __init__(self, backbone_key: str, out_indices, out_with_norm=False, rescales=None,
-                     norm="syncbn", drop_path_rate=None):
-            super().__init__(prepared_model(backbone_key, drop_path_rate), out_indices,
+                     norm="syncbn", drop_path_rate=None, pos_embed_size=None):
+            super().__init__(prepared_model(backbone_key, drop_path_rate, pos_embed_size), out_indices,
                              out_with_norm=out_with_norm, rescales=rescales, norm=norm)
 
         def forward(self, x):

@@ -117,3 +117,15 @@ def test_synth_recipe_end_to_end(tmp_path, monkeypatch):
     stats = read_per_image(result.per_image)
     got = float(stats.metric_of_weights(np.ones((1, stats.images)), "mIoU")[0])
     assert got == pytest.approx(result.metrics["mIoU"], abs=0.01)
+
+
+def test_position_table_resized_once_to_the_crop_grid():
+    from benchmarks.upernet.mmseg_parts import resize_pos_embed
+
+    torch.manual_seed(0)
+    vit = create_backbone("vit_cpu_tiny", patch_size=16, img_size=64, embed_dim=32, depth=2).eval()
+    x = torch.randn(1, 3, 128, 128)
+    assert resize_pos_embed(vit, 128) and vit.pos_embed.shape == (1, 1 + 64, 32)
+    assert vit.interpolate_pos_embed(8, 8) is vit.pos_embed  # trained at the crop's grid, no resampling
+    assert vit.get_features(x).patches.shape[2:4] == (8, 8)
+    assert not resize_pos_embed(vit, 128)
