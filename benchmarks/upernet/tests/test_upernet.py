@@ -1,6 +1,8 @@
 """upernet: presets against the official configs, each parameter's layer id / lr scale / weight
 decay as iBOT's segmentation constructor assigns them, the one-line refusals, and (slow) the
 SynthScenes recipe end to end through mmseg."""
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -129,3 +131,44 @@ def test_position_table_resized_once_to_the_crop_grid():
     assert vit.interpolate_pos_embed(8, 8) is vit.pos_embed  # trained at the crop's grid, no resampling
     assert vit.get_features(x).patches.shape[2:4] == (8, 8)
     assert not resize_pos_embed(vit, 128)
+
+
+FIXTURE = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "upernet_layer_decay.json"
+
+
+@pytest.mark.parametrize("arch,preset", [("vit_small", "ibot_vit_s16"), ("vit_base", "ibot_vit_b16")])
+def test_layer_ids_and_counts_match_the_official_constructor(arch, preset):
+    """tests/reference/gen_upernet_layer_decay.py ran iBOT's segmentation constructor on the
+    official model; the same rule here on the harness ViT at 512 (built on the meta device)."""
+    import json
+
+    from benchmarks.upernet.mmseg_parts import resize_pos_embed
+    from benchmarks.upernet.protocol import UperNet
+
+    ref = json.loads(FIXTURE.read_text())[arch]
+    cfg = UperNet.from_preset(preset).cfg
+    assert (cfg.lr, cfg.layer_decay) == (ref["lr"], ref["layer_decay_rate"])
+    with torch.device("meta"):
+        vit = create_backbone(f"{arch}_patch16_224")
+        resize_pos_embed(vit, cfg.crop_size)
+        seg = _Segmentor(vit, tuple(cfg.out_indices))
+    groups = optimizer_groups(seg, base_lr=cfg.lr, weight_decay=cfg.weight_decay, layer_decay=cfg.layer_decay,
+                              depth=None, decay_skip=cfg.decay_skip)
+    mine = {}
+    for g in groups:
+        layer = int(g["group_name"].split("_")[1])
+        for p in g["params"]:
+            mine[id(p)] = (layer, g["lr_scale"], g["weight_decay"])
+    names = {n.replace("backbone.model.", "backbone."): mine[id(p)] for n, p in seg.named_parameters()}
+    official = {n: v for n, v in ref["params"].items() if n.startswith("backbone.")}
+    assert set(names) - {"decode_head.weight", "decode_head.bias"} == set(official)
+    for n, (layer, scale, wd) in official.items():
+        assert names[n][0] == layer and names[n][1] == pytest.approx(scale) and names[n][2] == wd, n
+    assert names["decode_head.weight"][:2] == (13, 1.0)  # every head parameter: the last layer, lr x 1
+    assert all(v[:2] == [13, 1.0] for n, v in ref["params"].items() if not n.startswith("backbone."))
+    counts = ref["param_count"]
+    adapter = sum(p.numel() for n, p in seg.backbone.named_parameters() if n.startswith("fpn"))
+    assert adapter == counts["adapter"]
+    assert sum(p.numel() for p in seg.backbone.model.parameters()) == counts["backbone_vit"]
+    assert [list(o.shape) for o in seg.backbone(torch.empty(2, 3, 512, 512, device="meta"))] == \
+        ref["adapter_shapes_512_batch2"]
