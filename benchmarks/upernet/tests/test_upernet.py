@@ -172,3 +172,36 @@ def test_layer_ids_and_counts_match_the_official_constructor(arch, preset):
     assert sum(p.numel() for p in seg.backbone.model.parameters()) == counts["backbone_vit"]
     assert [list(o.shape) for o in seg.backbone(torch.empty(2, 3, 512, 512, device="meta"))] == \
         ref["adapter_shapes_512_batch2"]
+
+
+def test_miou_is_mmseg_iou_metric_and_its_per_image_areas(tmp_path):
+    """The protocol's metric is mmseg's IoUMetric on the same predictions; the per-image areas it
+    keeps sum back to the same mIoU, aAcc and mAcc (ADE20K's ignore index 255)."""
+    pytest.importorskip("mmseg")
+    import numpy as np
+    from mmseg.evaluation import IoUMetric
+
+    from benchmarks.upernet import mmseg_parts
+    from harness.per_image import read_per_image
+
+    mmseg_parts.register()
+    from mmseg.registry import METRICS
+
+    gen = torch.Generator().manual_seed(0)
+    results = []
+    for _ in range(5):
+        label = torch.randint(0, 6, (24, 32), generator=gen)
+        label[torch.rand(24, 32, generator=gen) < 0.1] = 255
+        pred = torch.where(torch.rand(24, 32, generator=gen) < 0.6, label.clamp(max=5),
+                           torch.randint(0, 6, (24, 32), generator=gen))
+        results.append(IoUMetric.intersect_and_union(pred, label, 6, 255))
+    classes = dict(classes=tuple(f"c{i}" for i in range(6)))
+    ours = METRICS.build(dict(type=mmseg_parts.METRIC, per_image_path=str(tmp_path / "p.json")))
+    theirs = IoUMetric()
+    ours.dataset_meta = theirs.dataset_meta = classes
+    got, want = ours.compute_metrics(list(results)), theirs.compute_metrics(list(results))
+    assert got == want
+    stats = read_per_image(mmseg_parts.read_per_image_file(tmp_path / "p.json"))
+    for metric in ("mIoU", "aAcc", "mAcc"):
+        again = float(stats.metric_of_weights(np.ones((1, stats.images)), metric)[0])
+        assert again == pytest.approx(want[metric], abs=0.006), metric
