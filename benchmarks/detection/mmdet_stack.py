@@ -19,9 +19,9 @@ NO_CUDA = "not available"  # mmcv.ops.get_compiling_cuda_version() of a CPU-only
 def require_mmdet() -> None:
     """Import the mmdet stack, or raise MissingDependencyError saying how to install it."""
     try:
+        import mmdet  # first: a missing mmdet is found before mmcv's ops load
         import mmcv
         import mmcv.ops  # noqa: F401  (the compiled extension)
-        import mmdet
         import mmdet.models  # noqa: F401
         import pycocotools.cocoeval  # noqa: F401
     except (ImportError, OSError) as exc:

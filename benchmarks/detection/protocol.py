@@ -27,9 +27,10 @@ from harness.presets import load_presets
 from harness.protocol import Protocol, ProtocolResult
 from harness.registry import register_protocol
 
-# record metric -> mmdet CocoMetric key (fractions with 3 decimals; recorded in %)
-METRIC_KEYS = {"box_AP": "coco/bbox_mAP", "box_AP50": "coco/bbox_mAP_50", "box_AP75": "coco/bbox_mAP_75",
-               "mask_AP": "coco/segm_mAP", "mask_AP50": "coco/segm_mAP_50", "mask_AP75": "coco/segm_mAP_75"}
+# record metric -> mmdet CocoMetric key (fractions with 3 decimals; recorded in %). The evaluator
+# prefixes them with the metric's "coco/".
+METRIC_KEYS = {"box_AP": "bbox_mAP", "box_AP50": "bbox_mAP_50", "box_AP75": "bbox_mAP_75",
+               "mask_AP": "segm_mAP", "mask_AP50": "segm_mAP_50", "mask_AP75": "segm_mAP_75"}
 
 
 def to_percent(mmdet_metrics: dict) -> dict[str, float]:
@@ -38,7 +39,8 @@ def to_percent(mmdet_metrics: dict) -> dict[str, float]:
     (every precision is 0), and so does the record."""
     if not mmdet_metrics:
         return {name: 0.0 for name in METRIC_KEYS}
-    return {name: 100.0 * float(mmdet_metrics.get(key, float("nan"))) for name, key in METRIC_KEYS.items()}
+    bare = {k.removeprefix("coco/"): v for k, v in mmdet_metrics.items()}
+    return {name: 100.0 * float(bare.get(key, float("nan"))) for name, key in METRIC_KEYS.items()}
 
 
 def _world_and_launcher(launcher: str) -> tuple[int, str]:
