@@ -33,6 +33,10 @@ class UperNetConfig:
     warmup_iters: int = 1500            # lr_config: linear warm-up
     warmup_ratio: float = 1e-6
     poly_power: float = 1.0
+    # mmcv1: mmcv 1.x's lr_config (iBOT): the poly factor runs over all iterations and the linear
+    # warm-up multiplies it; mmseg1: mmseg 1.x's configs (SynCLR): LinearLR over the warm-up, then
+    # PolyLR from the end of the warm-up to the last iteration
+    schedule_style: Literal["mmcv1", "mmseg1"] = "mmcv1"
     min_lr: float = 0.0
     # the multi-level backbone (harness.models.multilevel)
     out_indices: list[int] = field(default_factory=lambda: [3, 5, 7, 11])
@@ -77,6 +81,8 @@ class UperNetConfig:
             problems.append(f"layer_decay must be in (0, 1], found {self.layer_decay}")
         if self.pos_embed not in ("resize_at_load", "interpolate"):
             problems.append(f"pos_embed must be resize_at_load or interpolate, found {self.pos_embed!r}")
+        if self.schedule_style not in ("mmcv1", "mmseg1"):
+            problems.append(f"schedule_style must be mmcv1 or mmseg1, found {self.schedule_style!r}")
         if self.decay_skip not in SKIP_RULES:
             problems.append(f"decay_skip must be one of {SKIP_RULES}, found {self.decay_skip!r}")
         if not 0 <= self.warmup_iters < self.iters:

@@ -119,12 +119,18 @@ def model_config(cfg: UperNetConfig, backbone_key: str, embed_dim: int, rescales
 
 
 def schedule_config(cfg: UperNetConfig) -> dict:
-    """AdamW with layer decay; linear warm-up then poly decay (iBOT's lr_config)."""
+    """AdamW with layer decay; linear warm-up and poly decay (``schedule_style``).
+
+    mmcv1 (iBOT): mmcv 1.x's ``lr = base x (1 - i / iters) ** power`` over every iteration, times
+    ``1 - (1 - i / warmup) x (1 - warmup_ratio)`` during the warm-up. mmengine's chained schedulers
+    multiply their factors; its LinearLR reaches 1 at ``end - 1`` and its PolyLR decays over
+    ``end - begin - 1`` steps, hence the ``+ 1``s. mmseg1 (SynCLR): its config's schedulers as written."""
     warm = cfg.warmup_iters
-    schedulers = ([dict(type="LinearLR", start_factor=cfg.warmup_ratio, by_epoch=False, begin=0, end=warm)]
-                  if warm else [])
-    schedulers.append(dict(type="PolyLR", eta_min=cfg.min_lr, power=cfg.poly_power, begin=warm, end=cfg.iters,
-                           by_epoch=False))
+    mmcv1 = cfg.schedule_style == "mmcv1"
+    schedulers = ([dict(type="LinearLR", start_factor=cfg.warmup_ratio, by_epoch=False, begin=0,
+                        end=warm + 1 if mmcv1 else warm)] if warm else [])
+    schedulers.append(dict(type="PolyLR", eta_min=cfg.min_lr, power=cfg.poly_power, begin=0 if mmcv1 else warm,
+                           end=cfg.iters + 1 if mmcv1 else cfg.iters, by_epoch=False))
     return dict(
         optim_wrapper=dict(type="AmpOptimWrapper" if cfg.amp else "OptimWrapper",
                            optimizer=dict(type="AdamW", lr=cfg.lr, betas=tuple(cfg.betas),

@@ -205,3 +205,32 @@ def test_miou_is_mmseg_iou_metric_and_its_per_image_areas(tmp_path):
     for metric in ("mIoU", "aAcc", "mAcc"):
         again = float(stats.metric_of_weights(np.ones((1, stats.images)), metric)[0])
         assert again == pytest.approx(want[metric], abs=0.006), metric
+
+
+def _mmcv1_lr(i: int, base: float, iters: int, warm: int, ratio: float, power: float = 1.0) -> float:
+    """mmcv 1.x PolyLrUpdaterHook with linear warm-up (min_lr 0), by its formulas."""
+    regular = base * (1 - i / iters) ** power
+    if i < warm:
+        return regular * (1 - (1 - i / warm) * (1 - ratio))
+    return regular
+
+
+def test_schedule_matches_mmcv1_poly_with_warmup():
+    """iBOT's lr_config as mmcv 1.x computes it, iteration by iteration (the mmseg1 style is
+    SynCLR's mmengine config as written)."""
+    pytest.importorskip("mmengine")
+    from mmengine.optim.scheduler import LinearLR, PolyLR
+
+    from benchmarks.upernet.runner import schedule_config
+
+    cfg = UperNetConfig(iters=100, warmup_iters=10, lr=1.0)
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    kinds = {"LinearLR": LinearLR, "PolyLR": PolyLR}
+    scheds = [kinds[s.pop("type")](opt, **s) for s in [dict(d) for d in schedule_config(cfg)["param_scheduler"]]]
+    for i in range(100):
+        lr = opt.param_groups[0]["lr"]
+        want = _mmcv1_lr(i, 1.0, 100, 10, 1e-6)
+        assert lr == pytest.approx(want, rel=1e-6, abs=1e-9), (i, lr, want)
+        opt.step()
+        for s in scheds:
+            s.step()
