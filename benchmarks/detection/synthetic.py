@@ -43,7 +43,7 @@ class DetectionPreset:
 
 PRESETS = {
     "tiny": DetectionPreset("tiny", 128, train=32, val=12),
-    "small": DetectionPreset("small", 128, train=400, val=80),
+    "small": DetectionPreset("small", 128, train=160, val=40),
     "medium": DetectionPreset("medium", 192, train=1200, val=200),
 }
 
