@@ -133,7 +133,6 @@ class DetectionProtocol(Protocol):
 
     def run(self, model, data_root: Path) -> list[ProtocolResult]:
         self.check_runnable(model)
-        coco_reader.check_pair(data_root, self.cfg.train_split, self.cfg.val_split)
         work_dir = Path(self.cfg.work_dir) if self.cfg.work_dir else self.default_work_dir(model, data_root)
         out = train_and_evaluate(model.backbone, model.cache_key, self.cfg, Path(data_root), work_dir)
         if int(os.environ.get("RANK", "0")) != 0:
