@@ -64,7 +64,7 @@ def set_drop_path(model: nn.Module, rate: float) -> None:
         raise ConfigError(f"drop_path_rate {rate} needs a ViT with timm-style blocks; "
                           f"{getattr(model, 'arch', type(model).__name__)} has none: set drop_path_rate: null "
                           f"to train it with its own")
-    rates = torch.linspace(0, rate, len(blocks)).tolist()
+    rates = torch.linspace(0, rate, len(blocks), device="cpu").tolist()  # float32 values, as iBOT's dpr
     for block, r in zip(blocks, rates):
         block.drop_path1 = DropPath(r) if r > 0 else nn.Identity()
         block.drop_path2 = DropPath(r) if r > 0 else nn.Identity()
