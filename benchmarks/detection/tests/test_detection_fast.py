@@ -185,3 +185,12 @@ def test_a_model_without_the_blocks_is_refused_saying_what_it_has():
     model = SimpleNamespace(context="features", backbone=create_backbone("vit_cpu_tiny"), device=torch.device("cpu"))
     with pytest.raises(ConfigError, match="needs blocks .* has 3 blocks"):
         build_protocol("detection", "ibot_vit_s16", {}).check_runnable(model)
+
+
+def test_records_read_mmdets_fractions_in_percent_and_no_detections_as_zero_ap():
+    from benchmarks.detection.protocol import to_percent
+
+    got = to_percent({"coco/bbox_mAP": 0.494, "coco/segm_mAP": 0.426, "coco/bbox_mAP_50": 0.7})
+    assert got["box_AP"] == pytest.approx(49.4) and got["mask_AP"] == pytest.approx(42.6)
+    assert got["box_AP50"] == pytest.approx(70.0) and got["mask_AP75"] != got["mask_AP75"]  # absent: NaN
+    assert set(to_percent({}).values()) == {0.0}  # COCOeval scores an empty detection list 0
