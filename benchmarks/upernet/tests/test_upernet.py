@@ -234,3 +234,31 @@ def test_schedule_matches_mmcv1_poly_with_warmup():
         opt.step()
         for s in scheds:
             s.step()
+
+
+@pytest.mark.slow  # importing mmseg's models takes seconds
+@pytest.mark.parametrize("arch,preset", [("vit_small", "ibot_vit_s16"), ("vit_base", "ibot_vit_b16")])
+def test_whole_model_parameter_count_is_the_official_configs(arch, preset):
+    """The protocol's mmseg model (runner.model_config: UperNet channels = width, FCN 256, 150
+    classes) has the official configuration's parameter count (the fixture's total)."""
+    pytest.importorskip("mmseg")
+    import json
+
+    import mmseg.models  # noqa: F401  (registers the heads)
+    from mmseg.registry import MODELS as MM
+
+    from benchmarks.upernet import mmseg_parts, runner
+    from benchmarks.upernet.protocol import UperNet
+
+    mmseg_parts.register()
+    ref = json.loads(FIXTURE.read_text())[arch]["param_count"]
+    cfg = UperNet.from_preset(preset).cfg
+    with torch.device("meta"):
+        vit = create_backbone(f"{arch}_patch16_224")
+        with handed_over("count", vit):
+            model_cfg = runner.model_config(cfg, "count", vit.embed_dim, [4.0, 2.0, 1.0, 0.5], 150, "syncbn")
+            model_cfg.pop("data_preprocessor")  # no parameters; its registry needs mmseg's default scope
+            model = MM.build(model_cfg)
+    assert sum(p.numel() for p in model.parameters()) == ref["total"]
+    assert sum(p.numel() for p in model.decode_head.parameters()) == ref["decode_head"]
+    assert sum(p.numel() for p in model.auxiliary_head.parameters()) == ref["auxiliary_head"]
