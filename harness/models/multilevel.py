@@ -1,4 +1,4 @@
-"""Any front-door model as a multi-level backbone for dense task layers (UperNet, FPN detectors).
+"""Any front-door model as a multi-level backbone for dense task layers (segmentation decoders, FPN detectors).
 
 The dense recipes of iBOT (``evaluation/semantic_segmentation`` and ``object_detection``,
 ``mmcv_custom/register_backbone.py``), BEiT and MAE / SynCLR (mmseg 1.x ``MAE`` backbone +
