@@ -262,3 +262,24 @@ def test_whole_model_parameter_count_is_the_official_configs(arch, preset):
     assert sum(p.numel() for p in model.parameters()) == ref["total"]
     assert sum(p.numel() for p in model.decode_head.parameters()) == ref["decode_head"]
     assert sum(p.numel() for p in model.auxiliary_head.parameters()) == ref["auxiliary_head"]
+
+
+def test_an_adapted_timm_vit_gets_the_same_rule_and_a_cnn_is_refused():
+    import timm
+
+    from harness.models.sources.timm_adapter import TimmBackbone
+
+    torch.manual_seed(0)
+    vit = TimmBackbone(timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0,
+                                         dynamic_img_size=True), "vit_tiny_patch16_224")
+    with handed_over("t", vit):
+        model = prepared_model("t", 0.1, 128)
+    assert timm_blocks(model)[-1].drop_path1.drop_prob == pytest.approx(0.1)
+    seg = _Segmentor(model, (3, 5, 7, 11))
+    assert [o.shape[-1] for o in seg.backbone.eval()(torch.randn(1, 3, 128, 128))] == [32, 16, 8, 4]
+    groups = optimizer_groups(seg, base_lr=1.0, weight_decay=0.05, layer_decay=0.5, depth=None, decay_skip="mmcv")
+    scale = {id(p): g["lr_scale"] for g in groups for p in g["params"]}
+    assert scale[id(seg.backbone.model.model.blocks[0].attn.qkv.weight)] == pytest.approx(0.5 ** 12)
+    assert scale[id(seg.backbone.model.model.patch_embed.proj.weight)] == pytest.approx(0.5 ** 13)
+    with pytest.raises(ConfigError, match="resnet18 gives one feature level"):
+        MultiLevelBackbone(TimmBackbone(timm.create_model("resnet18", pretrained=False, num_classes=0), "resnet18"))
