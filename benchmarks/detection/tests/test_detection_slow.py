@@ -11,14 +11,18 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("mmdet")
-pytest.importorskip("pycocotools")
-
-from benchmarks.detection.synthetic import generate  # noqa: E402
-from harness.models.handle import ModelHandle  # noqa: E402
-from harness.protocol_info import build_protocol  # noqa: E402
+from benchmarks.detection.synthetic import generate
+from harness.models.handle import ModelHandle
+from harness.protocol_info import build_protocol
 
 FIXTURE = Path(__file__).resolve().parents[1] / "parity" / "official_ibot_detection.json"
+
+
+@pytest.fixture(autouse=True)
+def mm_stack():
+    """Skip without mmdet / pycocotools; imported here, not at collection (the fast run collects this file)."""
+    pytest.importorskip("mmdet")
+    pytest.importorskip("pycocotools")
 
 
 @pytest.fixture(scope="module")
