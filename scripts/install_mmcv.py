@@ -1,9 +1,11 @@
-"""Install the mmseg stack used by the ``seg_linear`` and ``segmenter`` protocols.
+"""Install the OpenMMLab stack: mmseg for the ``seg_linear`` and ``segmenter`` protocols, mmdet
+(with pycocotools) for ``detection``.
 
     python -m scripts.install_mmcv            # or: bash scripts/install_mmcv.sh
     python -m scripts.install_mmcv --dry-run  # download + patch the sdist, print the build command
 
-mmsegmentation 1.2.2 asserts ``mmcv>=2.0.0rc4,<2.2.0`` and needs mmcv's compiled ops.
+mmsegmentation 1.2.2 and mmdet 3.3.0 both assert ``mmcv>=2.0.0rc4,<2.2.0`` and need mmcv's
+compiled ops (mmdet's RoIAlign and NMS run in them).
 No mmcv 2.1 wheel exists for this torch, and the 2.1.0 sdist does not build as it is:
 its setup.py imports ``pkg_resources`` (gone from setuptools >= 70) and compiles with
 ``-std=c++14/17`` while torch >= 2.10 headers need C++20. The ops are compiled against the
@@ -20,10 +22,13 @@ first). Then, in order:
    ``pip wheel --no-build-isolation`` it with ``MMCV_WITH_OPS=1 FORCE_CUDA=0`` inside a
    throwaway venv (``--system-site-packages``, so it sees this torch) that has
    ``setuptools<70``; the wheel goes to the cache, outside the repository (about 30 min
-   on 2 cores).
+   on 2 cores). Where a CUDA toolkit is present (``nvcc`` on the PATH or under
+   ``$CUDA_HOME``, and torch built with CUDA that sees a GPU) the ops are built for CUDA
+   too (``FORCE_CUDA=1``, cached apart as ``torch-<version>-cuda``): a CPU-only build cannot
+   run RoIAlign / NMS on GPU tensors, and an installed CPU-only build is replaced there.
 
-Then the wheel, mmsegmentation, mmengine and their needs are installed into this Python and
-``import mmseg.models`` is checked in a fresh interpreter. Nothing here imports mmcv,
+Then the wheel, mmsegmentation, mmdet, mmengine, pycocotools and their needs are installed into
+this Python and ``import mmseg.models, mmdet.models`` is checked in a fresh interpreter. Nothing here imports mmcv,
 mmengine or mmseg into the calling process.
 """
 from __future__ import annotations
@@ -46,21 +51,30 @@ from pathlib import Path
 MMCV_VERSION = "2.1.0"
 MMSEG_VERSION = "1.2.2"
 MMENGINE_VERSION = "0.10.7"
+MMDET_VERSION = "3.3.0"
+# pycocotools: COCO box / mask AP (mmdet's CocoMetric); the `det` extra of pyproject.toml
+DET_REQUIREMENTS = [f"mmdet=={MMDET_VERSION}", "pycocotools>=2.0.7"]
 # ftfy/regex: mmseg.models imports its CLIP tokenizer; opencv 5 is newer than anything
 # mmcv 2.1 was tested with, so keep 4.x.
 EXTRA_REQUIREMENTS = ["ftfy", "regex", "opencv-python>=4,<5"]
 INSTALL_COMMAND = "bash scripts/install_mmcv.sh  (or: python -m scripts.install_mmcv)"
 
 _CHECK_SNIPPET = f"""
-import mmcv, mmengine, mmseg
+import os
+import mmcv, mmengine, mmseg, mmdet
 import mmcv.ops  # fails without the compiled extension
-import mmseg.models
-want = {{'mmcv': {MMCV_VERSION!r}, 'mmengine': {MMENGINE_VERSION!r}, 'mmseg': {MMSEG_VERSION!r}}}
-have = {{'mmcv': mmcv.__version__, 'mmengine': mmengine.__version__, 'mmseg': mmseg.__version__}}
+import mmseg.models, mmdet.models, pycocotools.cocoeval
+want = {{'mmcv': {MMCV_VERSION!r}, 'mmengine': {MMENGINE_VERSION!r}, 'mmseg': {MMSEG_VERSION!r},
+        'mmdet': {MMDET_VERSION!r}}}
+have = {{'mmcv': mmcv.__version__, 'mmengine': mmengine.__version__, 'mmseg': mmseg.__version__,
+        'mmdet': mmdet.__version__}}
 bad = {{k: v for k, v in have.items() if v != want[k]}}
 if bad:
     raise SystemExit(f'version mismatch: have {{bad}}, want {{want}}')
-print('ok', have)
+cuda_ops = mmcv.ops.get_compiling_cuda_version()
+if os.environ.get('SSL_BENCH_WANT_CUDA_OPS') == '1' and cuda_ops == 'not available':
+    raise SystemExit('mmcv ops built without CUDA, and a CUDA toolkit is present')
+print('ok', have, 'cuda ops:', cuda_ops)
 """
 
 
@@ -69,8 +83,10 @@ def log(msg: str) -> None:
 
 
 def check_installed(python: str = sys.executable) -> tuple[bool, str]:
-    """(ok, message) from importing the stack in a fresh interpreter."""
-    proc = subprocess.run([python, "-c", _CHECK_SNIPPET], capture_output=True, text=True)
+    """(ok, message) from importing the stack in a fresh interpreter (where a CUDA toolkit is
+    present, the ops must be CUDA ops)."""
+    env = dict(os.environ, SSL_BENCH_WANT_CUDA_OPS="1" if cuda_toolkit_present() else "0")
+    proc = subprocess.run([python, "-c", _CHECK_SNIPPET], capture_output=True, text=True, env=env)
     out = (proc.stdout + proc.stderr).strip()
     return proc.returncode == 0, out.splitlines()[-1] if out else ""
 
@@ -78,7 +94,7 @@ def check_installed(python: str = sys.executable) -> tuple[bool, str]:
 def installed_versions() -> dict[str, str | None]:
     """Distribution versions from package metadata (cheap: imports nothing)."""
     out = {}
-    for dist in ("torch", "mmcv", "mmengine", "mmsegmentation"):
+    for dist in ("torch", "mmcv", "mmengine", "mmsegmentation", "mmdet", "pycocotools"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -90,9 +106,48 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ssl-bench"
 
 
-def cache_dir() -> Path:
+def nvcc_path() -> str | None:
+    """nvcc on the PATH, else under $CUDA_HOME / $CUDA_PATH."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        candidate = Path(os.environ.get(var, "/nonexistent")) / "bin" / "nvcc"
+        if candidate.is_file():
+            return str(candidate)
+    return None
+
+
+_TORCH_CUDA_SNIPPET = "import torch; print(int(torch.version.cuda is not None and torch.cuda.is_available()))"
+
+
+def cuda_toolkit_present(python: str = sys.executable) -> bool:
+    """True where mmcv's ops can and must be built for CUDA: nvcc is there, and this torch is a
+    CUDA build that sees a GPU ($SSL_BENCH_CUDA_OPS=0 / 1 overrides the probe)."""
+    forced = os.environ.get("SSL_BENCH_CUDA_OPS")
+    if forced in ("0", "1"):
+        return forced == "1"
+    if nvcc_path() is None:
+        return False
+    proc = subprocess.run([python, "-c", _TORCH_CUDA_SNIPPET], capture_output=True, text=True)
+    return proc.returncode == 0 and proc.stdout.strip().endswith("1")
+
+
+def build_env(cuda: bool) -> dict:
+    """The environment of mmcv's setup.py: CPU ops only (no GPU visible, so setup.py does not
+    reach for nvcc), or CUDA ops as well (FORCE_CUDA=1)."""
+    env = dict(os.environ, MMCV_WITH_OPS="1",
+               MAX_JOBS=os.environ.get("MAX_JOBS", str(os.cpu_count() or 1)))
+    if cuda:
+        env["FORCE_CUDA"] = "1"
+    else:
+        env.update(FORCE_CUDA="0", CUDA_VISIBLE_DEVICES="")
+    return env
+
+
+def cache_dir(cuda: bool = False) -> Path:
     tag = re.sub(r"[^A-Za-z0-9_.-]", "_", installed_versions()["torch"] or "none")
-    return cache_root() / "wheels" / f"torch-{tag}"
+    return cache_root() / "wheels" / (f"torch-{tag}-cuda" if cuda else f"torch-{tag}")
 
 
 def _stamp_path() -> Path:
@@ -108,7 +163,7 @@ def stamp_matches() -> bool:
     A changed torch (ABI) or mmcv/mmseg/mmengine version invalidates the stamp.
     """
     try:
-        return json.loads(_stamp_path().read_text()) == installed_versions()
+        return json.loads(_stamp_path().read_text()) == stamp_content()
     except (OSError, ValueError):
         return False
 
@@ -116,7 +171,12 @@ def stamp_matches() -> bool:
 def write_stamp() -> None:
     path = _stamp_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(installed_versions()))
+    path.write_text(json.dumps(stamp_content()))
+
+
+def stamp_content() -> dict:
+    """What the stamp is keyed by: the versions, and whether CUDA ops are required here."""
+    return {**installed_versions(), "cuda_ops_required": cuda_toolkit_present()}
 
 
 def check_and_stamp() -> tuple[bool, str]:
@@ -177,8 +237,9 @@ def patch_setup_py(setup_py: Path) -> int:
     return n
 
 
-def build_wheel(out_dir: Path, dry_run: bool = False, keep: bool = False) -> Path | None:
-    """Download the mmcv sdist, patch it and build a CPU wheel into ``out_dir``."""
+def build_wheel(out_dir: Path, dry_run: bool = False, keep: bool = False, cuda: bool = False) -> Path | None:
+    """Download the mmcv sdist, patch it and build a wheel into ``out_dir`` (CPU ops; CUDA
+    ops too when ``cuda``)."""
     work = Path(tempfile.mkdtemp(prefix="mmcv-build-"))
     log(f"build directory {work}")
     try:
@@ -197,19 +258,17 @@ def build_wheel(out_dir: Path, dry_run: bool = False, keep: bool = False) -> Pat
         src = work / f"mmcv-{MMCV_VERSION}"
         n = patch_setup_py(src / "setup.py")
         log(f"patched {n} -std flags to -std=c++20 in {src / 'setup.py'}")
-        env = dict(os.environ, MMCV_WITH_OPS="1", FORCE_CUDA="0",
-                   # a visible GPU would make setup.py build CUDA ops (needs nvcc)
-                   CUDA_VISIBLE_DEVICES="",
-                   MAX_JOBS=os.environ.get("MAX_JOBS", str(os.cpu_count() or 1)))
+        env = build_env(cuda)
+        flags = "MMCV_WITH_OPS=1 " + ("FORCE_CUDA=1" if cuda else "FORCE_CUDA=0 CUDA_VISIBLE_DEVICES=")
         out_dir.mkdir(parents=True, exist_ok=True)
         cmd = [vpy, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
                "-w", str(out_dir), str(src)]
         if dry_run:
             log("dry run: would now run (about 30 min on 2 cores):")
-            log("  MMCV_WITH_OPS=1 FORCE_CUDA=0 CUDA_VISIBLE_DEVICES= " + " ".join(cmd))
+            log(f"  {flags} " + " ".join(cmd))
             keep = True
             return None
-        log("compiling mmcv ops (about 30 min on 2 cores) ...")
+        log(f"compiling mmcv ops ({'CPU and CUDA' if cuda else 'CPU'}; about 30 min on 2 cores) ...")
         t0 = time.time()
         subprocess.run(cmd, check=True, env=env)
         log(f"compiled in {time.time() - t0:.0f} s")
@@ -226,7 +285,7 @@ def build_wheel(out_dir: Path, dry_run: bool = False, keep: bool = False) -> Pat
 
 def install(wheel: Path) -> None:
     pip(sys.executable, "install", str(wheel), f"mmsegmentation=={MMSEG_VERSION}",
-        f"mmengine=={MMENGINE_VERSION}", *EXTRA_REQUIREMENTS)
+        f"mmengine=={MMENGINE_VERSION}", *DET_REQUIREMENTS, *EXTRA_REQUIREMENTS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,9 +318,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         log(f"not usable yet: {msg}")
 
-    cache = cache_dir()
+    cuda = cuda_toolkit_present()
+    cache = cache_dir(cuda)
+    if cuda:
+        log("CUDA toolkit present: mmcv's ops are built for CUDA too (SSL_BENCH_CUDA_OPS=0 to skip)")
     if args.dry_run:
-        build_wheel(cache, dry_run=True, keep=True)
+        build_wheel(cache, dry_run=True, keep=True, cuda=cuda)
         return 0
 
     candidates = [("MMCV_WHEEL_DIR", find_wheel(args.wheel_dir)), ("cache", find_wheel(cache))]
@@ -281,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_build:
         log("no usable prebuilt wheel and --no-build given")
         return 1
-    wheel = build_wheel(cache, keep=args.keep_build_dir)
+    wheel = build_wheel(cache, keep=args.keep_build_dir, cuda=cuda)
     if wheel is None:
         return 1
     log(f"cached {wheel}")

@@ -45,9 +45,10 @@ def test_the_full_suites_other_protocols_run_on_synthscenes_tiny(tmp_path):
     suite = _suite("full")
     suite["synth"] = {"preset": "tiny", "seed": 0}
     suite["models"] = [m for m in suite["models"] if m["name"] in ("chance", "pixels", "random_init_s0", "synth_dino")]
-    # the protocols with their own SynthScenes sets ({synth:<protocol>}); Segmenter and logistic
-    # regression run on SynthScenes in their own tests
-    suite["protocols"] = [p for p in suite["protocols"] if p["data_root"].startswith("{synth:")]
+    # the protocols with their own SynthScenes sets ({synth:<protocol>}); Segmenter, logistic
+    # regression and detection (a minute per model) run on SynthScenes in their own tests
+    suite["protocols"] = [p for p in suite["protocols"]
+                          if p["data_root"].startswith("{synth:") and p["name"] != "detection"]
     assert len(suite["protocols"]) == 14
     suite.pop("margins"), suite.pop("reproduce")
     path = tmp_path / "full_tiny.yaml"

@@ -348,7 +348,8 @@ def runnable_protocols(suite: SuiteConfig, log=print) -> list[ProtocolEntry]:
 
 # how to install an optional dependency a suite's protocol names in ``requires``
 _MMCV_HINT = "install with: bash scripts/install_mmcv.sh"
-_INSTALL_HINTS = {"mmseg": _MMCV_HINT, "mmcv": _MMCV_HINT, "cyanure": "install with: pip install -e \".[logreg]\""}
+_INSTALL_HINTS = {"mmseg": _MMCV_HINT, "mmcv": _MMCV_HINT, "mmdet": _MMCV_HINT, "pycocotools": _MMCV_HINT,
+                  "cyanure": "install with: pip install -e \".[logreg]\""}
 
 
 def _install_hint(missing: list[str]) -> str:

@@ -1,0 +1,210 @@
+"""What ``upernet`` registers into mmseg 1.2.2: the multi-level backbone around any front-door
+model, the layer-decay optimizer-wrapper constructor, and the IoU metric that also keeps each
+validation image's areas. Only torch is imported at module level; :func:`register` imports mmseg.
+
+- ``SslBenchMultiLevel``: a deep copy of the handed-over model (:func:`handed_over`; mmengine
+  builds from config dicts), its drop path set as the official configs' ``drop_path_rate``
+  (linearly 0 .. rate over the blocks, as iBOT's and timm's ViT), trained end to end, through
+  harness.models.multilevel. An input that is not a multiple of the stride is cut to the largest
+  multiple, which is what the official ViT's strided patch convolution reads of it.
+- ``SslBenchLayerDecayConstructor``: each parameter's lr scale and weight decay as iBOT's
+  segmentation ``LayerDecayOptimizerConstructor`` (``num_layers + 2`` layers, ``backbone.``
+  names, its no-decay rule) through harness.training.layer_decay; mmseg's own constructor
+  refuses backbones that are not BEiT / MAE / ConvNeXt.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from harness.errors import ConfigError
+from harness.models.multilevel import MultiLevelBackbone
+
+BACKBONE = "SslBenchMultiLevel"
+CONSTRUCTOR = "SslBenchLayerDecayConstructor"
+METRIC = "SslBenchUperNetIoU"
+HISTORY_HOOK = "SslBenchUperNetValidations"
+# where the front-door model sits inside the mmseg model (backbone -> MultiLevelBackbone.model)
+MODEL_PREFIX = "backbone.model."
+
+_HANDED_OVER: dict[str, nn.Module] = {}
+
+
+@contextlib.contextmanager
+def handed_over(key: str, backbone: nn.Module):
+    """Make ``backbone`` buildable as ``SslBenchMultiLevel(backbone_key=key)`` while inside."""
+    _HANDED_OVER[key] = backbone
+    try:
+        yield key
+    finally:
+        _HANDED_OVER.pop(key, None)
+
+
+def timm_blocks(model: nn.Module) -> list[nn.Module] | None:
+    """The blocks of a timm-style ViT (the harness ViT, or one an adapter wraps), each with
+    ``drop_path1`` / ``drop_path2``; None when the model has no such blocks."""
+    for owner in (model, getattr(model, "model", None)):
+        blocks = getattr(owner, "blocks", None)
+        if isinstance(blocks, (nn.ModuleList, nn.Sequential)) and len(blocks) and all(
+                hasattr(b, "drop_path1") and hasattr(b, "drop_path2") for b in blocks):
+            return list(blocks)
+    return None
+
+
+def set_drop_path(model: nn.Module, rate: float) -> None:
+    """Stochastic depth ``linspace(0, rate, depth)[i]`` on block i (iBOT's ``dpr``)."""
+    from timm.layers import DropPath
+
+    blocks = timm_blocks(model)
+    if blocks is None:
+        raise ConfigError(f"drop_path_rate {rate} needs a ViT with timm-style blocks; "
+                          f"{getattr(model, 'arch', type(model).__name__)} has none: set drop_path_rate: null "
+                          f"to train it with its own")
+    rates = torch.linspace(0, rate, len(blocks), device="cpu").tolist()  # float32 values, as iBOT's dpr
+    for block, r in zip(blocks, rates):
+        block.drop_path1 = DropPath(r) if r > 0 else nn.Identity()
+        block.drop_path2 = DropPath(r) if r > 0 else nn.Identity()
+
+
+def resize_pos_embed(model: nn.Module, crop_size: int) -> bool:
+    """Resize a harness ViT's position table to the crop's grid once, as iBOT's
+    ``mmcv_custom/checkpoint.py`` does at load (bicubic to the target size, prefix tokens kept), so
+    that the table trained is the crop's; False (nothing done) for any other model or grid."""
+    import torch.nn.functional as F
+
+    from harness.models.backbone import ViTBackbone
+
+    if not isinstance(model, ViTBackbone) or model.pos_embed is None or model.pos_embed_native is not None:
+        return False
+    g = crop_size // model.patch_size
+    g0 = tuple(model.patch_embed.grid_size)
+    if g0 == (g, g) or model.no_embed_class:
+        return False
+    n_prefix = model.num_prefix_tokens
+    prefix, grid = model.pos_embed.data[:, :n_prefix], model.pos_embed.data[:, n_prefix:]
+    grid = grid.reshape(1, g0[0], g0[1], -1).permute(0, 3, 1, 2)
+    grid = F.interpolate(grid.float(), size=(g, g), mode="bicubic", align_corners=False)
+    grid = grid.permute(0, 2, 3, 1).reshape(1, g * g, -1).to(prefix.dtype)
+    model.pos_embed = nn.Parameter(torch.cat([prefix, grid], dim=1))
+    model.patch_embed.img_size = (g * model.patch_size, g * model.patch_size)
+    model.patch_embed.grid_size = (g, g)
+    model.patch_embed.num_patches = g * g
+    return True
+
+
+def prepared_model(key: str, drop_path_rate: float | None, pos_embed_size: int | None = None) -> nn.Module:
+    """A trainable deep copy of the handed-over model with the configs' drop path and, given a
+    crop size, its position table resized to that grid."""
+    if key not in _HANDED_OVER:
+        raise ConfigError(f"no backbone was handed over under {key!r}; build {BACKBONE} inside "
+                          f"benchmarks.upernet.mmseg_parts.handed_over(key, backbone)")
+    model = copy.deepcopy(_HANDED_OVER[key])
+    if drop_path_rate is not None:
+        set_drop_path(model, float(drop_path_rate))
+    if pos_embed_size:
+        resize_pos_embed(model, int(pos_embed_size))
+    for p in model.parameters():
+        p.requires_grad_(True)
+    return model
+
+
+def optimizer_groups(module: nn.Module, *, base_lr: float, weight_decay: float, layer_decay: float,
+                     depth: int | None, decay_skip: str) -> list[dict]:
+    """The parameter groups of the whole mmseg model (names ``backbone.model.<model's own>``,
+    ``backbone.fpnN``, ``decode_head.*``, ``auxiliary_head.*``)."""
+    from harness.training.layer_decay import MMCV_SKIP_LIST, layer_scheme, num_layers, parameter_groups
+
+    scheme = layer_scheme(module, MODEL_PREFIX) if layer_decay < 1 else None
+    if scheme is not None and depth is None:
+        depth = num_layers(module, scheme)
+    skip = MMCV_SKIP_LIST if decay_skip == "mmcv" else None
+    return parameter_groups(module, weight_decay, layer_decay, depth=depth, scheme=scheme, skip_list=skip,
+                            base_lr=base_lr, with_group_names=True)
+
+
+def register() -> None:
+    """Register the backbone, the constructor, the metric and the validation hook (idempotent)."""
+    from mmengine.optim import DefaultOptimWrapperConstructor
+    from mmseg.registry import MODELS, OPTIM_WRAPPER_CONSTRUCTORS
+
+    class SslBenchMultiLevel(MultiLevelBackbone):
+        def __init__(self, backbone_key: str, out_indices, out_with_norm=False, rescales=None,
+                     norm="syncbn", drop_path_rate=None, pos_embed_size=None):
+            super().__init__(prepared_model(backbone_key, drop_path_rate, pos_embed_size), out_indices,
+                             out_with_norm=out_with_norm, rescales=rescales, norm=norm)
+
+        def forward(self, x):
+            p = self.patch_size
+            h, w = x.shape[-2] // p * p, x.shape[-1] // p * p
+            return super().forward(x[..., :h, :w])
+
+    class SslBenchLayerDecayConstructor(DefaultOptimWrapperConstructor):
+        def add_params(self, params, module, **kwargs):
+            cfg = self.paramwise_cfg
+            params.extend(optimizer_groups(
+                module, base_lr=self.base_lr, weight_decay=self.base_wd, layer_decay=cfg["layer_decay_rate"],
+                depth=cfg.get("num_layers"), decay_skip=cfg.get("decay_skip", "mmcv")))
+
+    MODELS.register_module(name=BACKBONE, module=SslBenchMultiLevel, force=True)
+    OPTIM_WRAPPER_CONSTRUCTORS.register_module(name=CONSTRUCTOR, module=SslBenchLayerDecayConstructor, force=True)
+    _register_metric()
+
+
+def write_per_image(path: Path, results: list) -> None:
+    """The ``areas`` block (harness.per_image) of one validation: per image and class mmseg's
+    intersection, union and label areas, whose sums IoUMetric turns into mIoU, aAcc and mAcc."""
+    import numpy as np
+
+    from harness.io_utils import atomic_write_json
+    from harness.per_image import areas_block
+
+    inter, union, label = (np.rint(np.stack([r[i].cpu().numpy() for r in results])).astype(np.int64)
+                           for i in (0, 1, 3))
+    atomic_write_json(path, areas_block(inter, union, label, count_absent_classes=False, extra_terms=0,
+                                        accuracy_metric="aAcc", class_accuracy_metric="mAcc"))
+
+
+def _register_metric() -> None:
+    from mmengine.hooks import Hook
+    from mmseg.evaluation import IoUMetric
+    from mmseg.registry import HOOKS, METRICS
+
+    class SslBenchUperNetIoU(IoUMetric):
+        def __init__(self, per_image_path: str | None = None, **kwargs):
+            super().__init__(**kwargs)
+            self.per_image_path = per_image_path
+
+        def compute_metrics(self, results: list) -> dict:
+            metrics = super().compute_metrics(results)
+            if self.per_image_path:
+                write_per_image(Path(self.per_image_path), results)
+            return metrics
+
+    class SslBenchUperNetValidations(Hook):
+        """Every validation's metrics by iteration, in memory."""
+        priority = "VERY_LOW"
+
+        def __init__(self):
+            self.history: dict[int, dict[str, float]] = {}
+
+        def after_val_epoch(self, runner, metrics=None) -> None:
+            self.history[int(runner.iter)] = {k: round(float(v), 2) for k, v in (metrics or {}).items()
+                                              if isinstance(v, (int, float)) or getattr(v, "ndim", None) == 0}
+
+    METRICS.register_module(name=METRIC, module=SslBenchUperNetIoU, force=True)
+    HOOKS.register_module(name=HISTORY_HOOK, module=SslBenchUperNetValidations, force=True)
+
+
+def read_per_image_file(path: str | Path | None) -> dict | None:
+    """The block the last validation wrote, or None when it is missing or unreadable."""
+    import json
+
+    try:
+        block = json.loads(Path(path).read_text()) if path else None
+    except (OSError, ValueError):
+        return None
+    return block if isinstance(block, dict) else None
