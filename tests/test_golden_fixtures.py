@@ -43,6 +43,7 @@ READERS = {
     "robustness_mce_ibot.json": ["test_robustness.py"],
     "robustness_patch_drop.json": ["test_robustness.py"],
     "transfer_synclr.json": ["test_transfer.py"],
+    "upernet_layer_decay.json": ["../benchmarks/upernet/tests/test_upernet.py"],
 }
 
 

@@ -136,6 +136,9 @@ def main() -> None:
         notes="official constructor run with mmcv.runner stubbed; adapters built from register_backbone.py's "
               "layer list; heads are mmseg 1.2.2's UPerHead / FCNHead with BN (SyncBN in the config: same "
               "parameters); adapter shapes computed from the config numbers")
+    data["how"] = ("iBOT's segmentation LayerDecayOptimizerConstructor.add_params (mmcv.runner stubbed) on the "
+                   "official ViT-S/16 and ViT-B/16 with the adapters and mmseg's UPerHead / FCNHead: each "
+                   "parameter's layer id, lr scale and weight decay; parameter counts; adapter shapes at 512")
     common.compare_with_committed(data, args.out)
     common.write_fixture(args.out, data)
 

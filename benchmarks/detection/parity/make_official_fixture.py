@@ -1,6 +1,6 @@
 """Reference values of iBOT's detection recipe, from its own code (run outside this repository):
 
-    python benchmarks/detection/parity/make_official_fixture.py /path/to/bytedance-ibot \
+    python -m benchmarks.detection.parity.make_official_fixture /path/to/bytedance-ibot \
         benchmarks/detection/parity/official_ibot_detection.json
 
 For ViT-S/16 and ViT-B/16 as ``configs/cascade_rcnn/vit_{small,base}_giou_4conv1f_coco_3x.py``
@@ -118,10 +118,15 @@ def arch_reference(det_dir: Path, arch: str, spec: dict) -> dict:
             "head_param_count_from_config": head_param_count(spec["embed_dim"])}
 
 
+def official_on_path(checkout: Path) -> None:
+    """The official checkout importable (it lives outside this repository)."""
+    sys.path[:0] = [str(checkout)]
+
+
 def main(argv: list[str]) -> None:
     checkout, out = Path(argv[0]).resolve(), Path(argv[1])
     det_dir = checkout / "evaluation" / "object_detection"
-    sys.path[:0] = [str(checkout)]
+    official_on_path(checkout)
     _stubs()
     git = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
     commit = git.stdout.strip()
@@ -131,7 +136,7 @@ def main(argv: list[str]) -> None:
                                      "models/vision_transformer.py",
                                      "evaluation/object_detection/configs/cascade_rcnn/vit_{small,base}_giou_4conv1f_coco_3x.py"],
                            "stubs": "mmcv.runner, mmcv_custom, mmdet.utils, mmdet.models.builder (registries only)",
-                           "command": "python benchmarks/detection/parity/make_official_fixture.py CHECKOUT OUT",
+                           "command": "python -m benchmarks.detection.parity.make_official_fixture CHECKOUT OUT",
                            "date": datetime.date.today().isoformat()},
             "archs": {arch: arch_reference(det_dir, arch, spec) for arch, spec in ARCHS.items()}}
     out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -1,0 +1,1 @@
+"""The generator of the detection protocol's parity fixture (run against an official checkout)."""
