@@ -59,7 +59,6 @@ class FinetuneConfig:
     reprob: float = 0.25
     remode: str = "pixel"
     recount: int = 1
-    resplit: bool = False
     mixup: float = 0.0
     cutmix: float = 0.0
     cutmix_minmax: list[float] | None = None
@@ -124,4 +123,7 @@ def per_device_batch(cfg: FinetuneConfig, world_size: int) -> int:
             f"finetune: the effective batch {cfg.batch_size} needs {per} images per process per step with "
             f"update_freq {cfg.update_freq} on {world_size} process(es), above max_batch_per_device "
             f"{cfg.max_batch_per_device}; set update_freq to at least {need} (a divisor of the batch per process)")
+    if cfg.mixup_active() and per % 2:
+        raise ConfigError(f"finetune: mixup / cutmix (timm Mixup) needs an even batch per process "
+                          f"per step, found {per} ({cfg.batch_size} / (update_freq {cfg.update_freq} x {world_size}))")
     return per
