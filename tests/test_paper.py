@@ -38,7 +38,8 @@ def test_paper_csv_schema():
                                        "dino_copydays", "dinov3_dense", "lost_corloc", "tokencut_corloc", "ibot_table5",
                                        "synclr_table6", "synclr_unseen", "dinov2_depth", "dinov3_spair", "ibot_table8",
                                        "dinov3_navi", "ibot_table12", "dino_nn_retrieval", "probe3d_nyu_spair",
-                                       "probe3d_navi"}
+                                       "probe3d_navi", "ibot_table2", "ibot_table3", "ibot_table4_finetune",
+                                       "ibot_table7", "synclr_table8"}
     for f in files:
         df = read_paper_csv(f)
         assert list(df.columns) == CSV_COLUMNS
