@@ -149,3 +149,17 @@ def test_cars_bad_root(tmp_path):
     (root / "car_ims" / "000001.jpg").unlink()
     with pytest.raises(DataError, match="000001.jpg .* does not exist"):
         DATASETS.get("cars_annos")(root, "train")
+
+
+# ----------------------------------------------------------------------------- through the CLI
+def test_bad_root_is_one_error_line_through_the_cli(isolated_home, tmp_path, capsys):
+    from harness.cli import main
+
+    root = write_inat(tmp_path / "inat", 2019)
+    doc = json.loads((root / "val2019.json").read_text())
+    doc["annotations"] = doc["annotations"][1:]
+    (root / "val2019.json").write_text(json.dumps(doc))
+    rc = main(["--threads", "1", "features", "--dataset", "inat2019", "--data-root", str(root), "--split", "val",
+               "--random-init", "vit_cpu_tiny"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error:") and "has no annotation" in err[0]
