@@ -63,9 +63,12 @@ TINY = dict(img_size=32, patch_size=8, embed_dim=32, depth=3, num_heads=2, mlp_r
 STEP = dict(batch=8, batches=4, init_seed=0, data_seed=1, draw_seed=2, lr=5e-3, min_lr=1e-6, epochs=2,
             warmup_epochs=1, weight_decay=0.05, weight_decay_end=0.1, layer_decay=0.75, mixup=0.8, cutmix=1.0,
             mixup_prob=1.0, mixup_switch_prob=0.5, mixup_mode="batch", smoothing=0.1, ema_decay=0.9)
-# the recipe's step (one batch per update, no clipping: --clip_grad's default), and gradient
-# accumulation (--update_freq 2, as the README's ViT-L command) with --clip_grad 1.0
-SCENARIOS = {"recipe": dict(update_freq=1, max_norm=None), "accumulate_clip": dict(update_freq=2, max_norm=1.0)}
+# the recipe's step (one batch per update, no clipping: --clip_grad's default), gradient
+# accumulation (--update_freq 2, as the README's ViT-L command) with --clip_grad 1.0, and the
+# argparse default head (mean pooling + fc_norm; run.sh passes --use_cls)
+SCENARIOS = {"recipe": dict(update_freq=1, max_norm=None, use_mean_pooling=False),
+             "accumulate_clip": dict(update_freq=2, max_norm=1.0, use_mean_pooling=False),
+             "mean_pooling": dict(update_freq=1, max_norm=None, use_mean_pooling=True)}
 
 
 # --enable_deepspeed makes the parser import deepspeed (not installed here); with it the script
@@ -198,11 +201,14 @@ def _half_exact(t: torch.Tensor) -> torch.Tensor:
     return t.half().float()
 
 
-def tiny_model_and_batches(off):
-    """The official ViT at TINY with seeded weights, and the seeded batches (both float16-exact)."""
+def tiny_model_and_batches(off, use_mean_pooling: bool = False):
+    """The official ViT at TINY with seeded weights, and the seeded batches (both float16-exact).
+    The two heads draw the same numbers (the norms are initialised to ones and zeros): the
+    mean-pooling model's weights are the class-token model's with ``norm.*`` named ``fc_norm.*``."""
     s = STEP
     torch.manual_seed(s["init_seed"])
-    model = off.modeling.VisionTransformer(norm_layer=partial(torch.nn.LayerNorm, eps=1e-6), **TINY)
+    model = off.modeling.VisionTransformer(norm_layer=partial(torch.nn.LayerNorm, eps=1e-6),
+                                           **{**TINY, "use_mean_pooling": use_mean_pooling})
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(_half_exact(p))
@@ -219,7 +225,13 @@ def train_steps(off, scenario: str) -> tuple[dict, dict]:
     from timm.utils import ModelEma
 
     s, sc = STEP, SCENARIOS[scenario]
-    model, images, labels = tiny_model_and_batches(off)
+    model, images, labels = tiny_model_and_batches(off, sc["use_mean_pooling"])
+    shared = tiny_model_and_batches(off)[0].state_dict()
+    renamed = {("fc_norm." + k[5:] if sc["use_mean_pooling"] and k.startswith("norm.") else k): v
+               for k, v in shared.items()}
+    mine = model.state_dict()
+    if set(mine) != set(renamed) or any(not torch.equal(mine[k], renamed[k]) for k in mine):
+        raise SystemExit(f"{scenario}: the initial weights are not the shared ones (renamed)")
     updates = s["batches"] // sc["update_freq"]  # num_training_steps_per_epoch
     args = argparse.Namespace(opt="adamw", weight_decay=s["weight_decay"], lr=s["lr"], opt_eps=1e-8, opt_betas=None,
                               momentum=0.9)

@@ -8,8 +8,9 @@ official lr / wd schedules (warm-up from 0, weight decay rising), timm's ModelEm
 numpy and torch seeded once before the epoch. Here the project's classifier
 (benchmarks/finetune/model.py) gets the same weights under its names, and the project's
 optimizer, schedules, Mixup, criterion, EMA and ``micro_step`` run the same four batches from
-the same seeds. Two scenarios: the recipe (one batch per update, no clipping) and gradient
-accumulation over two batches with ``clip_grad`` 1.0.
+the same seeds. Three scenarios: the recipe (one batch per update, no clipping), gradient
+accumulation over two batches with ``clip_grad`` 1.0, and the mean-pooling head (the argparse
+default; the recipes' run.sh passes ``--use_cls``).
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def _project_setup(data, scenario):
                          mixup_prob=s["mixup_prob"], mixup_switch_prob=s["mixup_switch_prob"],
                          mixup_mode=s["mixup_mode"], smoothing=s["smoothing"], model_ema=True,
                          model_ema_decay=s["ema_decay"], drop_path=m["drop_path_rate"],
-                         use_mean_pooling=m["use_mean_pooling"], init_scale=m["init_scale"],
+                         use_mean_pooling=sc["use_mean_pooling"], init_scale=m["init_scale"],
                          update_freq=sc["update_freq"], clip_grad=sc["max_norm"],
                          batch_size=s["batch"] * sc["update_freq"])
     backbone = ViTBackbone("custom", img_size=m["img_size"], patch_size=m["patch_size"], embed_dim=m["embed_dim"],
@@ -63,10 +64,16 @@ def _project_setup(data, scenario):
     return cfg, model, lr, wd, build_criterion, build_mixup, build_ema, build_optimizer
 
 
-def _load_initial(model, arrays):
+def _official_initial_name(stored: str, mean_pooling: bool) -> str:
+    """The stored weights are the class-token model's; the mean-pooling model has the same numbers
+    with its ``norm`` (ones and zeros at init) as ``fc_norm`` (the generator checks this)."""
+    return "fc_norm." + stored[5:] if mean_pooling and stored.startswith("norm.") else stored
+
+
+def _load_initial(model, arrays, mean_pooling):
     """The stored official weights, every official name mapped to exactly one project name."""
-    initial = {project_name(k[len("initial/"):]): torch.from_numpy(v.astype(np.float32))
-               for k, v in arrays.items() if k.startswith("initial/")}
+    initial = {project_name(_official_initial_name(k[len("initial/"):], mean_pooling)):
+               torch.from_numpy(v.astype(np.float32)) for k, v in arrays.items() if k.startswith("initial/")}
     missing, unexpected = model.load_state_dict(initial, strict=False)
     assert not missing and not unexpected, f"names not mapped: missing {missing}, unexpected {unexpected}"
 
@@ -86,7 +93,7 @@ def run_project(scenario):
 
     data, arrays = _fixture()
     cfg, model, lr, wd, build_criterion, build_mixup, build_ema, build_optimizer = _project_setup(data, scenario)
-    _load_initial(model, arrays)
+    _load_initial(model, arrays, cfg.use_mean_pooling)
     optimizer = build_optimizer(model, cfg)
     criterion, mixup, ema = build_criterion(cfg), build_mixup(cfg, data["model"]["num_classes"]), build_ema(model, cfg)
     names = {id(p): n for n, p in model.named_parameters()}
@@ -122,7 +129,7 @@ def _assert_digests_close(official: dict, project: dict, what: str) -> None:
 DIGEST_INDICES_DOC = "0, 7, -1"
 
 
-@pytest.fixture(scope="module", params=["recipe", "accumulate_clip"])
+@pytest.fixture(scope="module", params=["recipe", "accumulate_clip", "mean_pooling"])
 def scenario(request):
     return request.param, _fixture()[0]["scenarios"][request.param], run_project(request.param)
 
