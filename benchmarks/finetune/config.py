@@ -72,6 +72,7 @@ class FinetuneConfig:
     seed: int = 0
     max_steps: int | None = None  # stop after this many optimisation steps (the schedules still span `epochs`)
     resume_every: int = 0  # also write resume.pt every n optimisation steps (0: at each epoch end only)
+    resume: str | None = None  # go on from this resume.pt instead of the run's own (it must be this recipe's)
     num_workers: int = 0
     eval_batch_size: int = 128
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"
@@ -103,8 +104,8 @@ class FinetuneConfig:
 
 
 # Settings that say how the number is computed, not which number: left out of the fingerprint.
-EXECUTION_SETTINGS = ("update_freq", "max_batch_per_device", "resume_every", "num_workers", "eval_batch_size",
-                      "device", "save_checkpoint", "progress")
+EXECUTION_SETTINGS = ("update_freq", "max_batch_per_device", "resume_every", "resume", "num_workers",
+                      "eval_batch_size", "device", "save_checkpoint", "progress")
 
 
 def per_device_batch(cfg: FinetuneConfig, world_size: int) -> int:

@@ -43,7 +43,12 @@ def set_drop_path(backbone: nn.Module, rate: float) -> None:
 
     if rate <= 0:
         return
-    scheme = layer_scheme(backbone)
+    try:
+        scheme = layer_scheme(backbone)
+    except ConfigError as exc:
+        found = str(exc).split("; ", 1)[1].rsplit(". Set", 1)[0]
+        raise ConfigError(f"finetune: drop_path {rate} needs numbered transformer blocks; {found}. Set "
+                          f"drop_path=0") from exc
     blocks = backbone.get_submodule(scheme.prefix + scheme.blocks)
     rates = [x.item() for x in torch.linspace(0, rate, len(blocks))]
     for block, r in zip(blocks, rates):

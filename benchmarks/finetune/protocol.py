@@ -23,6 +23,7 @@ import torch
 from benchmarks.finetune.config import EXECUTION_SETTINGS, FinetuneConfig, per_device_batch
 from harness.config import fingerprint, to_dict
 from harness.errors import ConfigError, DataError
+from harness.training.layer_decay import layer_scheme
 from harness.models.handle import ModelHandle
 from harness.per_image import hits_block
 from harness.presets import load_presets
@@ -84,6 +85,11 @@ class FinetuneProtocol(Protocol):
                 f"finetune: finetune_head_layer {c.finetune_head_layer} starts from the pretraining projection "
                 f"head's first layers, which a harness checkpoint (the backbone only) does not hold; set "
                 f"finetune_head_layer=0 to fine-tune from the backbone")
+        if c.resume and not Path(c.resume).is_file():
+            raise ConfigError(f"finetune: resume file {c.resume} not found; leave resume unset to go on from the "
+                              f"run's own resume.pt")
+        if c.layer_decay < 1.0:  # a model without blocks to decay fails before any work
+            layer_scheme(model.backbone)
         device = devices.prepare(devices.resolve_device(c.device), c.precision, backward=True)
         dist.init_from_env(device)
         per_device_batch(c, dist.world_size())  # an unreachable effective batch fails before any work
@@ -99,7 +105,7 @@ class FinetuneProtocol(Protocol):
         run = FinetuneRun(classifier, train_set, val_set, len(train.classes), c, device, folder / "resume.pt",
                           self.recipe_identity(model, Path(data_root)))
         started = time.perf_counter()
-        resumed = run.try_resume()
+        resumed = run.try_resume(Path(c.resume) if c.resume else None)
         self._train(run, model)
         if not run.progress.history or run.progress.history[-1]["step"] != run.progress.step:
             run._evaluate(run.progress.step // max(run.steps_per_epoch, 1))  # a stop before an evaluation

@@ -147,10 +147,12 @@ class FinetuneRun:
         self.progress = Progress()
 
     # ------------------------------------------------------------------ resume
-    def try_resume(self) -> bool:
-        if not self.resume_path.is_file():
+    def try_resume(self, source: Path | None = None) -> bool:
+        """Go on from ``source`` (default: this run's own resume.pt, when there is one)."""
+        source = source or self.resume_path
+        if not source.is_file():
             return False
-        state = resume_file.load(self.resume_path, self.identity)
+        state = resume_file.load(source, self.identity)
         self.classifier.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])

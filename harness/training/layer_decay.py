@@ -113,10 +113,13 @@ def layer_scheme(model: nn.Module, prefix: str = "") -> LayerScheme:
             if _block_list(root, inner + blocks) is not None:
                 return LayerScheme(prefix=prefix + inner, blocks=blocks, embed_names=names,
                                    embed_prefixes=prefixes)
-    children = ", ".join(f"{n} ({type(m).__name__})" for n, m in root.named_children()) or "no submodules"
+    inner = getattr(root, "model", None)
+    shown, what = (inner, f"{type(root).__name__} wrapping {type(inner).__name__}") if isinstance(inner, nn.Module) \
+        else (root, type(root).__name__)
+    children = ", ".join(f"{n} ({type(m).__name__})" for n, m in shown.named_children()) or "no submodules"
     raise ConfigError(
         f"layer-wise lr decay needs a model made of numbered transformer blocks (a 'blocks', "
-        f"'encoder.layer' or 'transformer.resblocks' list); {type(root).__name__} has {children}. "
+        f"'encoder.layer' or 'transformer.resblocks' list); {what} has {children}. "
         f"Set layer_decay=1.0 to fine-tune it with one learning rate")
 
 
