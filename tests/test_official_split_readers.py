@@ -2,8 +2,10 @@
 data sets in the official formats (tests/official_split_fixtures.py), and one DataError per bad root."""
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -163,3 +165,27 @@ def test_bad_root_is_one_error_line_through_the_cli(isolated_home, tmp_path, cap
                "--random-init", "vit_cpu_tiny"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("error:") and "has no annotation" in err[0]
+
+
+# ----------------------------------------------------------------------------- against the official classes
+OFFICIAL = json.loads((Path(__file__).parent / "fixtures" / "official_split_readers.json").read_text())["cases"]
+
+
+def test_readers_match_the_official_classes(tmp_path):
+    """Samples and labels as bytedance/ibot eval_cls.py's INatDataset, CarsDataset, FlwrsDataset and
+    torchvision's CIFAR classes give them on the same files (tests/reference/gen_official_split_readers.py)."""
+    roots = {"inat2018": write_inat(tmp_path / "inat2018", 2018), "inat2019": write_inat(tmp_path / "inat2019", 2019),
+             "cars_annos": write_cars(tmp_path / "cars"), "flowers102": write_flowers(tmp_path / "flwrs"),
+             "cifar10": write_cifar10(tmp_path / "cifar10"), "cifar100": write_cifar100(tmp_path / "cifar100")}
+    for case, want in OFFICIAL.items():
+        name, split = case.split("/")
+        ds = DATASETS.get(name)(roots[name], split)
+        if name.startswith("cifar"):
+            pixels = np.stack([np.asarray(ds.load_image(i)) for i in range(len(ds))])
+            assert ds.targets == want["targets"] and ds.classes == want["classes"], case
+            assert hashlib.sha256(pixels.tobytes()).hexdigest() == want["pixels_sha256"], case
+            continue
+        offset = getattr(ds, "official_label_offset", 0)
+        got = [[p.relative_to(roots[name]).as_posix(), t + offset] for p, t in ds.samples]
+        assert got == want["samples"], case
+        assert getattr(ds, "official_num_outputs", ds.num_classes) == want["nb_classes"], case
