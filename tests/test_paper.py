@@ -105,9 +105,15 @@ def test_paper_spot_values():
     assert _value(paper_numbers("tokencut-corloc"), zoo_name="dino_vitb16", dataset="voc12") == 72.4
     # + SynthScenes (shipped zoo), DAVIS, iBOT Table 16 retrieval, DINO Copydays, DINOv3 NYU, LOST, TokenCut,
     # iBOT Table 5, SynCLR Table 6 and unseen concepts, DINOv2 NYU linear4, DINOv3 SPair, iBOT Table 8, DINOv3 NAVI,
-    # iBOT Table 12, DINO Tables 3-5, Probe3D Tables 2-3 and 5-6 (NYU + SPair, NAVI)
+    # iBOT Table 12, DINO Tables 3-5, Probe3D Tables 2-3 and 5-6 (NYU + SPair, NAVI), and the fine-tuning
+    # tables: iBOT Tables 2, 3, 4 (rows 7-10), 7 (its iBOT ViT-S/16 row) and SynCLR Table 8
     assert len(paper_numbers()) == (94 + 48 + 44 + 14 + 8 + 2 + 16 + 19 + 9 + 50 + 6 + 8 + 1 + 9 + 6 + 6 + 8 + 18 + 12
-                                    + 4 + 6 + 26 + 6 + 12 + 34 + 120 + 120)
+                                    + 4 + 6 + 26 + 6 + 12 + 34 + 120 + 120 + 11 + 4 + 8 + 6 + 2)
+    ft2, ft4 = paper_numbers("ibot-table2"), paper_numbers("ibot-table4-finetune")
+    assert _value(ft2, method="iBOT", arch="ViT-S/16") == 82.3 and _value(ft2, method="Rand.", arch="ViT-B/16") == 81.8
+    assert _value(ft4, zoo_name="ibot_vits16_full", variant="recipe=ibot_semi_head,train_subset=imagenet_1pct") == 61.9
+    assert _value(paper_numbers("ibot-table7"), dataset="inat2018") == 73.7
+    assert _value(paper_numbers("synclr-table8"), arch="ViT-L/14") == 87.9
 
 
 def test_vit_flops():
