@@ -54,3 +54,25 @@ def project_name(official: str) -> str:
     if official.startswith(("head.", "fc_norm.")):
         return official
     return "backbone." + official
+
+
+def synthetic_photo(seed: int, width: int = 300, height: int = 260):
+    """A deterministic RGB test image (random colour blocks, bilinearly enlarged: PIL's integer
+    resampling gives the same bytes on any machine), the input of the transform fixture."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 256, (height // 20 + 1, width // 20 + 1, 3), dtype=np.uint8)
+    return Image.fromarray(blocks).resize((width, height), Image.BILINEAR)
+
+
+# flat indices of the transformed tensor recorded in the transform fixture
+TRANSFORM_PROBES = (0, 1, 1000, 5000, 20000, 50000, 100000, -1)
+
+
+def tensor_digest(x) -> dict:
+    """Shape, sum, sum of |x|, per-channel mean and a few entries of an image tensor."""
+    flat = x.double().flatten()
+    return {"shape": list(x.shape), "sum": float(flat.sum()), "abs_sum": float(flat.abs().sum()),
+            "channel_mean": [float(c.double().mean()) for c in x],
+            "probes": [float(flat[i % flat.numel()]) for i in TRANSFORM_PROBES]}

@@ -13,6 +13,9 @@ sha256 in MANIFEST.json:
   ``LayerDecayValueAssigner``, and the groups in the optimizer's order;
 - ``ibot_schedules.json``: ``utils.cosine_scheduler`` per step for the README's ImageNet
   recipes (at a few steps per epoch) and for the warm-up variants the function has;
+- ``ibot_transforms.json``: ``run_class_finetuning.build_transform`` (train and eval) of the
+  README's ImageNet flags at 224 px and of the 32 px branch, applied to deterministic test images
+  with python's, numpy's and torch's generators seeded per image: a digest of each output;
 - ``ibot_train_steps.json`` + ``ibot_train_steps.npz``: four steps of
   ``engine_for_finetuning.train_one_epoch`` on a small official ViT (mixup / cutmix, label
   smoothing, drop path, layer decay, AdamW, the lr / wd schedules, timm's ModelEma): the loss,
@@ -153,6 +156,45 @@ def schedule_cases(off) -> list[dict]:
         with quiet():
             case["values"] = [float(v) for v in off.utils.cosine_scheduler(**case["call"])]
     return cases
+
+
+# ----------------------------------------------------------------------------- transforms
+TRANSFORM_SEEDS = tuple(range(12))
+TRANSFORM_CASES = {
+    "imagenet_224": ["--model", "vit_small", *RUN_SH_IMAGENET, *README["vit_small"]],
+    "small_32": ["--model", "vit_small", *RUN_SH_IMAGENET, "--input_size", "32"],
+}
+
+
+def transform_cases(checkout: Path) -> dict:
+    """Each case's official train and eval transforms on TRANSFORM_SEEDS images. A draw that
+    makes RandAugment posterize to 0 bits (magnitude 10 under ``inc1``) fails under Pillow >= 11
+    (the official code's Pillow gave a black image); that seed is recorded as skipped."""
+    import random
+
+    from benchmarks.finetune.reference.fixture_files import synthetic_photo, tensor_digest
+
+    runner = official_ibot.load_runner(checkout)
+    out = {}
+    for name, argv in TRANSFORM_CASES.items():
+        args = official_ibot.official_args(checkout, argv)
+        with quiet():
+            train, evaluation = runner.build_transform(True, args), runner.build_transform(False, args)
+        rows = []
+        for seed in TRANSFORM_SEEDS:
+            row = {"seed": seed}
+            for split, transform in (("train", train), ("eval", evaluation)):
+                random.seed(seed)
+                np.random.seed(seed)
+                torch.manual_seed(seed)
+                try:
+                    row[split] = tensor_digest(transform(synthetic_photo(seed)))
+                except ValueError as err:  # Pillow >= 11: posterize to 0 bits
+                    row[split] = {"skipped": str(err)}
+            rows.append(row)
+        out[name] = {"argv": argv, "train_transform": repr(train), "eval_transform": repr(evaluation),
+                     "images": rows}
+    return out
 
 
 # ----------------------------------------------------------------------------- training steps
@@ -379,6 +421,10 @@ def main(argv=None) -> None:
                 "models": groups})
     write_json(args.out / "ibot_schedules.json",
                {"provenance": provenance(args, {"steps_per_epoch": STEPS_PER_EPOCH}), "cases": schedule_cases(off)})
+    write_json(args.out / "ibot_transforms.json",
+               {"provenance": provenance(args, {"cases": TRANSFORM_CASES, "seeds": list(TRANSFORM_SEEDS),
+                                                "image": "fixture_files.synthetic_photo(seed)"}),
+                "cases": transform_cases(args.official)})
     arrays, scenarios = shared_arrays(off), {}
     for name in SCENARIOS:
         scenarios[name], more = train_steps(off, name)
@@ -389,8 +435,8 @@ def main(argv=None) -> None:
             "model": TINY, "norm_eps": 1e-6, "settings": STEP, "digest_indices": list(DIGEST_INDICES),
             "arrays": "ibot_train_steps.npz", "scenarios": scenarios}
     write_json(args.out / "ibot_train_steps.json", data)
-    write_manifest(args.out, ["ibot_param_groups.json", "ibot_schedules.json", "ibot_train_steps.json",
-                              "ibot_train_steps.npz"], args.commit)
+    write_manifest(args.out, ["ibot_param_groups.json", "ibot_schedules.json", "ibot_transforms.json",
+                              "ibot_train_steps.json", "ibot_train_steps.npz"], args.commit)
 
 
 if __name__ == "__main__":
