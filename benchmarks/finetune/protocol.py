@@ -22,7 +22,7 @@ import torch
 
 from benchmarks.finetune.config import EXECUTION_SETTINGS, FinetuneConfig, per_device_batch
 from harness.config import fingerprint, to_dict
-from harness.errors import ConfigError, DataError
+from harness.errors import ConfigError, DataError, NotApplicable
 from harness.training.layer_decay import layer_scheme
 from harness.models.handle import ModelHandle
 from harness.per_image import hits_block
@@ -80,6 +80,8 @@ class FinetuneProtocol(Protocol):
         from benchmarks.finetune.train import FinetuneRun
 
         c = self.cfg
+        if model.context == "pixels" or not any(p.requires_grad for p in model.backbone.parameters()):
+            raise NotApplicable(f"finetune trains a network; {model.name} has no trainable weights")
         if c.finetune_head_layer:
             raise ConfigError(
                 f"finetune: finetune_head_layer {c.finetune_head_layer} starts from the pretraining projection "
@@ -111,6 +113,11 @@ class FinetuneProtocol(Protocol):
             run._evaluate(run.progress.step // max(run.steps_per_epoch, 1))  # a stop before an evaluation
         checkpoint = self._save(run, model, folder) if c.save_checkpoint and dist.is_main() else None
         return [self._result(run, model, resumed, checkpoint, time.perf_counter() - started)]
+
+    def chance_results(self, data_root: Path) -> list[ProtocolResult]:
+        """A uniform random guess over the train split's classes (harness.context.chance)."""
+        train, _ = self.readers(Path(data_root))
+        return [_chance(self.cfg, train)]
 
     def _resume_folder(self, model: ModelHandle, data_root: Path) -> Path:
         from harness.paths import results_dir
@@ -144,16 +151,27 @@ class FinetuneProtocol(Protocol):
             "batch_per_device": run.micro, "steps": p.step, "steps_per_epoch": run.steps_per_epoch,
             "epochs_done": p.step / max(run.steps_per_epoch, 1), "best_epoch": best["epoch"],
             "lr": c.peak_lr(), "history": history, "resumed": resumed, "trained_on": run.trained_on(),
-            "checkpoint": checkpoint, "top5_k": min(5, run.classifier.head.out_features)}
+            "checkpoint": checkpoint}
         if run.ema is not None:
             params.update(top1_ema=history[-1].get("top1_ema"), top5_ema=history[-1].get("top5_ema"))
         cost = {"train_s": round(p.train_s, 3), "data_wait_s": round(p.wait_s, 3), "eval_s": round(p.eval_s, 3),
                 "data_wait_share": round(p.wait_s / busy, 4), "run_s": round(wall, 3)}
+        # top-5 only with 5 classes or more, as the classification protocols and the chance row
+        top5 = {"top5": last["top5"]} if run.classifier.head.out_features >= 5 else {}
         return ProtocolResult(
-            metrics={"top1": last["top1"], "top1_best": best["top1"], "top5": last["top5"]},
+            metrics={"top1": last["top1"], "top1_best": best["top1"], **top5},
             dataset=c.dataset, split=c.val_split, seed=c.seed, params=params, cost=cost,
             artifacts={"checkpoint": checkpoint} if checkpoint else {},
-            per_image=hits_block({"top1": last["hits1"], "top5": last["hits5"]}))
+            per_image=hits_block({"top1": last["hits1"], **({"top5": last["hits5"]} if top5 else {})}))
+
+
+def _chance(cfg, train) -> ProtocolResult:
+    from harness.context.chance import uniform_topk
+
+    chance = uniform_topk(len(train.classes))
+    return ProtocolResult(metrics={"top1_best": chance["top1"], **chance},
+                          dataset=cfg.dataset, split=cfg.val_split, seed=None,
+                          params={"chance": "uniform random guess", "num_classes": len(train.classes)})
 
 
 def _labels_in(train, val) -> np.ndarray:

@@ -146,3 +146,27 @@ def test_the_finetuned_checkpoint_is_read_by_another_protocol(root, isolated_hom
     records = [p for p in (isolated_home / "results" / "runs").glob("*.json")]
     knn = [p for p in records if '"name": "knn"' in p.read_text()]
     assert knn and str(copy) in knn[0].read_text()
+
+
+@pytest.fixture(scope="module")
+def synth_small():
+    """SynthScenes small (the preset's set), generated once under the user's cache as the suites do."""
+    from harness.data.synthetic import default_root, generate
+
+    return generate(default_root("small", 0), preset="small", seed=0, progress=False) / "imagenet"
+
+
+@pytest.mark.slow
+def test_the_synth_preset_runs_end_to_end(synth_small, isolated_home, capsys):
+    rc, err = _cli(["eval", "--protocol", "finetune", "--preset", "synth", "--dataset", "imagefolder", "--data-root",
+                    str(synth_small), "--model", "zoo:synth_supervised", "--set", "progress=false"], capsys)
+    assert rc == 0, err
+    import json
+
+    record = json.loads(next((isolated_home / "results" / "runs").glob("*.json")).read_text())
+    params, metrics = record["protocol"]["params"], record["metrics"]
+    assert params["steps"] == 3 * 37 and [r["epoch"] for r in params["history"]] == [0, 1, 2]
+    assert metrics["top1_best"] == max(r["top1"] for r in params["history"]) >= metrics["top1"]
+    assert 0.0 <= record["cost"]["data_wait_share"] <= 1.0
+    # the supervised checkpoint learns the textures within the minute: well above the 8.3 of chance
+    assert metrics["top1_best"] > 15.0
