@@ -38,6 +38,8 @@ class OfficialSplit(LabelledImages):
                             f"{len(self.classes)} classes; the annotation files under {self.root} do not "
                             f"belong together")
         self.samples = list(zip(self.image_paths, self.targets))
+        if not hasattr(self, "stems"):  # root-relative names without extension, as ImageFolderDataset's
+            self.stems = [p.relative_to(self.root).with_suffix("").as_posix() for p in self.image_paths]
         self.check_first_image()
 
     def check_first_image(self) -> None:
