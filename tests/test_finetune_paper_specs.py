@@ -80,3 +80,16 @@ def test_named_pass_count_needs_the_setting_in_every_run(tmp_path):
                    .replace("csv: ibot_table2.csv", f"csv: {PAPER_DIR / 'ibot_table2.csv'}"))
     with pytest.raises(ConfigError, match="passes counts 'epochs'"):
         load_table(bad)
+
+
+def test_every_recipe_preset_is_a_finetune_config():
+    import benchmarks.finetune
+
+    config = _finetune_config()
+    presets = load_presets("finetune", Path(benchmarks.finetune.__file__).parent / "presets")
+    recipes = {name: values for name, values in presets.items() if name.startswith(("ibot_", "synclr_"))}
+    assert len(recipes) == 14
+    for name, values in recipes.items():
+        cfg = from_dict(config, values, name)
+        assert cfg.epochs >= 50 and cfg.peak_lr() > 0, name
+    assert from_dict(config, recipes["synclr_vitb16"], "synclr").peak_lr() == pytest.approx(5e-5 * 1024 / 256)
