@@ -21,6 +21,9 @@ class FinetuneConfig:
     # ---- data
     dataset: str = "imagenet"
     train_split: str = "train"
+    # a named training subset (harness.data.subsets: imagenet_1pct / imagenet_10pct, SimCLRv2's lists,
+    # or a list file): its content hash joins the fingerprint; empty: the whole training split
+    train_subset: str = ""
     val_split: str = "val"
     input_size: int = 224
     # --imagenet_default_mean_and_std: False (the argparse default) normalises with Inception's
@@ -103,8 +106,9 @@ class FinetuneConfig:
         return self.mixup > 0 or self.cutmix > 0 or self.cutmix_minmax is not None
 
 
-# Settings that say how the number is computed, not which number: left out of the fingerprint.
-EXECUTION_SETTINGS = ("update_freq", "max_batch_per_device", "resume_every", "resume", "num_workers",
+# Settings that say how the number is computed, not which number: left out of the fingerprint
+# (train_subset is there because harness.data.subsets folds the subset's content in instead).
+EXECUTION_SETTINGS = ("train_subset", "update_freq", "max_batch_per_device", "resume_every", "resume", "num_workers",
                       "eval_batch_size", "device", "save_checkpoint", "progress")
 
 

@@ -22,6 +22,7 @@ import torch
 
 from benchmarks.finetune.config import EXECUTION_SETTINGS, FinetuneConfig, per_device_batch
 from harness.config import fingerprint, to_dict
+from harness.data.subsets import SubsetSource, TrainSubsetSetting
 from harness.errors import ConfigError, DataError, NotApplicable
 from harness.training.layer_decay import layer_scheme
 from harness.models.handle import ModelHandle
@@ -39,7 +40,7 @@ RESUMABLE_CHANGES = EXECUTION_SETTINGS + ("max_steps",)
 
 
 @register_protocol("finetune")
-class FinetuneProtocol(Protocol):
+class FinetuneProtocol(TrainSubsetSetting, Protocol):
     Config = FinetuneConfig
     NOT_IN_FINGERPRINT = EXECUTION_SETTINGS
     PRESETS = load_presets("finetune", Path(__file__).parent / "presets")
@@ -60,6 +61,10 @@ class FinetuneProtocol(Protocol):
                 raise DataError(f"finetune: the recipe needs the {split!r} split of {c.dataset} at {data_root}; "
                                 f"{exc}") from exc
         train, val = splits[c.train_split], splits[c.val_split]
+        subset = self.train_subset()
+        if subset is not None:
+            train = SubsetSource(train, subset)
+            train.image_paths = [train.reader.image_paths[i] for i in train.indices]
         if len(train) < c.batch_size:
             raise DataError(f"finetune: {c.dataset} {c.train_split!r} at {data_root} has {len(train)} images, fewer "
                             f"than one effective batch of {c.batch_size}; lower batch_size")
@@ -71,7 +76,9 @@ class FinetuneProtocol(Protocol):
         """What a resume file must have been written by: the trajectory's settings, the starting
         weights and the data."""
         settings = {k: v for k, v in to_dict(self.cfg).items() if k not in RESUMABLE_CHANGES}
-        return fingerprint({"settings": settings, "weights": model.cache_key,
+        subset = self.train_subset()
+        return fingerprint({"settings": settings, "subset": subset.content_sha256 if subset else None,
+                            "weights": model.cache_key,
                             "data": self.identity(data_root, model).data}, length=40)
 
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
@@ -151,7 +158,7 @@ class FinetuneProtocol(Protocol):
             "batch_per_device": run.micro, "steps": p.step, "steps_per_epoch": run.steps_per_epoch,
             "epochs_done": p.step / max(run.steps_per_epoch, 1), "best_epoch": best["epoch"],
             "lr": c.peak_lr(), "history": history, "resumed": resumed, "trained_on": run.trained_on(),
-            "checkpoint": checkpoint}
+            "checkpoint": checkpoint, **self.train_subset_params()}
         if run.ema is not None:
             params.update(top1_ema=history[-1].get("top1_ema"), top5_ema=history[-1].get("top5_ema"))
         cost = {"train_s": round(p.train_s, 3), "data_wait_s": round(p.wait_s, 3), "eval_s": round(p.eval_s, 3),

@@ -84,6 +84,31 @@ def test_a_resume_file_of_another_recipe_is_refused(root, tmp_path, monkeypatch)
         _run(root, tmp_path / "b", monkeypatch, lr=2e-3, resume=str(written), max_steps=1)
 
 
+def test_a_training_subset_restricts_the_train_split(root, tmp_path, monkeypatch):
+    names = sorted(p.name for p in (root / "train").rglob("*.jpg"))[:16]
+    listing = tmp_path / "sixteen.txt"
+    listing.write_text("\n".join(names) + "\n")
+    out = _run(root, tmp_path / "r", monkeypatch, train_subset=str(listing), epochs=1, save_checkpoint=False)
+    assert out.params["n_train"] == 16 and out.params["steps"] == 2 and out.params["train_subset"] == "sixteen"
+    whole = build_protocol("finetune", None, TINY)
+    assert build_protocol("finetune", None, {**TINY, "train_subset": str(listing)}).fingerprint() != whole.fingerprint()
+
+
+def test_data_parallel_on_one_process_gives_the_single_process_numbers(root, tmp_path, monkeypatch):
+    import torch.distributed as tdist
+
+    alone = _run(root, tmp_path / "a", monkeypatch, epochs=1, model_ema=False)
+    tdist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdzv'}", rank=0, world_size=1)
+    try:
+        wrapped = _run(root, tmp_path / "b", monkeypatch, epochs=1, model_ema=False)
+    finally:
+        tdist.destroy_process_group()
+    assert wrapped.params["world_size"] == 1 and wrapped.metrics == pytest.approx(alone.metrics, abs=1e-9)
+    a, b = load_file(alone.artifacts["checkpoint"]), load_file(wrapped.artifacts["checkpoint"])
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
+
+
 def test_the_effective_batch_is_the_fingerprint_and_accumulation_the_record(root):
     one = build_protocol("finetune", None, {**TINY, "update_freq": 1})
     two = build_protocol("finetune", None, {**TINY, "update_freq": 2})
