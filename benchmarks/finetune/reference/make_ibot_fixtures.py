@@ -10,7 +10,8 @@ sha256 in MANIFEST.json:
 - ``ibot_param_groups.json``: for ViT-S/16, ViT-B/16 and ViT-L/16 built as ``run.sh
   imagenet_cls`` plus each README command builds them, every parameter's layer id, lr scale,
   weight decay and group, from ``create_optimizer`` / ``get_parameter_groups`` with
-  ``LayerDecayValueAssigner``, and the groups in the optimizer's order;
+  ``LayerDecayValueAssigner``, the groups in the optimizer's order, and every argument the
+  official parser gives for that command;
 - ``ibot_schedules.json``: ``utils.cosine_scheduler`` per step for the README's ImageNet
   recipes (at a few steps per epoch) and for the warm-up variants the function has;
 - ``ibot_transforms.json``: ``run_class_finetuning.build_transform`` (train and eval) of the
@@ -120,7 +121,9 @@ def param_groups(off, arch: str) -> dict:
     rows = [{"name": n, "shape": list(p.shape), "layer_id": assigner.get_layer_id(n), **params[n]}
             for n, p in model.named_parameters()]
     defaults = {k: optimizer.defaults[k] for k in ("lr", "weight_decay", "eps", "betas")}
-    return {"argv": official_argv(arch), "readme_flags_not_parsed": [a for a in README[arch] if a in PARSED_WITHOUT],
+    parsed = {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool, list, type(None)))}
+    return {"argv": official_argv(arch), "official_args": parsed,
+            "readme_flags_not_parsed": [a for a in README[arch] if a in PARSED_WITHOUT],
             "layer_decay": args.layer_decay, "weight_decay": args.weight_decay,
             "depth": depth, "assigner_values": assigner.values, "skip_list": sorted(skip),
             "optimizer": type(optimizer).__name__, "optimizer_defaults": defaults, "groups": groups,
