@@ -93,3 +93,23 @@ def test_every_recipe_preset_is_a_finetune_config():
         cfg = from_dict(config, values, name)
         assert cfg.epochs >= 50 and cfg.peak_lr() > 0, name
     assert from_dict(config, recipes["synclr_vitb16"], "synclr").peak_lr() == pytest.approx(5e-5 * 1024 / 256)
+
+
+def test_table7_finds_each_data_set_in_its_official_layout(tmp_path):
+    """The spec's roots, readers and splits agree with the readers: every data set of Table 7 is found
+    under one data root holding them in iBOT's layout (run.sh's data/cifar, data/inat/2018, ...)."""
+    from official_split_fixtures import write_cars, write_cifar10, write_cifar100, write_flowers, write_inat
+
+    data = tmp_path / "data"
+    write_cifar10(data / "cifar")
+    write_cifar100(data / "cifar")
+    write_inat(data / "inat" / "2018", 2018)
+    write_inat(data / "inat" / "2019", 2019)
+    write_flowers(data / "flwrs")
+    write_cars(data / "cars")
+    res = reproduce("ibot-table7", data, tmp_path / "zoo", dry_run=True, echo=None)
+    assert {j.dataset: j.data_status for j in res.jobs} == {d: "found" for d in res.table.spec.datasets}
+    (data / "flwrs" / "setid.mat").unlink()
+    res = reproduce("ibot-table7", data, tmp_path / "zoo", dry_run=True, echo=None)
+    flowers = next(j for j in res.jobs if j.dataset == "flowers")
+    assert flowers.data_status.startswith("missing") and "setid.mat not found" in flowers.data_status
