@@ -177,3 +177,23 @@ def test_ema_matches_timm_model_ema(scenario):
     """The official ModelEma (timm v1, constant decay) against the project's EMA."""
     _, official, ours = scenario
     _assert_digests_close(official["ema_digest"], ours["ema_digest"], "EMA after the last update")
+
+
+def test_model_ema_v3_without_a_step_is_timm_model_ema():
+    """What the project's EMA relies on: timm's ModelEmaV3 updated without a step applies the
+    constant decay, as the official ModelEma (v1) does; given ``step=`` its first update is a copy
+    (decay 0), which the official EMA never does."""
+    from timm.utils import ModelEma, ModelEmaV3
+
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 3)
+    v1, v3, v3_step = ModelEma(net, decay=0.9), ModelEmaV3(net, decay=0.9), ModelEmaV3(net, decay=0.9)
+    start = net.weight.detach().clone()
+    with torch.no_grad():
+        net.weight.add_(1.0)
+    v1.update(net)
+    v3.update(net)
+    v3_step.update(net, step=1)
+    torch.testing.assert_close(v3.module.weight, v1.ema.weight)
+    torch.testing.assert_close(v1.ema.weight, 0.9 * start + 0.1 * net.weight.detach())
+    torch.testing.assert_close(v3_step.module.weight, net.weight.detach())
