@@ -39,7 +39,7 @@ def train_transform(cfg):
                                  re_mode=cfg.remode, re_count=cfg.recount, mean=mean, std=std)
     if cfg.input_size <= 32:
         transform.transforms[0] = transforms.RandomCrop(cfg.input_size, padding=4)
-    _posterize_to_zero_bits(transform)
+    posterize_to_zero_bits(transform)
     return transform
 
 
@@ -54,7 +54,8 @@ def _posterize(img, bits_to_keep, **_):
     return Image.eval(img, lambda i: i & mask)
 
 
-def _posterize_to_zero_bits(transform) -> None:
+def posterize_to_zero_bits(transform) -> None:
+    """Give the posterize ops of a timm RandAugment in ``transform`` :func:`_posterize`."""
     from timm.data import auto_augment
 
     for step in getattr(transform, "transforms", []):
@@ -131,3 +132,6 @@ def rank_share(batch: list[int], rank: int, world: int) -> list[int]:
     """This process's contiguous share of a micro-batch."""
     per = len(batch) // world
     return batch[rank * per:(rank + 1) * per]
+
+
+_posterize_to_zero_bits = posterize_to_zero_bits  # the name benchmarks/finetune/bench_step.py imports
