@@ -13,9 +13,9 @@ dataset (``TransformedImages`` with its seeded train transform), its classifier,
 Mixup, criterion and ``micro_step``. The official side is ``build_transform`` / torchvision's
 ``ImageFolder`` / ``create_model`` / ``create_optimizer`` / ``cosine_scheduler`` /
 ``train_one_epoch`` of the checkout (the CPU stand-ins are in reference/official_ibot.py; the
-one added here: Pillow >= 11 refuses RandAugment's posterize to 0 bits, which ``inc1``
-reaches at magnitude 10; both sides get the project's posterize that keeps 0 bits as the
-Pillow of the official code did, a black image).
+one that matters here: Pillow >= 11 refuses RandAugment's posterize to 0 bits, which ``inc1``
+reaches at magnitude 10; the official transform then gives a black image, as the Pillow of the
+official code did, and as the project's transform does).
 
 Rounds alternate which side goes first; each round runs ``--steps`` optimisation steps per side
 after one warm-up step per side. Printed: seconds per step (median over rounds), the share of
@@ -103,12 +103,6 @@ def write_images(root: Path, n: int, seed: int = 0) -> tuple[list[Path], list[in
     return paths, labels
 
 
-def _posterize_stand_in(transform) -> None:
-    from benchmarks.finetune.data import _posterize_to_zero_bits
-
-    _posterize_to_zero_bits(transform)
-
-
 class Official:
     def __init__(self, checkout: Path, image_root: Path, batch: int, steps: int):
         runner = official_ibot.load_runner(checkout)
@@ -117,7 +111,7 @@ class Official:
         args.nb_classes = NUM_CLASSES
         with contextlib.redirect_stdout(io.StringIO()):
             transform = runner.build_transform(True, args)
-        _posterize_stand_in(transform)
+        official_ibot.posterize_zero_bits_black(transform)
         dataset = runner.ImageFolder(str(image_root), transform=transform)
         sampler = torch.utils.data.RandomSampler(dataset, generator=torch.Generator().manual_seed(0))
         self.loader = torch.utils.data.DataLoader(dataset, sampler=sampler, batch_size=batch, num_workers=0,

@@ -20,6 +20,10 @@ CPU lacks is made a no-op. Each stand-in is listed with why it cannot change a n
   ``optimizer.step()``) whose state reports scale 1.0. ``torch.cuda.amp.autocast`` without
   CUDA disables itself (float32), as it is.
 
+For the transforms (the speed benchmark): Pillow >= 11 refuses ``posterize`` to 0 bits, which
+RandAugment's ``inc1`` reaches at magnitude 10; with the Pillow of the official code it gave a
+black image. :func:`posterize_zero_bits_black` makes an official transform do that.
+
 Everything else is the official code and the installed timm (``Mixup``, ``drop_path``,
 ``trunc_normal_``, ``ModelEma``, ``SoftTargetCrossEntropy``) and torch (``AdamW``).
 """
@@ -139,3 +143,24 @@ def official_args(checkout: Path, argv: list[str]):
     finally:
         sys.argv = saved
     return args
+
+
+def _posterize(img, bits_to_keep, **kwargs):
+    """timm's posterize, except 0 bits kept: a black image, as Pillow < 11 gave."""
+    from PIL import Image
+    from timm.data import auto_augment
+
+    if int(bits_to_keep) <= 0:
+        return Image.new(img.mode, img.size)
+    return auto_augment.posterize(img, bits_to_keep, **kwargs)
+
+
+def posterize_zero_bits_black(transform) -> None:
+    """Point every RandAugment posterize op of ``transform`` (a torchvision Compose) at
+    :func:`_posterize`."""
+    from timm.data import auto_augment
+
+    for step in getattr(transform, "transforms", []):
+        for op in getattr(step, "ops", []):
+            if getattr(op, "aug_fn", None) is auto_augment.posterize:
+                op.aug_fn = _posterize
