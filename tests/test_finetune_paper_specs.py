@@ -88,7 +88,9 @@ def test_every_recipe_preset_is_a_finetune_config():
     config = _finetune_config()
     presets = load_presets("finetune", Path(benchmarks.finetune.__file__).parent / "presets")
     recipes = {name: values for name, values in presets.items() if name.startswith(("ibot_", "synclr_"))}
-    assert len(recipes) == 14
+    assert len(recipes) == 14 + 12  # and Table 2's lr sweep: 4 lrs x 3 archs
+    sweep = {name: from_dict(config, values, name).lr for name, values in recipes.items() if "_lr" in name}
+    assert sorted(set(sweep.values())) == [8e-4, 9e-4, 1e-3, 2e-3]
     for name, values in recipes.items():
         cfg = from_dict(config, values, name)
         assert cfg.epochs >= 50 and cfg.peak_lr() > 0, name
