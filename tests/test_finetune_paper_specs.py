@@ -115,3 +115,12 @@ def test_table7_finds_each_data_set_in_its_official_layout(tmp_path):
     res = reproduce("ibot-table7", data, tmp_path / "zoo", dry_run=True, echo=None)
     flowers = next(j for j in res.jobs if j.dataset == "flowers")
     assert flowers.data_status.startswith("missing") and "setid.mat not found" in flowers.data_status
+
+
+def test_recipe_presets_build_and_no_two_are_the_same_settings():
+    from harness.registry import PROTOCOLS
+
+    cls = PROTOCOLS.get("finetune")
+    recipes = [name for name in cls.PRESETS if name.startswith(("ibot_", "synclr_"))]
+    fingerprints = {cls.from_preset(name).fingerprint() for name in recipes}
+    assert len(fingerprints) == len(recipes)
