@@ -12,6 +12,7 @@ of every micro-batch; every process evaluates the whole val split (the official 
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +116,15 @@ def evaluate(model, dataset, cfg, device) -> dict[str, Any]:
     h1, h5 = torch.cat(hits1).numpy(), torch.cat(hits5).numpy()
     return {"top1": float(h1.mean() * 100.0), "top5": float(h5.mean() * 100.0), "loss": loss_sum / len(h1),
             "hits1": h1, "hits5": h5}
+
+
+def _fault_injection(step: int) -> None:
+    """Tests kill the process hard after a given optimisation step to prove exact resume."""
+    kill_after = os.environ.get("SSL_BENCH_FAULT_KILL_AFTER_STEP")
+    if kill_after and step == int(kill_after):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class FinetuneRun:
@@ -223,6 +233,7 @@ class FinetuneRun:
                 bar.set_postfix(loss=f"{out.loss:.4f}", epoch=epoch)
             if cfg.resume_every and p.step % cfg.resume_every == 0 and p.step < self.stop_step:
                 self.save_resume()
+            _fault_injection(p.step)
             if p.step >= self.stop_step:
                 break
 

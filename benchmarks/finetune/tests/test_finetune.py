@@ -195,3 +195,32 @@ def test_the_synth_preset_runs_end_to_end(synth_small, isolated_home, capsys):
     assert 0.0 <= record["cost"]["data_wait_share"] <= 1.0
     # the supervised checkpoint learns the textures within the minute: well above the 8.3 of chance
     assert metrics["top1_best"] > 15.0
+
+
+@pytest.mark.slow
+def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_numbers(root, tmp_path, monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[3]
+    args = [sys.executable, str(repo / "run_benchmark.py"), "--threads", "1", "eval", "--protocol", "finetune",
+            "--dataset", "imagefolder", "--data-root", str(root), "--random-init", "vit_cpu_tiny"]
+    for k, v in {**TINY, "resume_every": 2}.items():
+        if k != "dataset":
+            args += ["--set", f"{k}={v}"]
+    env = {**os.environ, "SSL_BENCH_RESULTS": str(tmp_path / "b"), "SSL_BENCH_HOME": str(tmp_path / "home"),
+           "SSL_BENCH_FAULT_KILL_AFTER_STEP": "4", "PYTHONPATH": str(repo)}
+    killed = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-2000:]  # SIGKILL after step 4 of 6, inside the second epoch
+    assert not list((tmp_path / "b").glob("*.json"))
+    full = ModelHandle.random_init("vit_cpu_tiny", seed=0)
+    monkeypatch.setenv("SSL_BENCH_RESULTS", str(tmp_path / "b"))
+    resumed = build_protocol("finetune", None, TINY).run(full, root)[0]
+    monkeypatch.setenv("SSL_BENCH_RESULTS", str(tmp_path / "a"))
+    whole = build_protocol("finetune", None, TINY).run(full, root)[0]
+    assert resumed.params["resumed"] and [t["from_step"] for t in resumed.params["trained_on"]] == [0, 4]
+    assert resumed.metrics == pytest.approx(whole.metrics, abs=1e-9)
+    a, b = load_file(whole.artifacts["checkpoint"]), load_file(resumed.artifacts["checkpoint"])
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
