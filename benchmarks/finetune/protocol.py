@@ -116,8 +116,7 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
         started = time.perf_counter()
         resumed = run.try_resume(Path(c.resume) if c.resume else None)
         self._train(run, model)
-        if not run.progress.history or run.progress.history[-1]["step"] != run.progress.step:
-            run._evaluate(run.progress.step // max(run.steps_per_epoch, 1))  # a stop before an evaluation
+        run.final_evaluation()
         checkpoint = self._save(run, model, folder) if c.save_checkpoint and dist.is_main() else None
         return [self._result(run, model, resumed, checkpoint, time.perf_counter() - started)]
 

@@ -155,6 +155,7 @@ class FinetuneRun:
         wd_end = cfg.weight_decay if cfg.weight_decay_end is None else cfg.weight_decay_end
         self.wd = official_cosine(cfg.weight_decay, wd_end, cfg.epochs, self.steps_per_epoch)
         self.progress = Progress()
+        self.last_eval: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ resume
     def try_resume(self, source: Path | None = None) -> bool:
@@ -236,6 +237,17 @@ class FinetuneRun:
             _fault_injection(p.step)
             if p.step >= self.stop_step:
                 break
+
+    def final_evaluation(self) -> dict[str, Any]:
+        """The evaluation of the weights the run ends with: the last epoch's, or one made now (a
+        run stopped by ``max_steps`` inside an epoch gets a history row for it; a run found already
+        finished in its resume file is evaluated again without one)."""
+        p = self.progress
+        if not p.history or p.history[-1]["step"] != p.step:
+            self._evaluate(p.step // max(self.steps_per_epoch, 1))
+        elif self.last_eval is None:
+            self.last_eval = evaluate(self.classifier, self.val_set, self.cfg, self.device)
+        return self.last_eval
 
     def _evaluate(self, epoch: int) -> None:
         t0 = time.perf_counter()

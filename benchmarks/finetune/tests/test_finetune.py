@@ -73,6 +73,9 @@ def test_a_run_stopped_mid_epoch_and_resumed_gives_the_uninterrupted_numbers(roo
     assert w_whole.keys() == w_resumed.keys()
     for k in w_whole:
         torch.testing.assert_close(w_resumed[k], w_whole[k], rtol=1e-5, atol=1e-6)
+    again = _run(root, tmp_path / "b", monkeypatch)  # the resume file of a finished run: evaluated, not retrained
+    assert again.params["steps"] == 6 and len(again.params["history"]) == 2
+    assert again.metrics == pytest.approx(resumed.metrics, abs=1e-9)
     start = _model().backbone.state_dict()["blocks.0.attn.qkv.weight"]
     assert not torch.equal(w_whole["blocks.0.attn.qkv.weight"], start)  # the backbone was trained
 
