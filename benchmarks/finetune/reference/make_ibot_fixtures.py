@@ -392,7 +392,33 @@ def provenance(args, what: dict) -> dict:
                          "timm optimizers that left timm, CUDA-only calls on a CPU)"}
 
 
+def _numbers(tree) -> list[float]:
+    """Every number of a JSON tree, in order (booleans left out)."""
+    if isinstance(tree, bool) or tree is None or isinstance(tree, str):
+        return []
+    if isinstance(tree, (int, float)):
+        return [float(tree)]
+    items = tree.values() if isinstance(tree, dict) else tree
+    return [x for item in items for x in _numbers(item)]
+
+
+def report_drift(path: Path, data: dict) -> None:
+    """Before overwriting: the largest |new - committed| over the numbers (provenance aside), so a
+    run on another machine shows how far its numbers are from the committed ones."""
+    if not path.is_file():
+        return
+    old = json.loads(path.read_text())
+    new = json.loads(json.dumps(data))
+    a = _numbers({k: v for k, v in new.items() if k != "provenance"})
+    b = _numbers({k: v for k, v in old.items() if k != "provenance"})
+    if len(a) != len(b):
+        print(f"{path.name}: {len(a)} numbers now, {len(b)} in the committed file")
+        return
+    print(f"{path.name}: max |new - committed| = {max((abs(x - y) for x, y in zip(a, b)), default=0.0):.3g}")
+
+
 def write_json(path: Path, data: dict) -> None:
+    report_drift(path, data)
     path.write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote {path}")
 
