@@ -133,5 +133,3 @@ def rank_share(batch: list[int], rank: int, world: int) -> list[int]:
     per = len(batch) // world
     return batch[rank * per:(rank + 1) * per]
 
-
-_posterize_to_zero_bits = posterize_to_zero_bits  # the name benchmarks/finetune/bench_step.py imports
