@@ -227,3 +227,17 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_numbers(root, tmp_p
     a, b = load_file(whole.artifacts["checkpoint"]), load_file(resumed.artifacts["checkpoint"])
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
+
+
+def test_randaugment_posterize_to_zero_bits_is_the_old_pillow_black_image():
+    import numpy as np
+    from PIL import Image, ImageOps
+
+    from benchmarks.finetune.config import FinetuneConfig
+    from benchmarks.finetune.data import train_transform
+
+    transform = train_transform(FinetuneConfig(input_size=64))
+    ops = [op for step in transform.transforms for op in getattr(step, "ops", []) if "Posterize" in op.name]
+    image = Image.new("RGB", (8, 8), (200, 100, 50))
+    assert ops and all(np.asarray(op.aug_fn(image, 0)).max() == 0 for op in ops)
+    assert np.array_equal(np.asarray(ops[0].aug_fn(image, 4)), np.asarray(ImageOps.posterize(image, 4)))
