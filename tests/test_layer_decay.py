@@ -122,6 +122,19 @@ def test_transformers_and_open_clip_block_lists():
     assert table["layer_3_no_decay"]["params"] == ["model.layernorm.weight", "model.layernorm.bias"]
     assert table["layer_3_no_decay"]["lr_scale"] == 1.0 and table["layer_0_decay"]["lr_scale"] == 0.125
 
+    class HFCLIPVision(nn.Module):  # transformers' CLIPVisionModel layout (4.x: under vision_model)
+        def __init__(self):
+            super().__init__()
+            self.vision_model = nn.Module()
+            self.vision_model.pre_layrnorm = nn.LayerNorm(4)
+            self.vision_model.encoder = nn.Module()
+            self.vision_model.encoder.layers = nn.ModuleList([Layer(), Layer(), Layer()])
+
+    hf_clip = Adapter(HFCLIPVision())
+    scheme = layer_scheme(hf_clip)
+    assert (scheme.prefix, scheme.blocks, num_layers(hf_clip, scheme)) == ("model.vision_model.", "encoder.layers", 3)
+    assert scheme.layer_id("model.vision_model.pre_layrnorm.weight", 3) == 0
+
     class Visual(nn.Module):  # open_clip's VisionTransformer layout
         def __init__(self):
             super().__init__()

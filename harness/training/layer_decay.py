@@ -54,11 +54,12 @@ MMCV_SKIP_LIST = ("pos_embed", "cls_token")
 
 # Block containers the grouping knows, with the parameter names of what runs before the first
 # block (layer 0): the harness / timm / iBOT ViT first (the official names), then transformers'
-# ViT family and open_clip's visual tower. ``reg_token`` (timm's register tokens) is an
+# ViT / DINOv2 and CLIP / SigLIP towers and open_clip's visual tower. ``reg_token`` (timm's register tokens) is an
 # embedding as in timm's ``param_groups_layer_decay``; iBOT's ViT has none.
 _KNOWN_BLOCKS = (
     ("blocks", ("cls_token", "mask_token", "pos_embed", "reg_token"), ("patch_embed",)),
     ("encoder.layer", (), ("embeddings",)),
+    ("encoder.layers", (), ("embeddings", "pre_layrnorm")),  # transformers' CLIP / SigLIP vision towers
     ("transformer.resblocks", ("class_embedding", "positional_embedding"), ("conv1", "ln_pre")),
 )
 
@@ -119,7 +120,7 @@ def layer_scheme(model: nn.Module, prefix: str = "") -> LayerScheme:
     children = ", ".join(f"{n} ({type(m).__name__})" for n, m in shown.named_children()) or "no submodules"
     raise ConfigError(
         f"layer-wise lr decay needs a model made of numbered transformer blocks (a 'blocks', "
-        f"'encoder.layer' or 'transformer.resblocks' list); {what} has {children}. "
+        f"'encoder.layer(s)' or 'transformer.resblocks' list); {what} has {children}. "
         f"Set layer_decay=1.0 to fine-tune it with one learning rate")
 
 
