@@ -1,8 +1,9 @@
 """``resume.pt``: everything a fine-tuning run needs to go on as if it had never stopped.
 
 Model, optimizer, gradient scaler, EMA, the optimisation step reached, the history of the
-evaluations so far, the generators every random choice draws from (torch's: drop path and random
-erasing outside the per-sample seeds; numpy's: mixup / cutmix; python's), and the recipe's identity:
+evaluations so far, the training loss summed since the last one, the generators every random
+choice draws from (torch's: drop path and random erasing outside the per-sample seeds; numpy's:
+mixup / cutmix; python's), and the recipe's identity:
 the fingerprint of the settings that change the trajectory with the model's weights key and the
 data's stamp. A file of another recipe, model or data set is refused in one line.
 """
@@ -45,10 +46,10 @@ def _as_tuple(value):
 
 
 def save(path: Path, *, identity: str, model, optimizer, scaler, ema, step: int, history: list[dict],
-         trained_on: list[dict]) -> None:
+         trained_on: list[dict], train_loss: tuple[float, int] = (0.0, 0)) -> None:
     state = {"identity": identity, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
              "scaler": scaler.state_dict(), "step": int(step), "history": repr(history),
-             "trained_on": repr(trained_on), "rng": rng_state()}
+             "trained_on": repr(trained_on), "train_loss": repr(tuple(train_loss)), "rng": rng_state()}
     if ema is not None:
         state["ema"] = ema.module.state_dict()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -74,4 +75,5 @@ def load(path: Path, identity: str) -> dict[str, Any]:
 
     state["history"] = ast.literal_eval(state["history"])
     state["trained_on"] = ast.literal_eval(state["trained_on"])
+    state["train_loss"] = ast.literal_eval(state.get("train_loss", "(0.0, 0)"))
     return state

@@ -92,6 +92,9 @@ class Progress:
     history: list[dict[str, Any]] = field(default_factory=list)
     trained_on: list[dict[str, Any]] = field(default_factory=list)
     session_start: int = 0
+    # the training loss of every micro-batch since the last evaluation (the official MetricLogger's)
+    train_loss_sum: float = 0.0
+    train_loss_n: int = 0
     wait_s: float = 0.0
     train_s: float = 0.0
     eval_s: float = 0.0
@@ -172,6 +175,7 @@ class FinetuneRun:
         p = self.progress
         p.step = p.session_start = int(state["step"])
         p.history, p.trained_on = state["history"], state["trained_on"]
+        p.train_loss_sum, p.train_loss_n = state["train_loss"]
         resume_file.set_rng_state(state["rng"])
         return True
 
@@ -179,7 +183,8 @@ class FinetuneRun:
         if dist.is_main():
             resume_file.save(self.resume_path, identity=self.identity, model=self.classifier,
                              optimizer=self.optimizer, scaler=self.scaler, ema=self.ema, step=self.progress.step,
-                             history=self.progress.history, trained_on=self.trained_on())
+                             history=self.progress.history, trained_on=self.trained_on(),
+                             train_loss=(self.progress.train_loss_sum, self.progress.train_loss_n))
         dist.barrier()
 
     def trained_on(self) -> list[dict]:
@@ -224,6 +229,8 @@ class FinetuneRun:
                              scaler=self.scaler, precision=cfg.precision, update_freq=cfg.update_freq,
                              update=update, clip_grad=cfg.clip_grad, ema=self.ema, no_sync=True)
             micro_index += 1
+            p.train_loss_sum += out.loss
+            p.train_loss_n += 1
             t0 = time.perf_counter()
             p.train_s += t0 - got
             if not out.updated:
@@ -252,8 +259,11 @@ class FinetuneRun:
     def _evaluate(self, epoch: int) -> None:
         t0 = time.perf_counter()
         result = evaluate(self.classifier, self.val_set, self.cfg, self.device)
-        row = {"epoch": epoch, "step": self.progress.step, "top1": result["top1"], "top5": result["top5"],
-               "loss": result["loss"], "lr": float(self.lr[self.progress.step - 1])}
+        p = self.progress
+        row = {"epoch": epoch, "step": p.step, "top1": result["top1"], "top5": result["top5"],
+               "loss": result["loss"], "lr": float(self.lr[p.step - 1]),
+               "train_loss": p.train_loss_sum / p.train_loss_n if p.train_loss_n else None}
+        p.train_loss_sum, p.train_loss_n = 0.0, 0
         if self.ema is not None:
             ema = evaluate(self.ema.module, self.val_set, self.cfg, self.device)
             row.update(top1_ema=ema["top1"], top5_ema=ema["top5"])

@@ -69,6 +69,7 @@ def test_a_run_stopped_mid_epoch_and_resumed_gives_the_uninterrupted_numbers(roo
         assert resumed.metrics[key] == pytest.approx(whole.metrics[key], abs=1e-9)
     for a, b in zip(whole.params["history"], resumed.params["history"]):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5) and a["top1_ema"] == b["top1_ema"]
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
     w_whole, w_resumed = load_file(whole.artifacts["checkpoint"]), load_file(resumed.artifacts["checkpoint"])
     assert w_whole.keys() == w_resumed.keys()
     for k in w_whole:
