@@ -158,14 +158,14 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
             "epochs_done": p.step / max(run.steps_per_epoch, 1), "best_epoch": best["epoch"],
             "lr": c.peak_lr(), "history": history, "resumed": resumed, "trained_on": run.trained_on(),
             "checkpoint": checkpoint, **self.train_subset_params()}
-        if run.ema is not None:
-            params.update(top1_ema=history[-1].get("top1_ema"), top5_ema=history[-1].get("top5_ema"))
         cost = {"train_s": round(p.train_s, 3), "data_wait_s": round(p.wait_s, 3), "eval_s": round(p.eval_s, 3),
                 "data_wait_share": round(p.wait_s / busy, 4), "run_s": round(wall, 3)}
         # top-5 only with 5 classes or more, as the classification protocols and the chance row
         top5 = {"top5": last["top5"]} if run.classifier.head.out_features >= 5 else {}
+        ema = ({"top1_ema": history[-1]["top1_ema"], "top1_ema_best": max(r["top1_ema"] for r in history)}
+               if run.ema is not None else {})
         return ProtocolResult(
-            metrics={"top1": last["top1"], "top1_best": best["top1"], **top5},
+            metrics={"top1": last["top1"], "top1_best": best["top1"], **top5, **ema},
             dataset=c.dataset, split=c.val_split, seed=c.seed, params=params, cost=cost,
             artifacts={"checkpoint": checkpoint} if checkpoint else {},
             per_image=hits_block({"top1": last["hits1"], **({"top5": last["hits5"]} if top5 else {})}))

@@ -60,6 +60,8 @@ def test_a_run_stopped_mid_epoch_and_resumed_gives_the_uninterrupted_numbers(roo
     assert [r["epoch"] for r in whole.params["history"]] == [0, 1] and whole.params["steps"] == 6
     assert whole.metrics["top1_best"] == max(r["top1"] for r in whole.params["history"])
     assert whole.metrics["top1"] == whole.params["history"][-1]["top1"]
+    assert whole.metrics["top1_ema_best"] == max(r["top1_ema"] for r in whole.params["history"])
+    assert whole.metrics["top1_ema"] == whole.params["history"][-1]["top1_ema"]
     stopped = _run(root, tmp_path / "b", monkeypatch, max_steps=4)  # step 4 of 6: inside the second epoch
     assert stopped.params["steps"] == 4 and not stopped.params["resumed"]
     resumed = _run(root, tmp_path / "b", monkeypatch)
