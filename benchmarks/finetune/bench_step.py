@@ -181,7 +181,7 @@ class Project:
         cfg = FinetuneConfig(epochs=200, batch_size=batch, warmup_epochs=20, drop_path=0.1, layer_decay=0.75,
                              mixup=0.8, cutmix=1.0, use_mean_pooling=False, imagenet_default_mean_and_std=True)
         self.cfg, self.ftdata = cfg, ftdata
-        self.dataset = ftdata.TransformedImages(paths, labels, ftdata.train_transform(cfg), seed=0)
+        self.dataset = ftdata.TransformedImages(ftdata.ImageFiles(paths), labels, ftdata.train_transform(cfg), seed=0)
         self.model = FinetuneClassifier(create_backbone("vit_small_patch16_224"), NUM_CLASSES,
                                         use_mean_pooling=False, init_scale=cfg.init_scale, drop_path=cfg.drop_path,
                                         seed=0)

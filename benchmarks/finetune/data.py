@@ -82,13 +82,29 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
     return (seed * 1_000_003 + epoch * 10_007 + index) % (2 ** 31)
 
 
+class ImageFiles:
+    """Image files as a reader serves them (``load_image(i)``, ``len``)."""
+
+    def __init__(self, paths):
+        self.paths = list(paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def load_image(self, i: int):
+        return load_rgb(self.paths[i])
+
+
 class TransformedImages(Dataset):
-    """(image tensor, label) of a reader's samples; with ``seeded``, every random choice of the
+    """(image tensor, label) of a reader's samples, decoded through the reader's ``load_image(i)``
+    (files, or arrays as CIFAR's pickles hold them); with ``seeded``, every random choice of the
     transform (python's ``random``, numpy's and torch's global generators) is drawn from a seed
     of (seed, epoch, index) and the callers' generators are left as they were."""
 
-    def __init__(self, paths, labels, transform, seed: int = 0, seeded: bool = True):
-        self.paths, self.labels = list(paths), np.asarray(labels, dtype=np.int64)
+    def __init__(self, images, labels, transform, seed: int = 0, seeded: bool = True):
+        self.images, self.labels = images, np.asarray(labels, dtype=np.int64)
+        if len(self.images) != len(self.labels):
+            raise ValueError(f"{len(self.images)} images for {len(self.labels)} labels")
         self.transform, self.seed, self.seeded = transform, seed, seeded
         self.epoch = 0
 
@@ -96,10 +112,10 @@ class TransformedImages(Dataset):
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return len(self.paths)
+        return len(self.labels)
 
     def __getitem__(self, i: int):
-        image = load_rgb(self.paths[i])
+        image = self.images.load_image(i)
         if not self.seeded:
             return self.transform(image), int(self.labels[i])
         s = sample_seed(self.seed, self.epoch, i)

@@ -64,7 +64,6 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
         subset = self.train_subset()
         if subset is not None:
             train = SubsetSource(train, subset)
-            train.image_paths = [train.reader.image_paths[i] for i in train.indices]
         if len(train) < c.batch_size:
             raise DataError(f"finetune: {c.dataset} {c.train_split!r} at {data_root} has {len(train)} images, fewer "
                             f"than one effective batch of {c.batch_size}; lower batch_size")
@@ -104,8 +103,8 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
         per_device_batch(c, dist.world_size())  # an unreachable effective batch fails before any work
         train, val = self.readers(Path(data_root))
         val_labels = _labels_in(train, val)
-        train_set = ftdata.TransformedImages(train.image_paths, train.targets, ftdata.train_transform(c), c.seed)
-        val_set = ftdata.TransformedImages(val.image_paths, val_labels, ftdata.eval_transform(c), seeded=False)
+        train_set = ftdata.TransformedImages(train, train.targets, ftdata.train_transform(c), c.seed)
+        val_set = ftdata.TransformedImages(val, val_labels, ftdata.eval_transform(c), seeded=False)
         torch.manual_seed(c.seed)
         np.random.seed(c.seed)
         classifier = FinetuneClassifier(model.backbone, len(train.classes), use_mean_pooling=c.use_mean_pooling,
