@@ -8,6 +8,9 @@ As ``modeling_finetune.VisionTransformer`` of iBOT (BEiT) builds it (bytedance/i
   out of the mean.
 - the head: a Linear whose weight is drawn trunc-normal with std .02 and whose bias is 0, then both
   multiplied by ``init_scale`` (0.001).
+- from the projection head (``finetune_head_layer`` k > 0, ``semi_supervised/eval_cls.py``'s
+  ``ClassProjHead``): the pretraining head's first k Linear layers, each followed by GELU, with
+  their pretrained weights, then the classifier Linear from the head's hidden width.
 - stochastic depth: ``torch.linspace(0, drop_path, depth)`` over the blocks, timm's ``DropPath``
   (the official Block calls timm's ``drop_path`` too, once after attention and once after the MLP).
 
@@ -60,12 +63,27 @@ def set_drop_path(backbone: nn.Module, rate: float) -> None:
             setattr(block, slot, DropPath(r) if r > 0 else nn.Identity())
 
 
+def _pretrained_mlp(head_layers: list, dim: int) -> nn.Sequential:
+    """Linear + GELU per (weight, bias) of a pretraining head, holding those weights."""
+    if head_layers[0][0].shape[1] != dim:
+        raise ConfigError(f"finetune: the projection head takes {head_layers[0][0].shape[1]} features, the "
+                          f"backbone gives {dim}: the head is not this backbone's")
+    layers: list[nn.Module] = []
+    for weight, bias in head_layers:
+        linear = nn.Linear(weight.shape[1], weight.shape[0])
+        with torch.no_grad():
+            linear.weight.copy_(weight)
+            linear.bias.copy_(bias)
+        layers += [linear, nn.GELU()]
+    return nn.Sequential(*layers)
+
+
 class FinetuneClassifier(nn.Module):
     """``backbone`` + (``fc_norm``) + ``head``; parameter names ``backbone.blocks.<i>...``,
     ``fc_norm.*``, ``head.*`` (the official names under the ``backbone.`` prefix)."""
 
     def __init__(self, backbone: nn.Module, num_classes: int, *, use_mean_pooling: bool, init_scale: float,
-                 drop_path: float, seed: int):
+                 drop_path: float, seed: int, head_layers: list | None = None):
         super().__init__()
         from timm.layers import trunc_normal_
 
@@ -84,7 +102,8 @@ class FinetuneClassifier(nn.Module):
                 parent, _, leaf = path.rpartition(".")
                 setattr(self.backbone.get_submodule(parent) if parent else self.backbone, leaf, nn.Identity())
         self.fc_norm = nn.LayerNorm(dim, eps=eps) if use_mean_pooling else None
-        self.head = nn.Linear(dim, num_classes)
+        self.head_mlp = _pretrained_mlp(head_layers, dim) if head_layers else None
+        self.head = nn.Linear(head_layers[-1][0].shape[0] if head_layers else dim, num_classes)
         with torch.random.fork_rng():
             torch.manual_seed(seed)
             trunc_normal_(self.head.weight, std=.02)
@@ -113,7 +132,8 @@ class FinetuneClassifier(nn.Module):
         return out.cls[:, -1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x))
+        x = self.features(x)
+        return self.head(self.head_mlp(x) if self.head_mlp is not None else x)
 
     def backbone_state(self) -> dict[str, torch.Tensor]:
         """The backbone's weights as a harness checkpoint holds them (the final norm the mean
@@ -124,6 +144,8 @@ class FinetuneClassifier(nn.Module):
 
     def head_state(self) -> dict[str, torch.Tensor]:
         state = {f"head.{k}": v for k, v in self.head.state_dict().items()}
-        if self.fc_norm is not None:
-            state.update({f"fc_norm.{k}": v for k, v in self.fc_norm.state_dict().items()})
+        for name in ("fc_norm", "head_mlp"):
+            module = getattr(self, name)
+            if module is not None:
+                state.update({f"{name}.{k}": v for k, v in module.state_dict().items()})
         return {k: v.detach().cpu() for k, v in state.items()}

@@ -76,8 +76,9 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
         weights and the data."""
         settings = {k: v for k, v in to_dict(self.cfg).items() if k not in RESUMABLE_CHANGES}
         subset = self.train_subset()
+        head = model.meta.get("source_sha256") if self.cfg.finetune_head_layer else None
         return fingerprint({"settings": settings, "subset": subset.content_sha256 if subset else None,
-                            "weights": model.cache_key,
+                            "weights": model.cache_key, **({"head_from": head} if head else {}),
                             "data": self.identity(data_root, model).data}, length=40)
 
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
@@ -88,11 +89,6 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
         c = self.cfg
         if model.context == "pixels" or not any(p.requires_grad for p in model.backbone.parameters()):
             raise NotApplicable(f"finetune trains a network; {model.name} has no trainable weights")
-        if c.finetune_head_layer:
-            raise ConfigError(
-                f"finetune: finetune_head_layer {c.finetune_head_layer} starts from the pretraining projection "
-                f"head's first layers, which a harness checkpoint (the backbone only) does not hold; set "
-                f"finetune_head_layer=0 to fine-tune from the backbone")
         if c.resume and not Path(c.resume).is_file():
             raise ConfigError(f"finetune: resume file {c.resume} not found; leave resume unset to go on from the "
                               f"run's own resume.pt")
@@ -101,6 +97,7 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
         device = devices.prepare(devices.resolve_device(c.device), c.precision, backward=True)
         dist.init_from_env(device)
         per_device_batch(c, dist.world_size())  # an unreachable effective batch fails before any work
+        head_layers = self._head_layers(model)
         train, val = self.readers(Path(data_root))
         val_labels = _labels_in(train, val)
         train_set = ftdata.TransformedImages(train, train.targets, ftdata.train_transform(c), c.seed)
@@ -108,7 +105,8 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
         torch.manual_seed(c.seed)
         np.random.seed(c.seed)
         classifier = FinetuneClassifier(model.backbone, len(train.classes), use_mean_pooling=c.use_mean_pooling,
-                                        init_scale=c.init_scale, drop_path=c.drop_path, seed=c.seed)
+                                        init_scale=c.init_scale, drop_path=c.drop_path, seed=c.seed,
+                                        head_layers=head_layers)
         folder = self._resume_folder(model, Path(data_root))
         run = FinetuneRun(classifier, train_set, val_set, len(train.classes), c, device, folder / "resume.pt",
                           self.recipe_identity(model, Path(data_root)))
@@ -118,6 +116,14 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
         run.final_evaluation()
         checkpoint = self._save(run, model, folder) if c.save_checkpoint and dist.is_main() else None
         return [self._result(run, model, resumed, checkpoint, time.perf_counter() - started)]
+
+    def _head_layers(self, model: ModelHandle):
+        """The pretraining projection head's first ``finetune_head_layer`` layers, read from the
+        official file the model was imported from; None from the backbone."""
+        from harness.models.projection_head import read_head_layers
+
+        k = self.cfg.finetune_head_layer
+        return read_head_layers(model.meta, k, model.name) if k else None
 
     def chance_results(self, data_root: Path) -> list[ProtocolResult]:
         """A uniform random guess over the train split's classes (harness.context.chance)."""

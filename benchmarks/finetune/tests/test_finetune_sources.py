@@ -43,3 +43,72 @@ def test_cifar_images_served_from_the_pickles_are_finetuned(tmp_path, monkeypatc
     out = protocol.run(ModelHandle.random_init("vit_cpu_tiny", seed=0, depth=2), root)[0]
     assert out.params["n_train"] == 15 and out.params["n_val"] == 3 and out.params["steps"] == 1
     assert out.params["num_classes"] == 10 and 0.0 <= out.metrics["top1"] <= 100.0
+
+
+def _official_ibot_checkpoint(path: Path) -> dict:
+    """A tiny iBOT training checkpoint in main_ibot.py's layout (vit_cpu_tiny's shapes; the head:
+    3 Linear layers 64 -> 32 -> 32 -> 16 with GELU between, then the prototypes), written with
+    an argparse.Namespace under ``args`` as the official file has."""
+    import argparse
+
+    from harness.models.backbone import create_backbone
+
+    torch.manual_seed(0)
+    backbone = create_backbone("vit_cpu_tiny").backbone_state_dict()
+    head = {"mlp.0.weight": torch.randn(32, 64), "mlp.0.bias": torch.randn(32), "mlp.2.weight": torch.randn(32, 32),
+            "mlp.2.bias": torch.randn(32), "mlp.4.weight": torch.randn(16, 32), "mlp.4.bias": torch.randn(16),
+            "last_layer.weight_g": torch.ones(24, 1), "last_layer.weight_v": torch.randn(24, 16),
+            "last_layer2.weight_g": torch.ones(24, 1), "last_layer2.weight_v": torch.randn(24, 16)}
+    student_head = {k: v + 1.0 for k, v in head.items()}
+    torch.save({"teacher": {**{f"backbone.{k}": v for k, v in backbone.items()},
+                            **{f"head.{k}": v for k, v in head.items()}},
+                "student": {**{f"module.backbone.{k}": v for k, v in backbone.items()},
+                            **{f"module.head.{k}": v for k, v in student_head.items()},
+                            "module.backbone.masked_embed": torch.zeros(1, 64)},
+                "ibot_loss": {"center": torch.zeros(1, 24)}, "epoch": 1, "args": argparse.Namespace(arch="vit_tiny")},
+               path)
+    return {"teacher": head, "student": student_head}
+
+
+def test_finetuning_from_the_projection_heads_first_layer(tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    from harness.models.importers import import_checkpoint
+
+    heads = _official_ibot_checkpoint(tmp_path / "checkpoint.pth")
+    import_checkpoint(tmp_path / "checkpoint.pth", tmp_path / "ibot", trust=True)
+    model = ModelHandle.from_checkpoint(tmp_path / "ibot.safetensors")
+    root = _official_split_fixtures().write_cifar10(tmp_path / "cifar", per_batch=3)
+    monkeypatch.setenv("SSL_BENCH_RESULTS", str(tmp_path / "results"))
+    values = {**ONE_STEP, "dataset": "cifar10", "val_split": "test", "lr": 1e-6, "save_checkpoint": True,
+              "finetune_head_layer": 1, "use_mean_pooling": False, "init_scale": 1.0}
+    out = build_protocol("finetune", None, values).run(model, root)[0]
+    head = load_file(Path(out.artifacts["checkpoint"]).with_name("finetuned_head.safetensors"))
+    # the head's first Linear (64 -> 32) starts from the teacher's, one small step away; the classifier is 32 -> 10
+    torch.testing.assert_close(head["head_mlp.0.weight"], heads["teacher"]["mlp.0.weight"], atol=1e-4, rtol=0)
+    assert head["head.weight"].shape == (10, 32) and "head_mlp.2.weight" not in head
+    from_backbone = build_protocol("finetune", None, {**values, "finetune_head_layer": 0})
+    assert from_backbone.fingerprint() != build_protocol("finetune", None, values).fingerprint()
+
+
+def test_the_projection_head_is_read_from_the_branch_and_file_the_model_came_from(tmp_path):
+    from harness.errors import ConfigError
+    from harness.models.importers import import_checkpoint
+    from harness.models.projection_head import read_head_layers
+
+    heads = _official_ibot_checkpoint(tmp_path / "checkpoint.pth")
+    import_checkpoint(tmp_path / "checkpoint.pth", tmp_path / "student", which="student", trust=True)
+    meta = ModelHandle.from_checkpoint(tmp_path / "student.safetensors").meta
+    (w0, b0), (w2, _) = read_head_layers(meta, 2, "ibot")
+    assert torch.equal(w0, heads["student"]["mlp.0.weight"]) and torch.equal(w2, heads["student"]["mlp.2.weight"])
+    with pytest.raises(ConfigError, match="more than the 2 before its bottleneck"):
+        read_head_layers(meta, 3, "ibot")
+    with pytest.raises(ConfigError, match="no source_file"):
+        read_head_layers(ModelHandle.random_init("vit_cpu_tiny").meta, 1, "random")
+    backbone_only = tmp_path / "checkpoint_teacher.pth"  # iBOT's backbone release: no head
+    torch.save({"state_dict": {"cls_token": torch.zeros(1, 1, 64)}}, backbone_only)
+    no_head = {"source_file": str(backbone_only), "layout": "ibot_teacher", "branch": "backbone"}
+    with pytest.raises(ConfigError, match="holds no projection head"):
+        read_head_layers(no_head, 1, "ibot")
+    with pytest.raises(ConfigError, match="not the file it was imported from"):
+        read_head_layers({**meta, "source_sha256": "0" * 64}, 1, "ibot")
