@@ -9,7 +9,8 @@ top-1 (what the official script prints as "Max accuracy" and the papers report),
 every evaluation in ``params``, the share of time spent waiting for data in ``cost``. The
 fine-tuned backbone is written as a harness checkpoint (``finetuned.safetensors`` beside its
 ``.json``, with provenance) in the run's artifact folder, where every protocol's ``--checkpoint``
-reads it; ``resume.pt`` there lets a killed run go on to the same numbers.
+reads it (an adapted model's: a weights file for its own spec, benchmarks.finetune.checkpoint;
+the record's ``checkpoint_spec`` loads either); ``resume.pt`` there lets a killed run go on to the same numbers.
 """
 from __future__ import annotations
 
@@ -98,6 +99,7 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
         dist.init_from_env(device)
         per_device_batch(c, dist.world_size())  # an unreachable effective batch fails before any work
         head_layers = self._head_layers(model)
+        self._check_saveable(model)
         train, val = self.readers(Path(data_root))
         val_labels = _labels_in(train, val)
         train_set = ftdata.TransformedImages(train, train.targets, ftdata.train_transform(c), c.seed)
@@ -116,6 +118,14 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
         run.final_evaluation()
         checkpoint = self._save(run, model, folder) if c.save_checkpoint and dist.is_main() else None
         return [self._result(run, model, resumed, checkpoint, time.perf_counter() - started)]
+
+    def _check_saveable(self, model: ModelHandle) -> None:
+        """A model whose fine-tuned weights could not be written fails before any work."""
+        from harness.models.backbone import ViTBackbone
+        from harness.models.sources.reload import reloadable_spec
+
+        if self.cfg.save_checkpoint and not isinstance(model.backbone, ViTBackbone):
+            reloadable_spec(model)
 
     def _head_layers(self, model: ModelHandle):
         """The pretraining projection head's first ``finetune_head_layer`` layers, read from the
@@ -145,12 +155,12 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
         finally:
             bar.close()
 
-    def _save(self, run, model: ModelHandle, folder: Path) -> str | None:
+    def _save(self, run, model: ModelHandle, folder: Path) -> dict[str, str]:
         from benchmarks.finetune.checkpoint import save_finetuned
 
         return save_finetuned(run, model, self.cfg, folder, self.fingerprint())
 
-    def _result(self, run, model: ModelHandle, resumed: bool, checkpoint: str | None, wall: float) -> ProtocolResult:
+    def _result(self, run, model: ModelHandle, resumed: bool, saved: dict | None, wall: float) -> ProtocolResult:
         c, p = self.cfg, run.progress
         last = run.last_eval
         history = [dict(row) for row in p.history]
@@ -162,7 +172,9 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
             "batch_per_device": run.micro, "steps": p.step, "steps_per_epoch": run.steps_per_epoch,
             "epochs_done": p.step / max(run.steps_per_epoch, 1), "best_epoch": best["epoch"],
             "lr": c.peak_lr(), "history": history, "resumed": resumed, "trained_on": run.trained_on(),
-            "checkpoint": checkpoint, **self.train_subset_params()}
+            "checkpoint": saved["checkpoint"] if saved else None,
+            **({"checkpoint_spec": saved["spec"], "checkpoint_sha256": saved["sha256"]} if saved else {}),
+            **self.train_subset_params()}
         cost = {"train_s": round(p.train_s, 3), "data_wait_s": round(p.wait_s, 3), "eval_s": round(p.eval_s, 3),
                 "data_wait_share": round(p.wait_s / busy, 4), "run_s": round(wall, 3)}
         # top-5 only with 5 classes or more, as the classification protocols and the chance row
@@ -172,7 +184,7 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
         return ProtocolResult(
             metrics={"top1": last["top1"], "top1_best": best["top1"], **top5, **ema},
             dataset=c.dataset, split=c.val_split, seed=c.seed, params=params, cost=cost,
-            artifacts={"checkpoint": checkpoint} if checkpoint else {},
+            artifacts={"checkpoint": saved["checkpoint"]} if saved else {},
             per_image=hits_block({"top1": last["hits1"], **({"top5": last["hits5"]} if top5 else {})}))
 
 

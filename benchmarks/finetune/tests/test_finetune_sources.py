@@ -112,3 +112,49 @@ def test_the_projection_head_is_read_from_the_branch_and_file_the_model_came_fro
         read_head_layers(no_head, 1, "ibot")
     with pytest.raises(ConfigError, match="not the file it was imported from"):
         read_head_layers({**meta, "source_sha256": "0" * 64}, 1, "ibot")
+
+
+def test_an_adapted_timm_models_finetuned_weights_come_back_through_its_spec(tmp_path, monkeypatch):
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from harness.models.sources.common import build_model
+
+    start = build_model("timm:vit_tiny_patch16_224,weights=random,seed=3,img_size=32,patch_size=8,depth=2,embed_dim=64,"
+                        "num_heads=2")
+    first = tmp_path / "start.safetensors"
+    save_file({k[len("model."):]: v.contiguous() for k, v in start.backbone.state_dict().items()}, str(first))
+    spec = f"timm:vit_tiny_patch16_224,weights={first},img_size=32,patch_size=8,depth=2,embed_dim=64,num_heads=2"
+    root = _official_split_fixtures().write_cifar10(tmp_path / "cifar", per_batch=3)
+    monkeypatch.setenv("SSL_BENCH_RESULTS", str(tmp_path / "results"))
+    values = {**ONE_STEP, "dataset": "cifar10", "val_split": "test", "save_checkpoint": True, "lr": 1e-2}
+    out = build_protocol("finetune", None, values).run(build_model(spec), root)[0]
+    saved, reload_spec = Path(out.params["checkpoint"]), out.params["checkpoint_spec"]
+    assert reload_spec.startswith(f"timm:vit_tiny_patch16_224,weights={saved},") and "seed" not in reload_spec
+    provenance = json.loads(saved.with_name("finetuned.json").read_text())
+    assert provenance["spec"] == reload_spec and provenance["sha256"] == out.params["checkpoint_sha256"]
+    assert provenance["finetune"]["steps"] == 1 and provenance["finetune"]["from"]["spec"] == spec
+    reloaded = build_model(reload_spec)
+    weights, before = load_file(str(saved)), load_file(str(first))
+    assert weights.keys() == before.keys()
+    for k, v in reloaded.backbone.state_dict().items():
+        torch.testing.assert_close(v, weights[k[len("model."):]], rtol=0, atol=0)
+    assert not torch.equal(weights["blocks.0.attn.qkv.weight"], before["blocks.0.attn.qkv.weight"])
+    knn = build_protocol("knn", None, {"dataset": "cifar10", "val_split": "test", "ks": [5], "resize": 32, "crop": 32,
+                                       "cache": False, "progress": False})
+    assert knn.run(reloaded, root)[0].metrics["top1"] >= 0.0
+
+
+def test_a_model_whose_finetuned_weights_cannot_be_written_fails_before_training(tmp_path, monkeypatch):
+    from harness.errors import ConfigError
+    from harness.models.sources.common import build_model
+
+    model = build_model("timm:vit_tiny_patch16_224,weights=random,img_size=32,patch_size=8,depth=1,embed_dim=64,"
+                        "num_heads=2")
+    model.meta.pop("spec")  # built in code, not through the front door: no spec loads new weights
+    monkeypatch.setenv("SSL_BENCH_RESULTS", str(tmp_path / "results"))
+    protocol = build_protocol("finetune", None, {**ONE_STEP, "dataset": "cifar10", "save_checkpoint": True})
+    with pytest.raises(ConfigError, match="new weights can be written for models of the timm"):
+        protocol.run(model, tmp_path / "no-data-needed")
+    assert not (tmp_path / "results").exists()
