@@ -45,6 +45,27 @@ def test_cifar_images_served_from_the_pickles_are_finetuned(tmp_path, monkeypatc
     assert out.params["num_classes"] == 10 and 0.0 <= out.metrics["top1"] <= 100.0
 
 
+
+@pytest.mark.parametrize("dataset,write,train_split,val_split", [
+    ("inat2018", lambda f, root: f.write_inat(root, 2018), "train", "val"),
+    ("flowers102", lambda f, root: f.write_flowers(root), "trainval", "test"),
+    ("cars_annos", lambda f, root: f.write_cars(root), "train", "test")])
+def test_the_file_readers_of_the_transfer_sets_are_finetuned_through_load_image(dataset, write, train_split, val_split,
+                                                                               tmp_path, monkeypatch):
+    root = write(_official_split_fixtures(), tmp_path / dataset)
+    monkeypatch.setenv("SSL_BENCH_RESULTS", str(tmp_path / "results"))
+    values = {**ONE_STEP, "dataset": dataset, "train_split": train_split, "val_split": val_split, "batch_size": 4,
+              "input_size": 64}  # the fixtures' 8 px images: the resized crop (RandomCrop at 32 px pads to 16 only)
+    out = build_protocol("finetune", None, values).run(ModelHandle.random_init("vit_cpu_tiny", seed=0, depth=1),
+                                                       root)[0]
+    assert out.params["steps"] == 1 and out.params["n_val"] >= 3
+
+def load_checkpoint_sha(path: str) -> str:
+    from harness.models.checkpoints import load_checkpoint
+
+    return load_checkpoint(path)[1]["sha256"]
+
+
 def _official_ibot_checkpoint(path: Path) -> dict:
     """A tiny iBOT training checkpoint in main_ibot.py's layout (vit_cpu_tiny's shapes; the head:
     3 Linear layers 64 -> 32 -> 32 -> 16 with GELU between, then the prototypes), written with
@@ -87,6 +108,10 @@ def test_finetuning_from_the_projection_heads_first_layer(tmp_path, monkeypatch)
     # the head's first Linear (64 -> 32) starts from the teacher's, one small step away; the classifier is 32 -> 10
     torch.testing.assert_close(head["head_mlp.0.weight"], heads["teacher"]["mlp.0.weight"], atol=1e-4, rtol=0)
     assert head["head.weight"].shape == (10, 32) and "head_mlp.2.weight" not in head
+    from harness.models.sources.common import build_model
+
+    reloaded = build_model(out.params["checkpoint_spec"])  # checkpoint:<path>, as every protocol loads it
+    assert reloaded.meta["sha256"] == load_checkpoint_sha(out.params["checkpoint"])
     from_backbone = build_protocol("finetune", None, {**values, "finetune_head_layer": 0})
     assert from_backbone.fingerprint() != build_protocol("finetune", None, values).fingerprint()
 
