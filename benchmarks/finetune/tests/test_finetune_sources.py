@@ -183,3 +183,31 @@ def test_a_model_whose_finetuned_weights_cannot_be_written_fails_before_training
     with pytest.raises(ConfigError, match="new weights can be written for models of the timm"):
         protocol.run(model, tmp_path / "no-data-needed")
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_a_transformers_models_finetuned_weights_come_back_as_a_folder(tmp_path, monkeypatch):
+    transformers = pytest.importorskip("transformers")
+    from safetensors.torch import load_file
+
+    from harness.models.sources.common import build_model
+
+    torch.manual_seed(0)
+    config = transformers.ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                                    image_size=32, patch_size=8)
+    transformers.ViTModel(config).save_pretrained(tmp_path / "start")
+    root = _official_split_fixtures().write_cifar10(tmp_path / "cifar", per_batch=3)
+    monkeypatch.setenv("SSL_BENCH_RESULTS", str(tmp_path / "results"))
+    # transformers' ViT blocks have no drop-path slot; its layer list is not one layer decay reads
+    values = {**ONE_STEP, "dataset": "cifar10", "val_split": "test", "save_checkpoint": True, "lr": 1e-2,
+              "drop_path": 0.0, "layer_decay": 1.0, "use_mean_pooling": False}
+    out = build_protocol("finetune", None, values).run(build_model(f"hf:{tmp_path / 'start'}"), root)[0]
+    folder = Path(out.params["checkpoint"]).parent
+    assert out.params["checkpoint_spec"].startswith(f"hf:{folder},mean=")
+    reloaded = build_model(out.params["checkpoint_spec"])  # the hf source refuses a folder missing any weight
+    before, after = load_file(str(tmp_path / "start" / "model.safetensors")), load_file(out.params["checkpoint"])
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    knn = build_protocol("knn", None, {"dataset": "cifar10", "val_split": "test", "ks": [5], "resize": 32, "crop": 32,
+                                       "cache": False, "progress": False})
+    assert knn.run(reloaded, root)[0].metrics["top1"] >= 0.0
