@@ -175,6 +175,8 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
             "checkpoint": saved["checkpoint"] if saved else None,
             **({"checkpoint_spec": saved["spec"], "checkpoint_sha256": saved["sha256"]} if saved else {}),
             **self.train_subset_params()}
+        if c.finetune_head_layer:  # the file the projection head's layers were read from
+            params["head_from"] = {k: model.meta.get(k) for k in ("source_file", "source_sha256", "layout", "branch")}
         cost = {"train_s": round(p.train_s, 3), "data_wait_s": round(p.wait_s, 3), "eval_s": round(p.eval_s, 3),
                 "data_wait_share": round(p.wait_s / busy, 4), "run_s": round(wall, 3)}
         # top-5 only with 5 classes or more, as the classification protocols and the chance row

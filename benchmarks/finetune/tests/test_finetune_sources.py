@@ -108,6 +108,7 @@ def test_finetuning_from_the_projection_heads_first_layer(tmp_path, monkeypatch)
     # the head's first Linear (64 -> 32) starts from the teacher's, one small step away; the classifier is 32 -> 10
     torch.testing.assert_close(head["head_mlp.0.weight"], heads["teacher"]["mlp.0.weight"], atol=1e-4, rtol=0)
     assert head["head.weight"].shape == (10, 32) and "head_mlp.2.weight" not in head
+    assert out.params["head_from"]["layout"] == "ibot_full" and out.params["head_from"]["branch"] == "teacher"
     from harness.models.sources.common import build_model
 
     reloaded = build_model(out.params["checkpoint_spec"])  # checkpoint:<path>, as every protocol loads it
