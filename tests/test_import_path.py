@@ -10,7 +10,8 @@ ALLOWED = {("tests/conftest.py", None), ("tests/reference/common.py", "on_import
            ("scripts/official_parity/generate_fixtures.py", "official_on_path"),
            ("scripts/reference/retrieval_reference.py", "official_on_path"),
            ("scripts/reference/depth_reference.py", "official_on_path"),
-           ("benchmarks/detection/parity/make_official_fixture.py", "official_on_path")}
+           ("benchmarks/detection/parity/make_official_fixture.py", "official_on_path"),
+           ("benchmarks/finetune/reference/official_ibot.py", "official_on_path")}
 
 
 def _is_sys_path(node: ast.AST) -> bool:

@@ -94,3 +94,60 @@ def test_model_without_blocks_is_one_config_error():
     with pytest.raises(ConfigError, match=r"Conv2d.*layer_decay=1\.0"):
         parameter_groups(cnn, 0.05, 0.75)
     assert len(parameter_groups(cnn, 0.05, 1.0)) == 2  # without layer decay it trains
+
+
+def test_transformers_and_open_clip_block_lists():
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+    class HFViT(nn.Module):  # transformers' ViTModel layout
+        def __init__(self):
+            super().__init__()
+            self.embeddings = nn.Module()
+            self.embeddings.cls_token = nn.Parameter(torch.zeros(1, 1, 4))
+            self.encoder = nn.Module()
+            self.encoder.layer = nn.ModuleList([Layer(), Layer()])
+            self.layernorm = nn.LayerNorm(4)
+
+    class Adapter(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.model = inner
+
+    table = group_table(Adapter(HFViT()), 0.05, 0.5)
+    assert table["layer_0_decay"]["params"] == ["model.embeddings.cls_token"]
+    assert table["layer_2_decay"]["params"] == ["model.encoder.layer.1.fc.weight"]
+    assert table["layer_3_no_decay"]["params"] == ["model.layernorm.weight", "model.layernorm.bias"]
+    assert table["layer_3_no_decay"]["lr_scale"] == 1.0 and table["layer_0_decay"]["lr_scale"] == 0.125
+
+    class HFCLIPVision(nn.Module):  # transformers' CLIPVisionModel layout (4.x: under vision_model)
+        def __init__(self):
+            super().__init__()
+            self.vision_model = nn.Module()
+            self.vision_model.pre_layrnorm = nn.LayerNorm(4)
+            self.vision_model.encoder = nn.Module()
+            self.vision_model.encoder.layers = nn.ModuleList([Layer(), Layer(), Layer()])
+
+    hf_clip = Adapter(HFCLIPVision())
+    scheme = layer_scheme(hf_clip)
+    assert (scheme.prefix, scheme.blocks, num_layers(hf_clip, scheme)) == ("model.vision_model.", "encoder.layers", 3)
+    assert scheme.layer_id("model.vision_model.pre_layrnorm.weight", 3) == 0
+
+    class Visual(nn.Module):  # open_clip's VisionTransformer layout
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 4, 2)
+            self.class_embedding = nn.Parameter(torch.zeros(4))
+            self.transformer = nn.Module()
+            self.transformer.resblocks = nn.ModuleList([Layer()])
+            self.ln_post = nn.LayerNorm(4)
+
+    clip = Adapter(nn.Module())
+    clip.model.visual = Visual()
+    scheme = layer_scheme(clip)
+    assert scheme.prefix == "model.visual." and num_layers(clip, scheme) == 1
+    ids = {n: scheme.layer_id(n, 1) for n, _ in clip.named_parameters()}
+    assert ids["model.visual.conv1.weight"] == ids["model.visual.class_embedding"] == 0
+    assert ids["model.visual.transformer.resblocks.0.fc.weight"] == 1 and ids["model.visual.ln_post.weight"] == 2

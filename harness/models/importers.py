@@ -386,6 +386,12 @@ def _select(obj: Any, layout: Layout, branch: str) -> tuple[dict, str | None, st
                           f"{[c for c in containers if c]} but the file has {found}")
 
 
+def branch_state(obj: Any, layout: str, branch: str = "teacher") -> tuple[dict, str]:
+    """(the state dict of one branch of a loaded checkpoint, its backbone key prefix)."""
+    state, _, prefix, _, _ = _select(obj, LAYOUTS[layout], branch)
+    return state, prefix
+
+
 def extract_backbone(obj: Any, layout: str, branch: str = "teacher",
                      extra_drop: tuple[str, ...] = ()) -> tuple[dict[str, torch.Tensor], dict]:
     """Pull the backbone state dict out of a loaded checkpoint. Returns (state, audit info);

@@ -18,7 +18,7 @@ from harness.models.backbone import ARCHS
 from harness.errors import SslBenchError
 from harness.models.flops import arch_flops
 from harness.paper.gpus import GpuChoice
-from harness.paper.spec import DatasetSpec, ProtocolSpec, Table, load_table, settings_groups
+from harness.paper.spec import DatasetSpec, ProtocolSpec, Table, load_table, pass_count, settings_groups
 from harness.paper.verdict import tolerance_lines
 from harness.paths import default_zoo_dir
 from harness.text_table import text_table
@@ -76,9 +76,10 @@ def estimate_cost(ps: ProtocolSpec, ds: DatasetSpec, dataset_key: str, arch_kwar
     f_train, f_val = arch_flops(arch_kwargs, *thw), arch_flops(arch_kwargs, *vhw)
     train_images = ps.train_crops.get(dataset_key)
     n_train = _subset_size(values.get("train_subset")) or ds.n_train
-    if train_images is None and n_train is not None:
-        train_images = ps.passes.train * n_train
-    val_images = ps.passes.val * ds.n_val if ds.n_val is not None else None
+    train_passes, val_passes = pass_count(ps.passes.train, values), pass_count(ps.passes.val, values)
+    if train_images is None and n_train is not None and train_passes is not None:
+        train_images = train_passes * n_train
+    val_images = val_passes * ds.n_val if ds.n_val is not None and val_passes is not None else None
     if train_images is None or val_images is None:
         return Cost(thw, vhw, f_train / 1e9, None, None)
     train_flops = ps.sweep * ps.flop_factor * f_train * train_images

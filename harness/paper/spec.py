@@ -30,8 +30,20 @@ CSV_COLUMNS = ["paper", "table", "row", "method", "arch", "pretrain_data", "epoc
 
 @dataclass
 class Passes:
-    train: float = 1.0  # forward passes over the training split
-    val: float = 1.0
+    # forward passes over the training / validation split: a number, or the name of a run setting
+    # whose value is the count ("epochs": a training that sees the split once an epoch and validates
+    # after each); every run of the table must then give that setting (values or variants)
+    train: float | str = 1.0
+    val: float | str = 1.0
+
+
+def pass_count(count: float | str, values: dict) -> float | None:
+    """A Passes count for a run with settings ``values``: the number, or the named setting's value
+    (None where the run does not give it)."""
+    if isinstance(count, str):
+        value = values.get(count)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return float(count)
 
 
 @dataclass
@@ -182,6 +194,8 @@ def load_table(table: str | Path) -> Table:
                     f"{path}: protocols.{name}.metric_tolerances: {metric}: {tol!r}; each key is a metric of "
                     f"the CSV's {name} cells ({', '.join(sorted(metrics))}) and each value a number >= 0")
     for name, ps in spec.protocols.items():
+        _check_named_passes(path, name, ps)
+    for name, ps in spec.protocols.items():
         if not ps.variants:
             continue
         settings = {k for key in ps.variants for k in parse_variant(key)}
@@ -202,6 +216,17 @@ def load_table(table: str | Path) -> Table:
         raise ConfigError(f"{path}: the CSV {csv.name} uses protocol(s) {unknown_p} / dataset(s) {unknown_d} "
                           f"that the table spec does not describe")
     return Table(path.stem, spec, path, rows)
+
+
+def _check_named_passes(path: Path, name: str, ps: ProtocolSpec) -> None:
+    """A pass count that names a setting must be given by every run (the table's values, or each variant)."""
+    named = sorted({c for c in (ps.passes.train, ps.passes.val) if isinstance(c, str)})
+    runs = [dict(ps.values, **v) for v in ps.variants.values()] if ps.variants else [dict(ps.values)]
+    for setting in named:
+        if any(pass_count(setting, values) is None for values in runs):
+            raise ConfigError(
+                f"{path}: protocols.{name}.passes counts {setting!r}, but not every run gives it a number: "
+                f"set {setting} in protocols.{name}.values (or in each of its variants)")
 
 
 def same_variant_value(want: Any, got: Any) -> bool:
@@ -252,6 +277,7 @@ def tolerance_for(ps, metric: str) -> float | None:
     return (getattr(ps, "metric_tolerances", None) or {}).get(metric, ps.tolerance)
 
 
-__all__ = ["PAPER_DIR", "TABLES_DIR", "CSV_COLUMNS", "Passes", "ProtocolSpec", "DatasetSpec", "TableSpec", "Table",
-           "list_tables", "spec_path", "read_paper_csv", "paper_numbers", "load_table", "same_variant_value",
-           "matching_settings", "settings_of", "settings_groups", "variant_matches", "tolerance_for"]
+__all__ = ["PAPER_DIR", "TABLES_DIR", "CSV_COLUMNS", "Passes", "pass_count", "ProtocolSpec", "DatasetSpec",
+           "TableSpec", "Table", "list_tables", "spec_path", "read_paper_csv", "paper_numbers", "load_table",
+           "same_variant_value", "matching_settings", "settings_of", "settings_groups", "variant_matches",
+           "tolerance_for"]

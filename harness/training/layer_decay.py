@@ -54,11 +54,12 @@ MMCV_SKIP_LIST = ("pos_embed", "cls_token")
 
 # Block containers the grouping knows, with the parameter names of what runs before the first
 # block (layer 0): the harness / timm / iBOT ViT first (the official names), then transformers'
-# ViT family and open_clip's visual tower. ``reg_token`` (timm's register tokens) is an
+# ViT / DINOv2 and CLIP / SigLIP towers and open_clip's visual tower. ``reg_token`` (timm's register tokens) is an
 # embedding as in timm's ``param_groups_layer_decay``; iBOT's ViT has none.
 _KNOWN_BLOCKS = (
     ("blocks", ("cls_token", "mask_token", "pos_embed", "reg_token"), ("patch_embed",)),
     ("encoder.layer", (), ("embeddings",)),
+    ("encoder.layers", (), ("embeddings", "pre_layrnorm")),  # transformers' CLIP / SigLIP vision towers
     ("transformer.resblocks", ("class_embedding", "positional_embedding"), ("conv1", "ln_pre")),
 )
 
@@ -113,10 +114,13 @@ def layer_scheme(model: nn.Module, prefix: str = "") -> LayerScheme:
             if _block_list(root, inner + blocks) is not None:
                 return LayerScheme(prefix=prefix + inner, blocks=blocks, embed_names=names,
                                    embed_prefixes=prefixes)
-    children = ", ".join(f"{n} ({type(m).__name__})" for n, m in root.named_children()) or "no submodules"
+    inner = getattr(root, "model", None)
+    shown, what = (inner, f"{type(root).__name__} wrapping {type(inner).__name__}") if isinstance(inner, nn.Module) \
+        else (root, type(root).__name__)
+    children = ", ".join(f"{n} ({type(m).__name__})" for n, m in shown.named_children()) or "no submodules"
     raise ConfigError(
         f"layer-wise lr decay needs a model made of numbered transformer blocks (a 'blocks', "
-        f"'encoder.layer' or 'transformer.resblocks' list); {type(root).__name__} has {children}. "
+        f"'encoder.layer(s)' or 'transformer.resblocks' list); {what} has {children}. "
         f"Set layer_decay=1.0 to fine-tune it with one learning rate")
 
 
