@@ -251,7 +251,7 @@ def test_linear_head_width_comes_from_the_adapter(tmp_path, monkeypatch, synth_t
     ma.run_feature_seg_protocol(convnext.backbone, convnext.cache_key, Segmenter.from_preset("synth", TINY).cfg,
                                 synth_tiny, tmp_path, head="mask", frozen=False, protocol="segmenter")
     assert (seen["decode_head"]["embed_dims"], seen["decode_head"]["num_heads"]) == (320, 5)
-    with pytest.raises(ConfigError, match="no backbone was handed over"):
+    with pytest.raises(ConfigError, match="no model was handed over"):
         ma.handed(convnext.cache_key)  # handed back after the run
     mm = mb.build_mmseg_config(Segmenter.from_preset("synth", TINY).cfg, mb.resolve_data("synth_ade", synth_tiny),
                                backbone=seen["backbone"], decode_head=seen["decode_head"], lr=1e-3,

@@ -22,14 +22,13 @@ Only torch is imported at module level; :func:`register_modules` builds the mm* 
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 
-import torch
 from torch import nn
 
-from harness.errors import ConfigError
+from harness.models.handover import Handover
 from harness.models.multilevel import MultiLevelBackbone
+from harness.training.drop_path import set_drop_path
 from harness.training import layer_decay as ld
 
 BACKBONE = "SslBenchMultiLevelBackbone"
@@ -37,51 +36,14 @@ CONSTRUCTOR = "SslBenchLayerDecayConstructor"
 KEEP_METRICS = "SslBenchKeepMetrics"
 MODEL_PREFIX = "backbone.model."  # where the handed-over model's parameters sit in the detector
 
-_HANDED_OVER: dict[str, nn.Module] = {}
-
-
-@contextlib.contextmanager
-def handed_over(key: str, model: nn.Module):
-    """Make ``model`` buildable as ``SslBenchMultiLevelBackbone(model_key=key)`` while inside."""
-    _HANDED_OVER[key] = model
-    try:
-        yield key
-    finally:
-        _HANDED_OVER.pop(key, None)
-
-
-def handed(key: str) -> nn.Module:
-    if key not in _HANDED_OVER:
-        raise ConfigError(f"no model was handed over under {key!r}; build {BACKBONE} inside "
-                          f"benchmarks.detection.mmdet_modules.handed_over(key, model)")
-    return _HANDED_OVER[key]
+HANDOVER = Handover(BACKBONE, "benchmarks.detection.mmdet_modules.HANDOVER")
+handed_over = HANDOVER.handed_over
 
 
 def block_list(model: nn.Module) -> nn.Module:
     """The model's numbered blocks (the list layer decay counts)."""
     scheme = ld.layer_scheme(model)
     return model.get_submodule(scheme.prefix + scheme.blocks)
-
-
-def apply_drop_path(model: nn.Module, rate: float) -> int:
-    """Stochastic depth ``linspace(0, rate, depth)[i]`` on block i's residual branches (timm's
-    ``drop_path``, ``drop_path1`` / ``drop_path2``); returns how many branches were set."""
-    if rate <= 0:
-        return 0
-    from timm.layers import DropPath
-
-    blocks = block_list(model)
-    rates = torch.linspace(0, rate, len(blocks)).tolist()
-    count = 0
-    for block, r in zip(blocks, rates):
-        for name in ("drop_path", "drop_path1", "drop_path2"):
-            if isinstance(getattr(block, name, None), (nn.Identity, DropPath)):
-                setattr(block, name, DropPath(r) if r > 0 else nn.Identity())
-                count += 1
-    if count == 0:
-        raise ConfigError(f"drop_path_rate {rate}: the model's blocks ({type(blocks[0]).__name__}) have no "
-                          f"drop_path branch to set; set drop_path_rate=0")
-    return count
 
 
 def detector_groups(detector: nn.Module, base_lr: float, weight_decay: float, layer_decay: float,
@@ -111,10 +73,11 @@ def register_modules() -> None:
 
         def __init__(self, model_key: str, out_indices=(3, 5, 7, 11), out_with_norm: bool = False,
                      rescales=None, norm: str = "syncbn", drop_path_rate: float = 0.0):
-            model = copy.deepcopy(handed(model_key))
+            model = copy.deepcopy(HANDOVER.take(model_key))
             for p in model.parameters():
                 p.requires_grad_(True)
-            apply_drop_path(model, drop_path_rate)
+            if drop_path_rate > 0:  # 0: the model as its source built it
+                set_drop_path(model, drop_path_rate, "drop_path_rate")
             super().__init__(model, out_indices, out_with_norm=out_with_norm, rescales=rescales, norm=norm)
             self._is_init = True
 

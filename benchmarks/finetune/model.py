@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from harness.errors import ConfigError
-from harness.training.layer_decay import layer_scheme
+from harness.training.drop_path import set_drop_path
 
 
 def _final_norm_path(backbone: nn.Module) -> str | None:
@@ -38,29 +38,6 @@ def _final_norm_path(backbone: nn.Module) -> str | None:
         if isinstance(module, nn.LayerNorm):
             return path
     return None
-
-
-def set_drop_path(backbone: nn.Module, rate: float) -> None:
-    """Stochastic depth rising linearly from 0 at the first block to ``rate`` at the last."""
-    from timm.layers import DropPath
-
-    if rate <= 0:
-        return
-    try:
-        scheme = layer_scheme(backbone)
-    except ConfigError as exc:
-        found = str(exc).split("; ", 1)[1].rsplit(". Set", 1)[0]
-        raise ConfigError(f"finetune: drop_path {rate} needs numbered transformer blocks; {found}. Set "
-                          f"drop_path=0") from exc
-    blocks = backbone.get_submodule(scheme.prefix + scheme.blocks)
-    rates = [x.item() for x in torch.linspace(0, rate, len(blocks))]
-    for block, r in zip(blocks, rates):
-        slots = [s for s in ("drop_path1", "drop_path2", "drop_path") if hasattr(block, s)]
-        if not slots:
-            raise ConfigError(f"finetune: drop_path {rate} needs blocks with timm's drop-path slots "
-                              f"(drop_path1 / drop_path2); {type(block).__name__} has none: set drop_path=0")
-        for slot in slots:
-            setattr(block, slot, DropPath(r) if r > 0 else nn.Identity())
 
 
 def _pretrained_mlp(head_layers: list, dim: int) -> nn.Sequential:
@@ -111,7 +88,8 @@ class FinetuneClassifier(nn.Module):
         with torch.no_grad():
             self.head.weight.mul_(init_scale)
             self.head.bias.mul_(init_scale)
-        set_drop_path(self.backbone, drop_path)
+        if drop_path > 0:  # 0: the model as its source built it
+            set_drop_path(self.backbone, drop_path)
 
     def no_weight_decay(self) -> set[str]:
         """The backbone's ``no_weight_decay()`` (timm's ViT: pos_embed, cls_token, dist_token)."""

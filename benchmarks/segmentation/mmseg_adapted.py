@@ -29,7 +29,6 @@ Only ``torch`` is imported at module level; the mmseg class is built by
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +39,7 @@ from torch import nn
 
 from benchmarks.segmentation import mmseg_bridge as mb
 from harness.errors import ConfigError, NotApplicable
+from harness.models.handover import Handover
 
 if TYPE_CHECKING:
     from benchmarks.segmentation.config import SegConfig
@@ -49,25 +49,9 @@ FEATURE_BACKBONE = "SslBenchFeatureBackbone"
 MASK_HEADS_RULE = "the model's own if it divides the width, else width // 64 lowered to a divisor"
 HEAD_WIDTH = 64  # the head width of ViT-S, -B and -L
 
-# backbones handed over to the mmseg module: cache key -> module (harness.models.feature_backbone)
-_HANDED_OVER: dict[str, nn.Module] = {}
-
-
-@contextlib.contextmanager
-def handed_over(key: str, backbone: nn.Module):
-    """Make ``backbone`` buildable as ``SslBenchFeatureBackbone(backbone_key=key)`` while inside."""
-    _HANDED_OVER[key] = backbone
-    try:
-        yield key
-    finally:
-        _HANDED_OVER.pop(key, None)
-
-
-def handed(key: str) -> nn.Module:
-    if key not in _HANDED_OVER:
-        raise ConfigError(f"no backbone was handed over under {key!r}; build {FEATURE_BACKBONE} inside "
-                          f"benchmarks.segmentation.mmseg_adapted.handed_over(key, backbone)")
-    return _HANDED_OVER[key]
+# backbones handed over to the mmseg module, by cache key (harness.models.feature_backbone)
+HANDOVER = Handover(FEATURE_BACKBONE, "benchmarks.segmentation.mmseg_adapted.HANDOVER")
+handed_over, handed = HANDOVER.handed_over, HANDOVER.take
 
 
 # ============================================================================ the head count

@@ -14,15 +14,15 @@ validation image's areas. Only torch is imported at module level; :func:`registe
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from harness.errors import ConfigError
+from harness.models.handover import Handover
 from harness.models.multilevel import MultiLevelBackbone
+from harness.training.drop_path import set_drop_path
 
 BACKBONE = "SslBenchMultiLevel"
 CONSTRUCTOR = "SslBenchLayerDecayConstructor"
@@ -31,43 +31,8 @@ HISTORY_HOOK = "SslBenchUperNetValidations"
 # where the front-door model sits inside the mmseg model (backbone -> MultiLevelBackbone.model)
 MODEL_PREFIX = "backbone.model."
 
-_HANDED_OVER: dict[str, nn.Module] = {}
-
-
-@contextlib.contextmanager
-def handed_over(key: str, backbone: nn.Module):
-    """Make ``backbone`` buildable as ``SslBenchMultiLevel(backbone_key=key)`` while inside."""
-    _HANDED_OVER[key] = backbone
-    try:
-        yield key
-    finally:
-        _HANDED_OVER.pop(key, None)
-
-
-def timm_blocks(model: nn.Module) -> list[nn.Module] | None:
-    """The blocks of a timm-style ViT (the harness ViT, or one an adapter wraps), each with
-    ``drop_path1`` / ``drop_path2``; None when the model has no such blocks."""
-    for owner in (model, getattr(model, "model", None)):
-        blocks = getattr(owner, "blocks", None)
-        if isinstance(blocks, (nn.ModuleList, nn.Sequential)) and len(blocks) and all(
-                hasattr(b, "drop_path1") and hasattr(b, "drop_path2") for b in blocks):
-            return list(blocks)
-    return None
-
-
-def set_drop_path(model: nn.Module, rate: float) -> None:
-    """Stochastic depth ``linspace(0, rate, depth)[i]`` on block i (iBOT's ``dpr``)."""
-    from timm.layers import DropPath
-
-    blocks = timm_blocks(model)
-    if blocks is None:
-        raise ConfigError(f"drop_path_rate {rate} needs a ViT with timm-style blocks; "
-                          f"{getattr(model, 'arch', type(model).__name__)} has none: set drop_path_rate: null "
-                          f"to train it with its own")
-    rates = torch.linspace(0, rate, len(blocks), device="cpu").tolist()  # float32 values, as iBOT's dpr
-    for block, r in zip(blocks, rates):
-        block.drop_path1 = DropPath(r) if r > 0 else nn.Identity()
-        block.drop_path2 = DropPath(r) if r > 0 else nn.Identity()
+HANDOVER = Handover(BACKBONE, "benchmarks.upernet.mmseg_parts.HANDOVER")
+handed_over = HANDOVER.handed_over
 
 
 def resize_pos_embed(model: nn.Module, crop_size: int) -> bool:
@@ -99,12 +64,9 @@ def resize_pos_embed(model: nn.Module, crop_size: int) -> bool:
 def prepared_model(key: str, drop_path_rate: float | None, pos_embed_size: int | None = None) -> nn.Module:
     """A trainable deep copy of the handed-over model with the configs' drop path and, given a
     crop size, its position table resized to that grid."""
-    if key not in _HANDED_OVER:
-        raise ConfigError(f"no backbone was handed over under {key!r}; build {BACKBONE} inside "
-                          f"benchmarks.upernet.mmseg_parts.handed_over(key, backbone)")
-    model = copy.deepcopy(_HANDED_OVER[key])
-    if drop_path_rate is not None:
-        set_drop_path(model, float(drop_path_rate))
+    model = copy.deepcopy(HANDOVER.take(key))
+    if drop_path_rate is not None:  # null: the model's own
+        set_drop_path(model, float(drop_path_rate), "drop_path_rate")
     if pos_embed_size:
         resize_pos_embed(model, int(pos_embed_size))
     for p in model.parameters():

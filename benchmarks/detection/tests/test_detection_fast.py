@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from benchmarks.detection import coco_reader, mmdet_stack
-from benchmarks.detection.mmdet_modules import MODEL_PREFIX, apply_drop_path, detector_groups
+from benchmarks.detection.mmdet_modules import MODEL_PREFIX, detector_groups
+from harness.training.drop_path import set_drop_path
 from benchmarks.detection.synthetic import instances, rle_counts
 from harness.errors import ConfigError, DataError, MissingDependencyError
 from harness.models.backbone import create_backbone
@@ -144,7 +145,7 @@ def test_adapter_shapes_and_parameter_count_match_the_official_backbone(official
 
 def test_drop_path_rises_linearly_over_the_blocks():
     model = create_backbone("vit_cpu_tiny")
-    assert apply_drop_path(model, 0.2) == 6  # both branches of each block (block 0's stay Identity)
+    assert set_drop_path(model, 0.2) == 6  # both branches of each block (block 0's stay Identity)
     assert [getattr(b.drop_path1, "drop_prob", 0.0) for b in model.blocks] == pytest.approx([0.0, 0.1, 0.2])
 
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from benchmarks.upernet.config import UperNetConfig
-from benchmarks.upernet.mmseg_parts import optimizer_groups, prepared_model, handed_over, timm_blocks
+from benchmarks.upernet.mmseg_parts import optimizer_groups, prepared_model, handed_over
 from harness.errors import ConfigError, NotApplicable
 from harness.models.backbone import create_backbone
 from harness.models.handle import ModelHandle
@@ -72,8 +72,8 @@ def test_drop_path_is_linear_over_the_blocks_and_the_caller_model_untouched():
     vit = create_backbone("vit_cpu_tiny")
     with handed_over("k", vit):
         copy = prepared_model("k", 0.1)
-    rates = [b.drop_path1.drop_prob for b in timm_blocks(copy)[1:]]
-    assert rates == pytest.approx([0.05, 0.1]) and isinstance(timm_blocks(copy)[0].drop_path1, nn.Identity)
+    rates = [b.drop_path1.drop_prob for b in copy.blocks[1:]]
+    assert rates == pytest.approx([0.05, 0.1]) and isinstance(copy.blocks[0].drop_path1, nn.Identity)
     assert all(isinstance(b.drop_path1, nn.Identity) for b in vit.blocks)
 
 
@@ -274,7 +274,7 @@ def test_an_adapted_timm_vit_gets_the_same_rule_and_a_cnn_is_refused():
                                          dynamic_img_size=True), "vit_tiny_patch16_224")
     with handed_over("t", vit):
         model = prepared_model("t", 0.1, 128)
-    assert timm_blocks(model)[-1].drop_path1.drop_prob == pytest.approx(0.1)
+    assert model.model.blocks[-1].drop_path1.drop_prob == pytest.approx(0.1)
     seg = _Segmentor(model, (3, 5, 7, 11))
     assert [o.shape[-1] for o in seg.backbone.eval()(torch.randn(1, 3, 128, 128))] == [32, 16, 8, 4]
     groups = optimizer_groups(seg, base_lr=1.0, weight_decay=0.05, layer_decay=0.5, depth=None, decay_skip="mmcv")
