@@ -77,7 +77,7 @@ def register_modules() -> None:
             for p in model.parameters():
                 p.requires_grad_(True)
             if drop_path_rate > 0:  # 0: the model as its source built it
-                set_drop_path(model, drop_path_rate, "drop_path_rate")
+                set_drop_path(model, drop_path_rate, "drop_path_rate", "detection")
             super().__init__(model, out_indices, out_with_norm=out_with_norm, rescales=rescales, norm=norm)
             self._is_init = True
 

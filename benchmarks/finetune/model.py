@@ -89,7 +89,7 @@ class FinetuneClassifier(nn.Module):
             self.head.weight.mul_(init_scale)
             self.head.bias.mul_(init_scale)
         if drop_path > 0:  # 0: the model as its source built it
-            set_drop_path(self.backbone, drop_path)
+            set_drop_path(self.backbone, drop_path, owner="finetune")
 
     def no_weight_decay(self) -> set[str]:
         """The backbone's ``no_weight_decay()`` (timm's ViT: pos_embed, cls_token, dist_token)."""

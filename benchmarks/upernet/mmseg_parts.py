@@ -66,7 +66,7 @@ def prepared_model(key: str, drop_path_rate: float | None, pos_embed_size: int |
     crop size, its position table resized to that grid."""
     model = copy.deepcopy(HANDOVER.take(key))
     if drop_path_rate is not None:  # null: the model's own
-        set_drop_path(model, float(drop_path_rate), "drop_path_rate")
+        set_drop_path(model, float(drop_path_rate), "drop_path_rate", "upernet")
     if pos_embed_size:
         resize_pos_embed(model, int(pos_embed_size))
     for p in model.parameters():

@@ -12,17 +12,19 @@ from harness.training.layer_decay import layer_scheme
 SLOTS = ("drop_path", "drop_path1", "drop_path2")
 
 
-def set_drop_path(model: nn.Module, rate: float, setting: str = "drop_path") -> int:
+def set_drop_path(model: nn.Module, rate: float, setting: str = "drop_path", owner: str = "") -> int:
     """Set the rates on every block's branches (an Identity where the rate is 0); returns how many
-    branches were set. ``setting``: the name the caller's users set, for the error text. A model
+    branches were set. ``setting`` and ``owner`` (a protocol's name): what the error text names. A model
     without numbered blocks, or with blocks that have no drop-path branch, is one ConfigError."""
     from timm.layers import DropPath
+
+    lead = f"{owner}: " if owner else ""
 
     try:
         scheme = layer_scheme(model)
     except ConfigError as exc:
         found = str(exc).split("; ", 1)[-1].rsplit(". Set", 1)[0]
-        raise ConfigError(f"{setting} {rate} needs numbered transformer blocks; {found}. Set {setting}=0") from exc
+        raise ConfigError(f"{lead}{setting} {rate} needs numbered transformer blocks; {found}. Set {setting}=0") from exc
     blocks = model.get_submodule(scheme.prefix + scheme.blocks)
     rates = torch.linspace(0, rate, len(blocks)).tolist()
     count = 0
@@ -32,6 +34,6 @@ def set_drop_path(model: nn.Module, rate: float, setting: str = "drop_path") -> 
                 setattr(block, slot, DropPath(r) if r > 0 else nn.Identity())
                 count += 1
     if count == 0:
-        raise ConfigError(f"{setting} {rate} needs blocks with a drop-path branch (timm's drop_path1 / "
+        raise ConfigError(f"{lead}{setting} {rate} needs blocks with a drop-path branch (timm's drop_path1 / "
                           f"drop_path2); {type(blocks[0]).__name__} has none: set {setting}=0")
     return count
