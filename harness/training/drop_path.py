@@ -19,12 +19,12 @@ def set_drop_path(model: nn.Module, rate: float, setting: str = "drop_path", own
     from timm.layers import DropPath
 
     lead = f"{owner}: " if owner else ""
-
     try:
         scheme = layer_scheme(model)
     except ConfigError as exc:
         found = str(exc).split("; ", 1)[-1].rsplit(". Set", 1)[0]
-        raise ConfigError(f"{lead}{setting} {rate} needs numbered transformer blocks; {found}. Set {setting}=0") from exc
+        raise ConfigError(f"{lead}{setting} {rate} needs numbered transformer blocks; {found}. "
+                          f"Set {setting}=0") from exc
     blocks = model.get_submodule(scheme.prefix + scheme.blocks)
     rates = torch.linspace(0, rate, len(blocks)).tolist()
     count = 0
