@@ -181,8 +181,8 @@ PROTOCOLS_PACKAGE = "benchmarks"
 
 
 def protocol_folder(module: str, protocols: str = PROTOCOLS_PACKAGE) -> str | None:
-    """``benchmarks.depth.head`` -> ``depth``; None outside the protocols' package and for the
-    package itself."""
+    """``benchmarks.<folder>.<module>`` -> ``<folder>``; None outside the protocols' package and for
+    the package itself."""
     parts = module.split(".")
     return parts[1] if parts[0] == protocols and len(parts) > 1 else None
 
