@@ -1,7 +1,7 @@
 """Robustness of a linear ImageNet classifier (``robustness``; iBOT Table 8, bytedance/ibot @ da316d8
-``analysis/``): the linear head is trained as the ``linear`` protocol trains it (this class is that
-protocol with more to report), then the head that its recipe selects is scored on shifted sets,
-each one result (variant ``shift``):
+``analysis/``): the linear head is trained as the ``linear`` protocol trains it (both are
+harness.probes.linear_probe's LinearGridProbe; this one has more to report), then the head that
+its recipe selects is scored on shifted sets, each one result (variant ``shift``):
 
 - ``imagenet``: the clean validation split (the linear protocol's own number);
 - ``imagenet_a``, ``imagenet_r`` (200 classes: the argmax over their columns), ``sketch``, ``v2``,
