@@ -59,7 +59,7 @@ def _dense(model, root: Path, precision: str) -> tuple[float, float]:
 
 def _cls_cosine(model, root: Path, half: str = "bf16") -> tuple[float, float, int]:
     """Cosine similarity of fp32 vs half-precision CLS features of the k-NN val images (cache hits)."""
-    from benchmarks.classification.common import load_splits
+    from harness.probes.labelled_features import load_splits
     from harness.protocol_info import build_protocol
     from harness.features.extract import extract_features
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from benchmarks.classification.common import feature_for
+from harness.probes.labelled_features import feature_for
 from benchmarks.classification.knn import weighted_knn
 from experiments.reference_learners import REFERENCES
 from harness.models.backbone import ARCHS

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from benchmarks.classification.common import assemble
-from benchmarks.classification.linear_data import AugmentedImages, RandomResizedCropFlip, augmented_loader
-from benchmarks.classification.linear_heads import GridSGD, LinearHeads
+from harness.probes.labelled_features import assemble
+from harness.probes.linear_data import AugmentedImages, RandomResizedCropFlip, augmented_loader
+from harness.probes.linear_grid import GridSGD, LinearHeads
 from benchmarks.classification.linear_probe import IBOT_BASE_LRS, arch_feature_defaults
 from harness.data.classification import ImageFolderDataset
 from harness.features.extract import batch_features

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.classification.common import accuracy_metrics, accuracy_per_image
+from harness.probes.labelled_features import accuracy_metrics, accuracy_per_image
 from benchmarks.classification.knn import weighted_knn
 from benchmarks.dense_nn.metric import ConfusionMatrix, compute_miou
 from harness.per_image import (PerImageError, areas_block, decode_array, encode_array, hits_block,

@@ -101,7 +101,7 @@ def test_synthscenes_poses_and_depth_give_exact_correspondences(navi_tiny):
     """A pixel with depth in one view, back-projected, moved by the annotated poses and projected
     into another view, lands where that view stores the same depth (the ellipsoid is convex: a point
     facing both cameras is seen by both), up to the disparity encoding's rounding."""
-    from benchmarks.probe3d.reader_navi import read_disparity_depth
+    from harness.data.navi import read_disparity_depth
     from benchmarks.correspondence.reader_navi import camera_pose
 
     assert generate(navi_tiny, preset="tiny", seed=0) == navi_tiny  # idempotent

@@ -29,7 +29,7 @@ def test_protocol_cores_create_every_tensor_on_their_inputs_device():
 
     from benchmarks.dense_nn.core import aggregate, build_bank, image_labels, predict_image
     from benchmarks.classification.knn import weighted_knn
-    from benchmarks.classification.linear_heads import GridSGD, LinearHeads, train_grid
+    from harness.probes.linear_grid import GridSGD, LinearHeads, train_grid
     from test_dense_nn import MASK, settings
 
     g = torch.Generator().manual_seed(0)

@@ -8,6 +8,9 @@ methods/ (the pretraining methods).
 - No import cycle among their modules, counting imports inside functions and type-only ones
   under ``if TYPE_CHECKING:``: a cycle that Python happens to resolve is still two modules
   that cannot be read, tested or moved one without the other.
+- No protocol folder (``benchmarks/<folder>/``) imports another: what several protocols share lives
+  in the core (harness/probes/, harness/data/, ...), so that a change inside one protocol's folder
+  breaks no other.
 - No module imports another module's private name (``from a import _x``, a package's
   ``__init__`` included): what crosses a module boundary is public.
 - harness/'s rooms (its subpackages and top-level modules) stand on declared floors
@@ -137,6 +140,7 @@ HARNESS_FLOORS: tuple[tuple[str, ...], ...] = (
     ("protocol", "method"),  # the contracts protocols and methods implement
     ("training",),
     ("conformance", "context"),
+    ("probes",),  # what several protocols train or search on frozen features: below the protocols
     ("paper",),  # published tables and the verdict rule
     ("results",),  # records and everything made of them, paper verdicts included
     ("running", "scaffold"),  # suites, paper tables, launchers
@@ -170,6 +174,27 @@ def floor_violations(imports: ImportGraph, floors=HARNESS_FLOORS, core: str = CO
         ties.setdefault((a, b), e.where)
     lines += [f"{a} and {b} import each other ({where}; {ties[(b, a)]})"
               for (a, b), where in ties.items() if a < b and (b, a) in ties]
+    return sorted(set(lines))
+
+
+PROTOCOLS_PACKAGE = "benchmarks"
+
+
+def protocol_folder(module: str, protocols: str = PROTOCOLS_PACKAGE) -> str | None:
+    """``benchmarks.<folder>.<module>`` -> ``<folder>``; None outside the protocols' package and for
+    the package itself."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == protocols and len(parts) > 1 else None
+
+
+def sibling_protocol_imports(imports: ImportGraph, protocols: str = PROTOCOLS_PACKAGE) -> list[str]:
+    """A protocol folder's imports of another protocol folder (by string too), as
+    `file:line: module imports target (folder imports other)`."""
+    lines = []
+    for e in imports.edges:
+        a, b = protocol_folder(e.importer, protocols), protocol_folder(e.target, protocols)
+        if a and b and a != b:
+            lines.append(f"{e.where}: {e.importer} imports {e.target} ({a} imports {b})")
     return sorted(set(lines))
 
 
@@ -282,6 +307,12 @@ def test_harness_imports_no_method_or_protocol(repo):
     assert not offenders, _report("harness/ imports a method or a protocol package", offenders)
 
 
+def test_no_protocol_folder_imports_another(repo):
+    offenders = sibling_protocol_imports(repo)
+    assert not offenders, _report("a protocol folder imports another (move what they share into harness/)",
+                                  offenders)
+
+
 def test_modules_import_without_cycles(repo):
     cycles = import_cycles(repo)
     assert not cycles, _report("import cycles among harness/, benchmarks/ and methods/", cycles)
@@ -392,3 +423,30 @@ def test_an_import_up_the_floors_and_a_two_way_tie_are_reported(tmp_path):
         "base imports top, a floor above it (core/base.py:2)",
         "lost is on no floor of HARNESS_FLOORS (core/lost.py:1)",
     ]
+
+
+def test_a_protocol_folder_importing_a_sibling_is_reported(tmp_path):
+    """Plain, relative, in-function and by-string imports of another folder, each with its file and
+    line; a folder's own modules, the core and the package itself are no sibling."""
+    root = _tree(tmp_path, {
+        "core/__init__.py": "",
+        "core/shared.py": "X = 1\n",
+        "plugins/__init__.py": "",
+        "plugins/a/__init__.py": "",
+        "plugins/a/common.py": "from core.shared import X\nimport plugins\n",
+        "plugins/a/run.py": "from plugins.a.common import X\nfrom ..b import reader\n",
+        "plugins/b/__init__.py": "",
+        "plugins/b/reader.py": "def f():\n    import plugins.a.common\n",
+        "plugins/c/__init__.py": "",
+        "plugins/c/declaration.py": "D = Decl(module='plugins.a.run')\n",
+    })
+    imports = read_imports(root, ("core", "plugins"))
+    assert sibling_protocol_imports(imports, "plugins") == [
+        "plugins/a/run.py:2: plugins.a.run imports plugins.b.reader (a imports b)",
+        "plugins/b/reader.py:2: plugins.b.reader imports plugins.a.common (b imports a)",
+        "plugins/c/declaration.py:1: plugins.c.declaration imports plugins.a.run (c imports a)",
+    ]
+    (root / "plugins/a/run.py").write_text("from plugins.a.common import X\n")
+    (root / "plugins/b/reader.py").write_text("from core.shared import X\n")
+    (root / "plugins/c/declaration.py").write_text("D = Decl(module='plugins.c.run')\n")
+    assert sibling_protocol_imports(read_imports(root, ("core", "plugins")), "plugins") == []

@@ -1,6 +1,6 @@
-"""Linear probe (benchmarks/classification/linear_probe.py, linear_heads.py, linear_data.py): the batched
-lr grid equals independent SGD heads, best-head selection, the frozen backbone stays
-bit-identical, seeded augmentation, feature layouts, presets and fingerprints."""
+"""Linear probe (benchmarks/classification/linear_probe.py; harness/probes/linear_probe.py, linear_grid.py,
+linear_data.py): the batched lr grid equals independent SGD heads, best-head selection, the frozen
+backbone stays bit-identical, seeded augmentation, feature layouts, presets and fingerprints."""
 from __future__ import annotations
 
 import math
@@ -12,11 +12,12 @@ import torchvision.transforms as T
 from PIL import Image
 from torch import nn
 
-from benchmarks.classification.common import assemble
-from benchmarks.classification.linear_data import RandomResizedCropFlip, epoch_batches
-from benchmarks.classification.linear_heads import (GridSGD, LinearHeads, cosine_factor, evaluate_heads, select_best,
-                                                    train_grid)
-from benchmarks.classification.linear_probe import IBOT_BASE_LRS, LinearProbe, arch_feature_defaults
+from harness.probes.labelled_features import assemble
+from harness.probes.linear_data import RandomResizedCropFlip, epoch_batches
+from harness.probes.linear_grid import (GridSGD, LinearHeads, cosine_factor, evaluate_heads, select_best,
+                                        train_grid)
+from harness.probes.linear_probe import arch_feature_defaults
+from benchmarks.classification.linear_probe import IBOT_BASE_LRS, LinearProbe
 from harness.models.backbone import ARCHS
 from harness.per_image import read_per_image
 from harness.models.handle import ModelHandle

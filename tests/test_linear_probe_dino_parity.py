@@ -38,8 +38,8 @@ import numpy as np
 import pytest
 import torch
 
-import benchmarks.classification.linear_probe as linear_probe
-from benchmarks.classification.linear_heads import GridSGD, LinearHeads, cosine_factor, train_grid
+import harness.probes.linear_probe as linear_probe  # the module whose names the probe's run looks up
+from harness.probes.linear_grid import GridSGD, LinearHeads, cosine_factor, train_grid
 from reference.linear_dino_common import (CASES, FEATURES_FILE, build_image_folder, case_tokens, decode,
                                           load_tokens, make_model, probe, probe_input, sampler_epochs, sha256,
                                           sha256_file)

@@ -63,7 +63,7 @@ def test_head_is_the_official_save_last_epoch_and_last_head_on_ties(monkeypatch)
     """eval_linear_multi.py saves when an evaluation's best is >= the best so far, and its
     best_acc_hidx is the last head reaching that evaluation's best: here epoch 3, head 1."""
     import benchmarks.robustness.protocol as mod
-    from benchmarks.classification.linear_heads import GridHistory
+    from harness.probes.linear_grid import GridHistory
 
     def fake_train_grid(heads, opt, batches, val_x, val_y, *, on_epoch, **kw):
         hist = GridHistory()

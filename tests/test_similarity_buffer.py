@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from benchmarks.classification.similarity_buffer import SimilarityBuffer
+from harness.probes.similarity_buffer import SimilarityBuffer
 
 
 def test_every_product_in_the_buffer_is_the_plain_product():

@@ -28,9 +28,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchmarks.classification.common import (FeatureKind, accuracy_metrics, accuracy_per_image, feature_for,
+from harness.probes.labelled_features import (FeatureKind, accuracy_metrics, accuracy_per_image, feature_for,
                                               load_splits, topk_hit_flags)
-from benchmarks.classification.similarity_buffer import SimilarityBuffer
+from harness.probes.similarity_buffer import SimilarityBuffer
 from harness.context.chance import uniform_topk
 from harness.data.subsets import TrainSubsetSetting
 from harness.data.transforms import ResizeCenterCrop

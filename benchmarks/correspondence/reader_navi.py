@@ -36,9 +36,9 @@ import torchvision.transforms.functional as TF
 from PIL import Image, ImageOps
 from torchvision.transforms import InterpolationMode
 
-from benchmarks.probe3d.reader_navi import bbox_crop, read_disparity_depth
 from harness.config import fingerprint as _fingerprint
 from harness.data.io import files_stamp
+from harness.data.navi import bbox_crop, read_disparity_depth
 from harness.errors import DataError
 from harness.registry import register_dataset
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmarks.classification.similarity_buffer import SimilarityBuffer
+from harness.probes.similarity_buffer import SimilarityBuffer
 from harness.runtime.device import resolve_device
 from harness.errors import ConfigError
 

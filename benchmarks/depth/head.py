@@ -14,6 +14,8 @@ import math
 import torch
 from torch import nn
 
+from harness.probes.depth_bins import bins_to_depth
+
 
 class LinearDepthHead(nn.Module):
     """BatchNorm over the concatenated layers (each optionally with its class token broadcast
@@ -53,37 +55,14 @@ class LinearDepthHead(nn.Module):
         return self.conv(self.bn(torch.cat(maps, dim=1)))
 
 
-def depth_bins(n_bins: int, min_depth: float, max_depth: float, strategy: str = "linear",
-               device=None) -> torch.Tensor:
-    """Bin centres: evenly spaced in depth ("linear", the default) or in log depth ("log")."""
-    if strategy == "linear":
-        return torch.linspace(min_depth, max_depth, n_bins, device=device)
-    if strategy == "log":
-        lo, hi = torch.log(torch.tensor(min_depth)), torch.log(torch.tensor(max_depth))
-        return torch.exp(torch.linspace(lo, hi, n_bins, device=device))
-    raise ValueError(f"bins strategy must be 'linear' or 'log', found {strategy!r}")
-
-
 def logits_to_depth(logits: torch.Tensor, min_depth: float, max_depth: float, bins: str = "linear",
                     norm: str = "linear") -> torch.Tensor:
     """(B, n_bins, h, w) logits -> (B, 1, h, w) depth: the bins weighted by normalised logits.
     ``norm`` "linear" (DINOv3's default, after AdaBins): relu(x) + 0.1, divided by its sum;
     "softmax"; "sigmoid" (divided by its sum). One channel: relu(x) + min_depth (regression)."""
-    n = logits.shape[1]
-    if n == 1:
+    if logits.shape[1] == 1:
         return torch.relu(logits) + min_depth
-    centres = depth_bins(n, min_depth, max_depth, bins, device=logits.device)
-    if norm == "linear":
-        w = torch.relu(logits) + 0.1
-        w = w / w.sum(dim=1, keepdim=True)
-    elif norm == "softmax":
-        w = torch.softmax(logits, dim=1)
-    elif norm == "sigmoid":
-        w = torch.sigmoid(logits)
-        w = w / w.sum(dim=1, keepdim=True)
-    else:
-        raise ValueError(f"norm strategy must be linear, softmax or sigmoid, found {norm!r}")
-    return torch.einsum("bkhw,k->bhw", w, centres).unsqueeze(1)
+    return bins_to_depth(logits, min_depth, max_depth, bins, norm)
 
 
 class SILogLoss:

@@ -21,7 +21,7 @@ from typing import Literal
 import numpy as np
 import torch.nn.functional as F
 
-from benchmarks.classification.common import feature_for, load_splits
+from harness.probes.labelled_features import feature_for, load_splits
 from harness.data.holdout import SelectionHoldoutSetting, carve
 from harness.data.subsets import TrainSubsetSetting
 from harness.data.transforms import ResizeCenterCrop

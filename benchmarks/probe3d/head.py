@@ -11,6 +11,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from harness.probes.depth_bins import bins_to_depth as shared_bins_to_depth
+
 
 def _up(x: torch.Tensor, factor: int) -> torch.Tensor:
     return F.interpolate(x, scale_factor=factor, mode="bilinear", align_corners=True)
@@ -80,16 +82,6 @@ def official_state_dict(head: DPTHead) -> dict[str, torch.Tensor]:
 
 def bins_to_depth(logits: torch.Tensor, min_depth: float, max_depth: float, norm: str = "linear") -> torch.Tensor:
     """(B, 1, H, W) depth from (B, K, H, W) bin scores over K linear bins from min to max depth
-    (probes.py DepthBinPrediction, uniform bins): "linear" is AdaBins' relu + 0.1, normalised."""
-    bins = torch.linspace(min_depth, max_depth, logits.shape[1], device=logits.device, dtype=logits.dtype)
-    if norm == "linear":
-        prob = torch.relu(logits) + 0.1
-        prob = prob / prob.sum(dim=1, keepdim=True)
-    elif norm == "softmax":
-        prob = torch.softmax(logits, dim=1)
-    elif norm == "sigmoid":
-        prob = torch.sigmoid(logits)
-        prob = prob / prob.sum(dim=1, keepdim=True)
-    else:
-        raise ValueError(f"bin_norm must be linear, softmax or sigmoid, found {norm!r}")
-    return torch.einsum("bkhw,k->bhw", prob, bins)[:, None]
+    (probes.py DepthBinPrediction, uniform bins): "linear" is AdaBins' relu + 0.1, normalised; the
+    bins in the scores' dtype."""
+    return shared_bins_to_depth(logits, min_depth, max_depth, "linear", norm, centres_dtype=logits.dtype)

@@ -1,7 +1,7 @@
 """Robustness of a linear ImageNet classifier (``robustness``; iBOT Table 8, bytedance/ibot @ da316d8
-``analysis/``): the linear head is trained as the ``linear`` protocol trains it (this class is that
-protocol with more to report), then the head that its recipe selects is scored on shifted sets,
-each one result (variant ``shift``):
+``analysis/``): the linear head is trained as the ``linear`` protocol trains it (both are
+harness.probes.linear_probe's LinearGridProbe; this one has more to report), then the head that
+its recipe selects is scored on shifted sets, each one result (variant ``shift``):
 
 - ``imagenet``: the clean validation split (the linear protocol's own number);
 - ``imagenet_a``, ``imagenet_r`` (200 classes: the argmax over their columns), ``sketch``, ``v2``,
@@ -27,10 +27,10 @@ from typing import Literal
 import numpy as np
 import torch
 
-from benchmarks.classification.common import assemble, load_splits
-from benchmarks.classification.linear_data import STREAM_INIT, seeded_generator
-from benchmarks.classification.linear_heads import GridSGD, LinearHeads, train_grid
-from benchmarks.classification.linear_probe import LinearConfig, LinearProbe
+from harness.probes.labelled_features import assemble, load_splits
+from harness.probes.linear_data import STREAM_INIT, seeded_generator
+from harness.probes.linear_grid import GridSGD, LinearHeads, train_grid
+from harness.probes.linear_probe import LinearConfig, LinearGridProbe
 from benchmarks.robustness import evaluation
 from benchmarks.robustness.corruption import CORRUPTIONS_15, CORRUPTIONS_19, NORMALIZERS, SEVERITIES
 from benchmarks.robustness.head_file import load_head_file
@@ -108,11 +108,12 @@ class RobustnessConfig(LinearConfig):
 def _presets() -> dict[str, dict]:
     """configs/protocols/robustness_*.yaml, each on top of the linear recipe it names (``recipe``)."""
     out = {}
+    linear = load_presets("linear")  # the linear protocol's recipes, read as data (no import of its folder)
     for name, values in load_presets("robustness").items():
         recipe = values.get("recipe")
-        if recipe not in LinearProbe.PRESETS:
+        if recipe not in linear:
             raise ConfigError(f"robustness preset {name!r}: recipe {recipe!r} is no linear preset")
-        out[name] = {**LinearProbe.PRESETS[recipe], **values}
+        out[name] = {**linear[recipe], **values}
     return out
 
 
@@ -123,10 +124,10 @@ def head_state(heads: LinearHeads, h: int) -> dict:
 
 
 @register_protocol("robustness")
-class Robustness(LinearProbe):
+class Robustness(LinearGridProbe):
     Config = RobustnessConfig
     CONFORMANCE_RUN = None
-    NOT_IN_FINGERPRINT = LinearProbe.NOT_IN_FINGERPRINT + ("shifts", "cache_shifted")
+    NOT_IN_FINGERPRINT = LinearGridProbe.NOT_IN_FINGERPRINT + ("shifts", "cache_shifted")
     PRESETS = _presets()
     DEFAULT_PRESET = "ibot"
 

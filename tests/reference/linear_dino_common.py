@@ -152,7 +152,7 @@ def case_tokens(case: dict, image_root: Path | None = None) -> dict:
             tok[:, 0, 0] = x
             out[split], out[f"{split}_y"] = tok, y.astype(np.int64)
         return out
-    from benchmarks.classification.common import load_splits
+    from harness.probes.labelled_features import load_splits
     from harness.features.extract import extract_features
 
     model = make_model()
@@ -169,7 +169,7 @@ def case_tokens(case: dict, image_root: Path | None = None) -> dict:
 def probe_input(tokens: np.ndarray, case: dict) -> torch.Tensor:
     """The harness's probe input from (N, n, 2, d) tokens: classification_common.assemble
     with the dino recipe's layout (interleave)."""
-    from benchmarks.classification.common import assemble
+    from harness.probes.labelled_features import assemble
 
     t = torch.from_numpy(tokens)
     return assemble(t[:, :, 0], t[:, :, 1], n_last_blocks=case["n_last_blocks"], avgpool=case["avgpool"],

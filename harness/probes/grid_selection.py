@@ -9,7 +9,7 @@ rest of the training split and measured on the evaluation split.
 """
 from __future__ import annotations
 
-from benchmarks.classification.linear_heads import GridHistory
+from harness.probes.linear_grid import GridHistory
 
 EVAL_BEST = "eval-split best"  # the declaration's variant_defaults for a result without "selection"
 HOLDOUT_BEST = "holdout best"

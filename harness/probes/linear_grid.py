@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.classification.common import target_rank
+from harness.probes.labelled_features import target_rank
 from harness.per_image import accuracy_percent
 
 Schedule = Literal["cosine_epoch", "cosine_iter", "constant"]

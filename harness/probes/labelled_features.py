@@ -1,6 +1,6 @@
-"""What the image-classification protocols (k-NN, linear probe) share: reading the two
-splits with aligned labels, turning stored features into the probe's input vector, and
-counting top-k hits with one tie rule."""
+"""What the protocols that classify frozen image features (k-NN, linear probe, logistic regression,
+robustness) share: reading the two splits with aligned labels, turning stored features into the
+probe's input vector, and counting top-k hits with one tie rule."""
 from __future__ import annotations
 
 from dataclasses import dataclass
