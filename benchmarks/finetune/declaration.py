@@ -16,6 +16,8 @@ DECLARATIONS = (
                  Metric("top1_ema", unit="%", label="top-1 EMA (last)"),
                  Metric("top1_ema_best", unit="%", label="top-1 EMA (best epoch)")),
         headline="top1",
+        reads=("imagenet", "imagefolder", "synth_background", "cifar10", "cifar100", "inat2018", "inat2019",
+               "flowers102", "cars_annos"),
         summary="end-to-end fine-tuning with a linear head, layer-wise lr decay, mixup / cutmix, "
                 "RandAugment (iBOT / BEiT run_class_finetuning.py)"),
 )

@@ -9,6 +9,6 @@ DECLARATIONS = (
         metrics=(Metric("mIoU", unit="%", per_image="areas"),
                  Metric("aAcc", unit="%", per_image="areas", label="pixel acc"),
                  Metric("mAcc", unit="%", per_image="areas", label="mean class acc")),
-        headline="mIoU",
+        headline="mIoU", reads=("ade20k",),
         summary="UperNet fine-tuning on a multi-level ViT (mmsegmentation; iBOT Table 6, SynCLR Table 7)"),
 )

@@ -1,6 +1,6 @@
 """Catalogue entries (harness.data.catalogue) of the data sets whose readers live in harness/data.
 Torch-free. Sizes are the official releases' (the papers' and the official split files' counts)."""
-from harness.data.catalogue import DataSet, ExtraLayout, Layout, Split  # noqa: F401 (ExtraLayout: the API)
+from harness.data.catalogue import DataSet, ExtraLayout, Layout, Split
 
 _VOC_SOURCE = ("host.robots.ox.ac.uk/pascal/VOC/voc2012/VOCtrainval_11-May-2012.tar; the SBD augmentation "
                "(SegmentationClassAug, 10,582 train_aug masks) as mmseg's tools/dataset_converters/voc_aug.py "
@@ -72,4 +72,42 @@ CATALOGUE = (
         layouts=(Layout("stuff164k", "coco_stuff164k", "images/{train2017,val2017} + annotations/*_labelTrainIds.png",
                         splits=(Split("train2017", 118_287, classes=171, reader_split="train"),
                                 Split("val2017", 5_000, classes=171, reader_split="val"))),)),
+    DataSet(
+        key="cifar10", title="CIFAR-10",
+        source="cs.toronto.edu/~kriz/cifar-10-python.tar.gz (the python pickles)",
+        docs="docs/DATASETS.md, Fine-tuning transfer sets in their official files",
+        layouts=(Layout("pickles", "cifar10", "cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}"),),
+        splits=(Split("train", 50_000, classes=10), Split("test", 10_000, classes=10))),
+    DataSet(
+        key="cifar100", title="CIFAR-100 (fine labels)",
+        source="cs.toronto.edu/~kriz/cifar-100-python.tar.gz (the python pickles)",
+        docs="docs/DATASETS.md, Fine-tuning transfer sets in their official files",
+        layouts=(Layout("pickles", "cifar100", "cifar-100-python/{train,test,meta}"),),
+        splits=(Split("train", 50_000, classes=100), Split("test", 10_000, classes=100))),
+    DataSet(
+        key="inat2018", title="iNaturalist 2018",
+        source="github.com/visipedia/inat_comp (2018): train_val2018.tar.gz, train2018.json, val2018.json, "
+               "categories.json",
+        docs="docs/DATASETS.md, Fine-tuning transfer sets in their official files",
+        layouts=(Layout("json", "inat2018", "train_val2018/<super>/<id>/<image> + train2018.json, val2018.json, "
+                        "categories.json"),),
+        splits=(Split("train", 437_513, classes=8_142), Split("val", 24_426, classes=8_142))),
+    DataSet(
+        key="inat2019", title="iNaturalist 2019",
+        source="github.com/visipedia/inat_comp (2019): train_val2019.tar.gz, train2019.json, val2019.json",
+        docs="docs/DATASETS.md, Fine-tuning transfer sets in their official files",
+        layouts=(Layout("json", "inat2019", "train_val2019/<super>/<id>/<image> + train2019.json, val2019.json, "
+                        "categories.json"),),
+        splits=(Split("train", 265_213, classes=1_010), Split("val", 3_030, classes=1_010))),
+    # the releases iBOT's Table 7 fine-tuning reads (evaluation/eval_cls.py), layouts of the data sets that
+    # the transfer protocol's readers catalogue
+    ExtraLayout("flowers", Layout(
+        "ibot", "flowers102", "jpg/ + imagelabels.mat + setid.mat; trainval = trnid + valid (iBOT's training set)",
+        docs="docs/DATASETS.md, Fine-tuning transfer sets in their official files",
+        splits=(Split("trainval", 2_040, classes=102), Split("test", 6_149, classes=102),
+                Split("train", 1_020, classes=102), Split("val", 1_020, classes=102)))),
+    ExtraLayout("cars", Layout(
+        "annos", "cars_annos", "car_ims/ + cars_annos.mat (the all-images release)",
+        docs="docs/DATASETS.md, Fine-tuning transfer sets in their official files",
+        splits=(Split("train", 8_144, classes=196), Split("test", 8_041, classes=196)))),
 )
