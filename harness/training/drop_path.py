@@ -26,7 +26,7 @@ def set_drop_path(model: nn.Module, rate: float, setting: str = "drop_path", own
         raise ConfigError(f"{lead}{setting} {rate} needs numbered transformer blocks; {found}. "
                           f"Set {setting}=0") from exc
     blocks = model.get_submodule(scheme.prefix + scheme.blocks)
-    rates = torch.linspace(0, rate, len(blocks)).tolist()
+    rates = torch.linspace(0, rate, len(blocks), device="cpu").tolist()  # also under a meta-device build
     count = 0
     for block, r in zip(blocks, rates):
         for slot in SLOTS:

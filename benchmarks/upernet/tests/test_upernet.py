@@ -245,6 +245,7 @@ def test_whole_model_parameter_count_is_the_official_configs(arch, preset):
     import json
 
     import mmseg.models  # noqa: F401  (registers the heads)
+    from mmengine.registry import DefaultScope
     from mmseg.registry import MODELS as MM
 
     from benchmarks.upernet import mmseg_parts, runner
@@ -253,11 +254,12 @@ def test_whole_model_parameter_count_is_the_official_configs(arch, preset):
     mmseg_parts.register()
     ref = json.loads(FIXTURE.read_text())[arch]["param_count"]
     cfg = UperNet.from_preset(preset).cfg
-    with torch.device("meta"):
+    # mmseg's scope whatever an earlier test in this process set (mmdet's, after the detection tests)
+    with torch.device("meta"), DefaultScope.overwrite_default_scope("mmseg"):
         vit = create_backbone(f"{arch}_patch16_224")
         with handed_over("count", vit):
             model_cfg = runner.model_config(cfg, "count", vit.embed_dim, [4.0, 2.0, 1.0, 0.5], 150, "syncbn")
-            model_cfg.pop("data_preprocessor")  # no parameters; its registry needs mmseg's default scope
+            model_cfg.pop("data_preprocessor")  # no parameters
             model = MM.build(model_cfg)
     assert sum(p.numel() for p in model.parameters()) == ref["total"]
     assert sum(p.numel() for p in model.decode_head.parameters()) == ref["decode_head"]
