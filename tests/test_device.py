@@ -44,7 +44,11 @@ def test_malformed_device_specs_are_refused(spec):
 
 
 def test_precision_names_are_checked():
-    assert devices.check_precision("bf16", torch.device("cpu")) == "bf16"
+    if devices.cpu_kernel_failure("bf16") is None:
+        assert devices.check_precision("bf16", torch.device("cpu")) == "bf16"
+    else:  # scalar kernels (ATEN_CPU_CAPABILITY=default) cannot run bf16 attention: a known name, refused
+        with pytest.raises(DeviceError, match="this CPU cannot run torch's bf16"):
+            devices.check_precision("bf16", torch.device("cpu"))
     with pytest.raises(DeviceError, match="fp32, fp16, bf16"):
         devices.check_precision("fp8", torch.device("cpu"))
 
