@@ -16,20 +16,7 @@ from harness.models.handle import ModelHandle
 from harness.protocol_info import build_protocol
 
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture
-def isolated_home(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("SSL_BENCH_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("SSL_BENCH_RESULTS", str(tmp_path / "results"))
-    return tmp_path
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 # 24 train images in batches of 8 (3 steps an epoch), 2 micro-batches of 4 per step: every piece of
 # the recipe on (layer decay, mixup + cutmix, RandAugment, erasing, drop path, EMA, mean pooling)

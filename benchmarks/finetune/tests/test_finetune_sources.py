@@ -15,12 +15,7 @@ from harness.protocol_info import build_protocol
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _official_split_fixtures():
