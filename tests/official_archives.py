@@ -1,0 +1,138 @@
+"""Tiny downloads in the official packing of ImageNet's extra label files, CIFAR, iNaturalist,
+Flowers-102 and Stanford Cars, for the `ssl-bench data prepare` tests (tests/test_data_prepare_*.py).
+The extracted contents come from tests/official_split_fixtures.py's writers (the official pickle
+keys, JSON keys and .mat fields) and are packed as the official archives are:
+
+- ImageNet: real.json (a list of label lists, one per val image: class indices in sorted-wnid
+  order), 1percent.txt / 10percent.txt (one training file name a line, SimCLRv2's format);
+- CIFAR: cifar-10-python.tar.gz (cifar-10-batches-py/...), cifar-100-python.tar.gz (cifar-100-python/...);
+- iNaturalist: train_val{year}.tar.gz (train_val{year}/<super>/<id>/<image>) and the JSON files as
+  <name>.json.tar.gz, the competition's packing;
+- Flowers-102: 102flowers.tgz (jpg/image_NNNNN.jpg), imagelabels.mat, setid.mat;
+- Stanford Cars: cars_train.tgz (cars_train/NNNNN.jpg), cars_test.tgz, car_devkit.tgz
+  (devkit/{cars_meta.mat, cars_train_annos.mat, cars_test_annos.mat}), cars_test_annos_withlabels.mat
+  (struct array ``annotations``: bbox_x1, bbox_y1, bbox_x2, bbox_y2, class, fname).
+
+Each writer returns what a test compares against (labels, md5s); every draw is seeded.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from official_split_fixtures import write_cifar10, write_cifar100, write_flowers, write_inat
+
+
+def md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` by its sha256 (to show a download was not written into)."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _tar(archive: Path, base: Path, *names: str) -> None:
+    with tarfile.open(archive, "w:gz") as tar:
+        for name in names:
+            tar.add(base / name, arcname=name)
+
+
+def write_imagenet_labels(download: Path, val_wnids: list[str], train_names: list[str]) -> dict:
+    """real.json for the val images whose wnids are ``val_wnids`` (image 1 without label, image 2 with
+    a second one), and 1percent.txt / 10percent.txt naming some of ``train_names``."""
+    classes = sorted(set(val_wnids))
+    real = [[classes.index(w)] for w in val_wnids]
+    real[0], real[1] = [], sorted({real[1][0], (real[1][0] + 1) % len(classes)})
+    (download / "real.json").write_text(json.dumps(real))
+    lists = {"1percent.txt": sorted(train_names)[:2], "10percent.txt": sorted(train_names)[:4]}
+    for name, names in lists.items():
+        (download / name).write_text("".join(f"{n}\n" for n in names))
+    return {"real": real, **lists}
+
+
+def write_cifar_download(download: Path, key: str) -> dict:
+    """The key's official archive under ``download``; md5s of the archive and of each member."""
+    download.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = (write_cifar10 if key == "cifar10" else write_cifar100)(Path(tmp))
+        folder = next(p for p in root.iterdir() if p.is_dir())
+        members = {p.name: md5(p) for p in folder.iterdir()}
+        archive = download / f"{folder.name.replace('-batches-py', '-python')}.tar.gz"
+        _tar(archive, root, folder.name)
+    return {"archive": archive, "tgz_md5": md5(archive), "members": members}
+
+
+def write_inat_download(download: Path, year: int) -> dict:
+    """train_val{year}.tar.gz and the three JSON files as .json.tar.gz; the archive's md5 and the
+    JSON documents."""
+    download.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = write_inat(Path(tmp), year)
+        archive = download / f"train_val{year}.tar.gz"
+        _tar(archive, root, f"train_val{year}")
+        docs = {}
+        for name in (f"train{year}.json", f"val{year}.json", "categories.json"):
+            docs[name] = json.loads((root / name).read_text())
+            _tar(download / f"{name}.tar.gz", root, name)
+    return {"md5": md5(archive), "docs": docs}
+
+
+def write_flowers_download(download: Path) -> dict[str, str]:
+    """102flowers.tgz, imagelabels.mat, setid.mat; their md5s by file name."""
+    download.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = write_flowers(Path(tmp))
+        _tar(download / "102flowers.tgz", root, "jpg")
+        for name in ("imagelabels.mat", "setid.mat"):
+            shutil.copyfile(root / name, download / name)
+    return {p.name: md5(p) for p in download.iterdir()}
+
+
+# Stanford Cars: (class 1-based) per image of each split, 3 classes
+CARS_SPLITS = {"train": [1, 2, 3, 2, 1], "test": [3, 1, 2]}
+
+
+def _cars_annos(path: Path, classes: list[int] | None, n: int, rng: np.random.Generator) -> None:
+    from scipy.io import savemat
+
+    fields = ["bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2"] + (["class"] if classes else []) + ["fname"]
+    records = np.zeros((1, n), dtype=[(f, object) for f in fields])
+    for i in range(n):
+        box = [np.array([[int(v)]], dtype=np.uint16) for v in sorted(rng.integers(1, 30, 4))]
+        cls = [np.array([[classes[i]]], dtype=np.uint8)] if classes else []
+        records[0, i] = tuple(box + cls + [np.array([f"{i + 1:05d}.jpg"])])
+    savemat(path, {"annotations": records})
+
+
+def write_cars_download(download: Path, seed: int = 0) -> dict[str, list[int]]:
+    """The devkit release under ``download``; the 1-based classes per split."""
+    from scipy.io import savemat
+
+    rng = np.random.default_rng(seed)
+    download.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for split, classes in CARS_SPLITS.items():
+            for i in range(len(classes)):
+                (root / f"cars_{split}").mkdir(exist_ok=True)
+                Image.fromarray(rng.integers(0, 256, (10, 14, 3), dtype=np.uint8)).save(
+                    root / f"cars_{split}" / f"{i + 1:05d}.jpg")
+            _tar(download / f"cars_{split}.tgz", root, f"cars_{split}")
+        (root / "devkit").mkdir()
+        names = np.empty((1, 3), dtype=object)
+        names[0, :] = [f"Make Model {k}" for k in range(1, 4)]
+        savemat(root / "devkit" / "cars_meta.mat", {"class_names": names})
+        _cars_annos(root / "devkit" / "cars_train_annos.mat", CARS_SPLITS["train"], 5, rng)
+        _cars_annos(root / "devkit" / "cars_test_annos.mat", None, 3, rng)
+        _tar(download / "car_devkit.tgz", root, "devkit")
+        _cars_annos(download / "cars_test_annos_withlabels.mat", CARS_SPLITS["test"], 3, rng)
+    return CARS_SPLITS
