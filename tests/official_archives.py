@@ -18,6 +18,7 @@ Each writer returns what a test compares against (labels, md5s); every draw is s
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import shutil
 import tarfile
@@ -136,3 +137,40 @@ def write_cars_download(download: Path, seed: int = 0) -> dict[str, list[int]]:
         _tar(download / "car_devkit.tgz", root, "devkit")
         _cars_annos(download / "cars_test_annos_withlabels.mat", CARS_SPLITS["test"], 3, rng)
     return CARS_SPLITS
+
+
+def write_nyu_probe3d(download: Path, seed: int = 0) -> dict:
+    """Probe3D's NYU download: nyu_depth_v2_labeled.mat (tests/official_downloads.py), FAIR's
+    nyuv2_surfacenormal_metadata.zip (surfacenormal_metadata/all_normals.pklz: gzipped pickle of
+    {"all_normals": (N, H, W, 3) float32}; train_SN40.json / test_SN40.json: lists of entries whose
+    ``img`` starts with the 1-based frame number, the only field the converter reads) and GeoNet's
+    data1.zip / data2.zip (data1/<name>.mat with ``img`` (stored minus twice the channel means),
+    ``depth``, ``norm``). Returns the labelled arrays, the normals and the splits."""
+    import gzip
+    import pickle
+    import zipfile
+
+    from scipy.io import savemat
+
+    from official_downloads import write_nyu_labelled
+
+    rng = np.random.default_rng(seed)
+    written = write_nyu_labelled(download)
+    n, _, w, h = written["images"].shape
+    normals = rng.normal(size=(n, h, w, 3)).astype(np.float32)
+    with zipfile.ZipFile(download / "nyuv2_surfacenormal_metadata.zip", "w") as zf:
+        zf.writestr("surfacenormal_metadata/all_normals.pklz",
+                    gzip.compress(pickle.dumps({"all_normals": normals}, protocol=2)))
+        for split in ("train", "test"):
+            entries = [{"img": f"{i:04d}_rgb.png"} for i in written[split]]
+            zf.writestr(f"surfacenormal_metadata/{split}_SN40.json", json.dumps(entries))
+    geonet = []
+    for part in ("data1", "data2"):
+        with zipfile.ZipFile(download / f"{part}.zip", "w") as zf:
+            for k in range(2):
+                buf = io.BytesIO()
+                img = rng.integers(0, 256, (h, w, 3)).astype(np.float64) - 2 * np.array([122.175, 116.169, 103.508])
+                savemat(buf, {"img": img, "depth": rng.uniform(0.5, 9.5, (h, w)), "norm": rng.normal(size=(h, w, 3))})
+                zf.writestr(f"{part}/{part}_{k:04d}.mat", buf.getvalue())
+                geonet.append(f"{part}_{k:04d}.mat")
+    return {**written, "normals": normals, "geonet": geonet}
