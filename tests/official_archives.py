@@ -174,3 +174,30 @@ def write_nyu_probe3d(download: Path, seed: int = 0) -> dict:
                 zf.writestr(f"{part}/{part}_{k:04d}.mat", buf.getvalue())
                 geonet.append(f"{part}_{k:04d}.mat")
     return {**written, "normals": normals, "geonet": geonet}
+
+
+# COCO-Stuff: image ids per split; masks hold stuffthingmaps values (0-based COCO ids, 255 unlabelled)
+COCO_STUFF_IDS = {"train2017": [9, 25, 30], "val2017": [139, 285]}
+
+
+def write_coco_stuff(download: Path, seed: int = 0) -> dict[str, np.ndarray]:
+    """train2017.zip / val2017.zip (<split>/<12-digit id>.jpg) and stuffthingmaps_trainval2017.zip
+    (<split>/<12-digit id>.png, grey, 0-based category ids 0..181 and 255); the masks by name."""
+    import zipfile
+
+    rng = np.random.default_rng(seed)
+    download.mkdir(parents=True, exist_ok=True)
+    masks = {}
+    with zipfile.ZipFile(download / "stuffthingmaps_trainval2017.zip", "w") as mz:
+        for split, ids in COCO_STUFF_IDS.items():
+            with zipfile.ZipFile(download / f"{split}.zip", "w") as iz:
+                for i in ids:
+                    buf = io.BytesIO()
+                    Image.fromarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)).save(buf, "JPEG")
+                    iz.writestr(f"{split}/{i:012d}.jpg", buf.getvalue())
+                    mask = rng.choice(np.r_[np.arange(182), 255], (12, 16)).astype(np.uint8)
+                    buf = io.BytesIO()
+                    Image.fromarray(mask).save(buf, "PNG")
+                    mz.writestr(f"{split}/{i:012d}.png", buf.getvalue())
+                    masks[f"{split}/{i:012d}"] = mask
+    return masks

@@ -70,6 +70,7 @@ CATALOGUE = (
                "stuffthingmaps_trainval2017.zip (converted by mmseg's tools/dataset_converters/coco_stuff164k.py)",
         docs="docs/protocols/segmentation.md; docs/DATASETS.md, Detection boxes",
         layouts=(Layout("stuff164k", "coco_stuff164k", "images/{train2017,val2017} + annotations/*_labelTrainIds.png",
+                        checks="harness.data.prepare_coco_stuff", prepare="harness.data.prepare_coco_stuff",
                         splits=(Split("train2017", 118_287, classes=171, reader_split="train"),
                                 Split("val2017", 5_000, classes=171, reader_split="val"))),)),
     DataSet(
