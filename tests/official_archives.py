@@ -201,3 +201,34 @@ def write_coco_stuff(download: Path, seed: int = 0) -> dict[str, np.ndarray]:
                     mz.writestr(f"{split}/{i:012d}.png", buf.getvalue())
                     masks[f"{split}/{i:012d}"] = mask
     return masks
+
+
+def write_coco_train2014(root: Path, ids: list[int], seed: int = 0) -> dict[int, list[list[float]]]:
+    """COCO 2014 train as extracted from train2014.zip and annotations_trainval2014.zip, for the
+    images ``ids``: train2014/COCO_train2014_<12-digit id>.jpg (hard links of one small JPEG: the
+    layout, not the pixels, is under test) and annotations/instances_train2014.json with the official
+    keys (info, licenses, images, annotations with bbox [x, y, w, h], iscrowd, categories). Returns
+    the boxes per image id (a crowd box first, then two others)."""
+    import os
+
+    rng = np.random.default_rng(seed)
+    folder = root / "train2014"
+    folder.mkdir(parents=True, exist_ok=True)
+    first = folder / f"COCO_train2014_{ids[0]:012d}.jpg"
+    Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(first)
+    for i in ids[1:]:
+        os.link(first, folder / f"COCO_train2014_{i:012d}.jpg")
+    images = [{"id": i, "file_name": f"COCO_train2014_{i:012d}.jpg", "width": 8, "height": 8, "license": 1,
+               "coco_url": "", "date_captured": "", "flickr_url": ""} for i in ids]
+    annotations, boxes = [], {}
+    for i in ids[:3]:
+        boxes[i] = [[0.5, 1.5, 3.0, 2.0], [1.0, 1.0, 4.5, 5.5], [2.0, 0.0, 2.5, 1.0]]
+        for k, box in enumerate(boxes[i]):
+            annotations.append({"id": len(annotations) + 1, "image_id": i, "category_id": 1 + k, "bbox": box,
+                                "area": box[2] * box[3], "iscrowd": int(k == 0), "segmentation": []})
+    categories = [{"id": c, "name": f"category {c}", "supercategory": "thing"} for c in range(1, 91)]
+    (root / "annotations").mkdir(exist_ok=True)
+    (root / "annotations" / "instances_train2014.json").write_text(json.dumps(
+        {"info": {"year": 2014}, "licenses": [], "images": images, "annotations": annotations,
+         "categories": categories}))
+    return boxes
