@@ -232,3 +232,57 @@ def write_coco_train2014(root: Path, ids: list[int], seed: int = 0) -> dict[int,
         {"info": {"year": 2014}, "licenses": [], "images": images, "annotations": annotations,
          "categories": categories}))
     return boxes
+
+
+def _rle(mask: np.ndarray) -> dict:
+    from pycocotools import mask as rle
+
+    encoded = rle.encode(np.asfortranarray(mask.astype(np.uint8)))
+    return {"size": [int(v) for v in encoded["size"]], "counts": encoded["counts"].decode()}
+
+
+def write_pascal_context(download: Path, seed: int = 0) -> dict:
+    """VOCtrainval_03-May-2010.tar (VOCdevkit/VOC2010/JPEGImages/<name>.jpg) and trainval_merged.json
+    with the PASCAL in Detail keys (info, images with image_id / file_name / height / width / phase,
+    annos_segmentation with COCO RLE ``segmentation`` and ``category_id``, categories with
+    category_id / name / supercategory / onlysemantic / parts, parts, annos_occlusion, annos_boundary,
+    annos_joints). Categories: 'accordion' (id 1, not one of the 59) and the 59 classes in
+    alphabetical order with gaps between their ids, two written with a space ('potted plant', 'tv
+    monitor'). Returns the class masks (category ids) by image name, the kept ids and the phases."""
+    from mmseg.datasets import PascalContextDataset59
+
+    rng = np.random.default_rng(seed)
+    names = list(PascalContextDataset59.METAINFO["classes"])
+    spaced = {"pottedplant": "potted plant", "tvmonitor": "tv monitor"}
+    categories = [{"category_id": 1, "name": "accordion", "supercategory": "object", "onlysemantic": 0, "parts": []}]
+    categories += [{"category_id": 2 + 3 * k, "name": spaced.get(n, n), "supercategory": "object",
+                    "onlysemantic": 0, "parts": []} for k, n in enumerate(names)]
+    kept = [0] + [2 + 3 * k for k in range(len(names))]
+    phases = {"2008_000002": "train", "2008_000003": "train", "2008_000007": "val", "2008_000008": "test"}
+    images, segments, truth = [], [], {}
+    h, w = 10, 12
+    with tempfile.TemporaryDirectory() as tmp:
+        jpegs = Path(tmp) / "VOCdevkit" / "VOC2010" / "JPEGImages"
+        jpegs.mkdir(parents=True)
+        for stem, phase in phases.items():
+            Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(jpegs / f"{stem}.jpg")
+            image_id = int(stem[:4] + stem[5:])
+            images.append({"image_id": image_id, "file_name": f"{stem}.jpg", "height": h, "width": w,
+                           "phase": phase, "date_captured": ""})
+            mask = np.zeros((h, w), dtype=np.int64)
+            for _ in range(3):  # overlapping rectangles: a later one over an earlier one
+                cat = int(rng.choice(kept[1:]))
+                y, x = rng.integers(0, h - 3), rng.integers(0, w - 3)
+                region = np.zeros((h, w), dtype=bool)
+                region[y:y + rng.integers(3, h - y + 1), x:x + rng.integers(3, w - x + 1)] = True
+                mask[region] = cat
+                segments.append({"id": len(segments) + 1, "image_id": image_id, "category_id": cat,
+                                 "segmentation": _rle(region), "iscrowd": 0, "area": int(region.sum()),
+                                 "bbox": [int(x), int(y), 3, 3], "parts": []})
+            truth[stem] = mask
+        with tarfile.open(download / "VOCtrainval_03-May-2010.tar", "w") as tar:
+            tar.add(Path(tmp) / "VOCdevkit", arcname="VOCdevkit")
+    doc = {"info": {"description": "PASCAL in Detail"}, "images": images, "annos_segmentation": segments,
+           "categories": categories, "parts": [], "annos_occlusion": [], "annos_boundary": [], "annos_joints": []}
+    (download / "trainval_merged.json").write_text(json.dumps(doc))
+    return {"masks": truth, "kept": kept, "phases": phases}

@@ -57,12 +57,13 @@ CATALOGUE = (
         key="pascal_context", title="Pascal Context (VOC 2010 images)",
         source="VOCtrainval_03-May-2010.tar + trainval_merged.json, converted by mmseg's "
                "tools/dataset_converters/pascal_context.py (Detail API)",
-        docs="docs/protocols/segmentation.md",
+        docs="docs/protocols/segmentation.md", prepare="harness.data.prepare_pascal_context",
         layouts=(Layout("60", "pascal_context",
                         "VOC2010/{JPEGImages,SegmentationClassContext,ImageSets/SegmentationContext}"
-                        " (60 classes, background included)",
+                        " (60 classes, background included)", checks="harness.data.prepare_pascal_context",
                         splits=(Split("train", 4_996, classes=60), Split("val", 5_104, classes=60))),
                  Layout("59", "pascal_context_59", "the same files, background ignored (reduce_zero_label)",
+                        checks="harness.data.prepare_pascal_context",
                         splits=(Split("train", 4_996, classes=59), Split("val", 5_104, classes=59))))),
     DataSet(
         key="coco", title="MS-COCO (2014 / 2017 images)",
