@@ -114,5 +114,5 @@ def prepare(steps: Steps) -> None:
         steps.run("train", train)
     else:
         steps.log(f"  train: {train_tar.name} not in the download; val only")
-    prepare_imagenet_labels.prepare(steps)
+    prepare_imagenet_labels.prepare(steps, val_wnids(steps.out))
     check_val_labels(steps.out)

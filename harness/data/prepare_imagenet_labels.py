@@ -63,12 +63,9 @@ def train_names(root: Path) -> set[str]:
     return names
 
 
-def _prepare_real(steps: Steps, source: Path) -> None:
-    from harness.data.prepare_imagenet import val_wnids
-
+def _prepare_real(steps: Steps, source: Path, wnids: list[str]) -> None:
     def real(staging: Path) -> dict:
         labels = read_real(source)
-        wnids = val_wnids(steps.out)
         problems = real_problems(labels, len(wnids), len(set(wnids)))
         if problems:
             raise DataError(f"{source} does not belong to this devkit: {'; '.join(problems)}")
@@ -94,10 +91,11 @@ def _prepare_subsets(steps: Steps, found: dict[str, Path]) -> None:
     steps.run("subsets", subsets)
 
 
-def prepare(steps: Steps) -> None:
-    """The optional ReaL and subset steps (after the devkit step: ReaL is checked against it)."""
+def prepare(steps: Steps, wnids: list[str]) -> None:
+    """The optional ReaL and subset steps; ``wnids``: the devkit's wnid of each val image (ReaL is
+    checked against it)."""
     if (steps.download / REAL).is_file():
-        _prepare_real(steps, steps.download / REAL)
+        _prepare_real(steps, steps.download / REAL, wnids)
     else:
         steps.log(f"  real: {REAL} not in the download (ReaL labels: google-research/reassessed-imagenet)")
     found = {known: steps.download / f for f, known in SUBSETS.items() if (steps.download / f).is_file()}
