@@ -88,3 +88,14 @@ def test_check_names_a_listed_image_absent_from_train(download, tmp_path, capsys
     text = capsys.readouterr().out
     assert "subset imagenet_1pct: 1 listed images absent from train/, e.g. " + gone in text
     assert "subset imagenet_10pct: 1 listed images absent" in text
+
+
+def test_check_names_a_truncated_real_json(download, tmp_path, capsys):
+    folder, _ = download
+    out = tmp_path / "imagenet"
+    _prepare(folder, out)
+    raw = (out / "real.json").read_bytes()
+    (out / "real.json").write_bytes(raw[: len(raw) // 2])
+    capsys.readouterr()
+    assert main(["data", "check", "imagenet", "--data-root", str(out)]) == 2
+    assert "real.json is not JSON" in capsys.readouterr().out

@@ -22,14 +22,17 @@ def verify_md5(path: Path, md5: str) -> None:
 
 def extract(archive: Path, into: Path) -> int:
     """Extract ``archive`` (tar, tar.gz, tgz) into ``into``; the number of files written."""
+    files = 0
     try:
         with tarfile.open(archive) as tar:
-            members = [m for m in tar.getmembers() if m.isfile() or m.isdir()]
-            tar.extractall(into, members=members, filter="data")
+            for member in tar:  # one pass over the stream: a 100 GB .tar.gz is decompressed once
+                if member.isfile() or member.isdir():
+                    tar.extract(member, into, filter="data")
+                    files += member.isfile()
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise DataError(f"{archive} cannot be extracted ({exc}): a truncated or damaged download; "
                         f"download it again") from exc
-    return sum(1 for m in members if m.isfile())
+    return files
 
 
 def file_or_tarred(download: Path, name: str) -> Path | None:

@@ -105,16 +105,20 @@ def prepare(steps: Steps, wnids: list[str]) -> None:
         steps.log(f"  subsets: no {' / '.join(SUBSETS)} in the download (google-research/simclr imagenet_subsets/)")
 
 
+def _real_check(root: Path) -> tuple[list[str], list[str]]:
+    try:
+        labels = read_real(root / REAL)
+    except DataError as exc:
+        return [], [str(exc)]
+    val = sum(1 for _ in (root / "val").glob("*/*")) if (root / "val").is_dir() else 0
+    classes = sum(1 for p in (root / "val").iterdir() if p.is_dir()) if val else 1000
+    fact = f"ReaL labels: {len(labels):,} entries, {sum(1 for x in labels if not x):,} without label"
+    return [fact], real_problems(labels, val, classes)
+
+
 def check(root: Path) -> tuple[list[str], list[str]]:
     """(facts, problems) of real.json and the subset lists in a root."""
-    facts, problems = [], []
-    if (root / REAL).is_file():
-        labels = read_real(root / REAL)
-        val = sum(1 for _ in (root / "val").glob("*/*")) if (root / "val").is_dir() else 0
-        classes = sum(1 for p in (root / "val").iterdir() if p.is_dir()) if val else 1000
-        found = real_problems(labels, val, classes)
-        facts.append(f"ReaL labels: {len(labels):,} entries, {sum(1 for x in labels if not x):,} without label")
-        problems += found
+    facts, problems = _real_check(root) if (root / REAL).is_file() else ([], [])
     have: set[str] | None = None
     for listing in sorted((root / "subsets").glob("*.txt")) if (root / "subsets").is_dir() else []:
         names = read_list(listing)
