@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from official_split_fixtures import write_cifar10, write_cifar100, write_flowers, write_inat
+from official_split_fixtures import write_cars, write_cifar10, write_cifar100, write_flowers, write_inat
 
 
 def md5(path: Path) -> str:
@@ -137,6 +137,16 @@ def write_cars_download(download: Path, seed: int = 0) -> dict[str, list[int]]:
         _tar(download / "car_devkit.tgz", root, "devkit")
         _cars_annos(download / "cars_test_annos_withlabels.mat", CARS_SPLITS["test"], 3, rng)
     return CARS_SPLITS
+
+
+def write_cars_all_images(download: Path) -> None:
+    """The all-images release: car_ims.tgz (car_ims/NNNNNN.jpg) and cars_annos.mat
+    (tests/official_split_fixtures.py's records)."""
+    download.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = write_cars(Path(tmp))
+        _tar(download / "car_ims.tgz", root, "car_ims")
+        shutil.copyfile(root / "cars_annos.mat", download / "cars_annos.mat")
 
 
 def write_nyu_probe3d(download: Path, seed: int = 0) -> dict:

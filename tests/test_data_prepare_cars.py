@@ -9,7 +9,8 @@ import tarfile
 from harness.cli import main
 from harness.data.check import check_root
 from harness.registry import DATASETS
-from official_archives import snapshot, write_cars_download
+from official_archives import snapshot, write_cars_all_images, write_cars_download
+from official_split_fixtures import CARS_RECORDS
 
 
 def _only_official_sizes_differ(key: str, root) -> None:
@@ -45,3 +46,24 @@ def test_cars_archive_missing_an_annotated_image(tmp_path, capsys):
     assert main(["data", "prepare", "cars", "--from", str(download), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cars_test.tgz lacks 3 image(s) that cars_test_annos_withlabels.mat names" in err[0]
+
+
+def test_the_all_images_release_beside_the_devkit_one(tmp_path, capsys):
+    download = tmp_path / "download"
+    write_cars_download(download)
+    write_cars_all_images(download)
+    out = tmp_path / "cars"
+    main(["data", "prepare", "cars:annos", "--from", str(download), "--out", str(out)])
+    text = capsys.readouterr().out
+    assert "car_ims: done (images 7)" in text and "cars: done (train images 5, test images 3)" in text
+    for key in ("cars", "cars:annos"):
+        report = check_root(key, out)
+        assert report.problems and all("official" in p for p in report.problems), report.text()
+    test = DATASETS.get("cars_annos")(out, "test")
+    assert test.targets == [c - 1 for c, t, _ in CARS_RECORDS if t == 1]
+
+
+def test_a_download_of_neither_release(tmp_path, capsys):
+    (tmp_path / "dl").mkdir()
+    assert main(["data", "prepare", "cars", "--from", str(tmp_path / "dl"), "--out", str(tmp_path / "o")]) == 2
+    assert "holds neither Stanford Cars release" in capsys.readouterr().err
