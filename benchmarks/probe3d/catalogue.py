@@ -5,7 +5,7 @@ CATALOGUE = (
     ExtraLayout("nyu", Layout(
         "probe3d", "nyu_probe3d",
         "nyuv2_geonet/*.mat (GeoNet export, train) + nyuv2/nyuv2_snorm_all.pkl (labelled frames)",
-        docs="docs/protocols/probe3d.md, Data",
+        docs="docs/protocols/probe3d.md, Data", prepare="harness.data.prepare_nyu_probe3d",
         splits=(Split("test", 654, note="test_indices of the 1,449 labelled frames"),))),
     ExtraLayout("navi", Layout(
         "probe3d", "navi_probe3d", "root/<object>/<collection>/ with annotations.json, images/, depth/ (downsampled)",

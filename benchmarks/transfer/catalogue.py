@@ -6,9 +6,9 @@ from harness.data.catalogue import DataSet, ExtraLayout, Layout, Split
 _DOCS = "docs/protocols/transfer.md, Data sets and layouts"
 
 
-def _set(key: str, title: str, source: str, layout: str, splits: tuple[Split, ...]) -> DataSet:
+def _set(key: str, title: str, source: str, layout: str, splits: tuple[Split, ...], prepare=None) -> DataSet:
     return DataSet(key=key, title=title, source=source, docs=_DOCS,
-                   layouts=(Layout("synclr", key, layout),), splits=splits)
+                   layouts=(Layout("synclr", key, layout),), splits=splits, prepare=prepare)
 
 
 def _splits(classes: int, **sizes) -> tuple[Split, ...]:
@@ -22,13 +22,13 @@ CATALOGUE = (
          "oxford-iiit-pet/{annotations,images}", _splits(37, trainval=3_680, test=3_669)),
     _set("flowers", "Oxford Flowers-102", "robots.ox.ac.uk/~vgg/data/flowers/102/: 102flowers.tgz, "
          "imagelabels.mat, setid.mat", "flowers-102/{imagelabels.mat,setid.mat,jpg/}",
-         _splits(102, train=1_020, val=1_020, test=6_149)),
+         _splits(102, train=1_020, val=1_020, test=6_149), prepare="harness.data.prepare_flowers"),
     _set("aircraft", "FGVC-Aircraft 2013b (variants)", "robots.ox.ac.uk/~vgg/data/fgvc-aircraft/: "
          "fgvc-aircraft-2013b.tar.gz", "fgvc-aircraft-2013b/data/", _splits(100, train=3_334, val=3_333,
                                                                             trainval=6_667, test=3_333)),
     _set("cars", "Stanford Cars", "ai.stanford.edu/~jkrause/cars/car_dataset.html (cars_train, cars_test, devkit, "
          "cars_test_annos_withlabels.mat)", "stanford_cars/{cars_train,cars_test,devkit}",
-         _splits(196, train=8_144, test=8_041)),
+         _splits(196, train=8_144, test=8_041), prepare="harness.data.prepare_cars"),
     _set("food", "Food-101", "data.vision.ee.ethz.ch/cvl/food-101.tar.gz", "food-101/{meta,images}",
          _splits(101, train=75_750, test=25_250)),
     _set("sun397", "SUN397 (partition 01)", "vision.princeton.edu/projects/2010/SUN/: SUN397.tar.gz, Partitions.zip",

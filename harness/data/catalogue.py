@@ -60,6 +60,7 @@ class Layout:
     splits: tuple[Split, ...] = ()
     height: int | None = None  # a layout of one resolution (DAVIS 480p): its image height
     checks: str | None = None  # a module whose check(root) -> (facts, problems) adds the layout's own checks
+    prepare: str | None = None  # this layout's `data prepare` module, where it is not the data set's
 
 
 @dataclass(frozen=True)
@@ -210,4 +211,7 @@ def describe(ds: DataSet) -> list[str]:
     lines.append(f"  layout docs: {ds.docs}")
     if ds.prepare:
         lines.append(f"  prepare: ssl-bench data prepare {ds.key} --from DOWNLOAD --out DIR")
+    for lay in ds.layouts:
+        if lay.prepare:
+            lines.append(f"  prepare: ssl-bench data prepare {ds.key}:{lay.name} --from DOWNLOAD --out DIR")
     return lines

@@ -232,6 +232,14 @@ def check_root(name: str, root: str | Path, deep: bool = False) -> CheckReport:
         return report
     from harness.registry import DATASETS
 
+    if getattr(DATASETS.get(layout.reader), "harness_reader", True) is False and layout.checks:
+        import importlib
+
+        # a layout mmseg reads, checked by its own module (counts, masks) instead of a reader
+        facts, problems = importlib.import_module(layout.checks).check(root)
+        report.lines += [f"  {f}" for f in facts]
+        report.problems += problems
+        return report
     if getattr(DATASETS.get(layout.reader), "harness_reader", True) is False:
         report.problems.append(f"{layout.reader!r} has no reader in the harness (mmsegmentation reads it inside "
                                f"the protocol): this layout cannot be checked here")

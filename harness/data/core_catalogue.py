@@ -57,12 +57,13 @@ CATALOGUE = (
         key="pascal_context", title="Pascal Context (VOC 2010 images)",
         source="VOCtrainval_03-May-2010.tar + trainval_merged.json, converted by mmseg's "
                "tools/dataset_converters/pascal_context.py (Detail API)",
-        docs="docs/protocols/segmentation.md",
+        docs="docs/protocols/segmentation.md", prepare="harness.data.prepare_pascal_context",
         layouts=(Layout("60", "pascal_context",
                         "VOC2010/{JPEGImages,SegmentationClassContext,ImageSets/SegmentationContext}"
-                        " (60 classes, background included)",
+                        " (60 classes, background included)", checks="harness.data.prepare_pascal_context",
                         splits=(Split("train", 4_996, classes=60), Split("val", 5_104, classes=60))),
                  Layout("59", "pascal_context_59", "the same files, background ignored (reduce_zero_label)",
+                        checks="harness.data.prepare_pascal_context",
                         splits=(Split("train", 4_996, classes=59), Split("val", 5_104, classes=59))))),
     DataSet(
         key="coco", title="MS-COCO (2014 / 2017 images)",
@@ -70,6 +71,7 @@ CATALOGUE = (
                "stuffthingmaps_trainval2017.zip (converted by mmseg's tools/dataset_converters/coco_stuff164k.py)",
         docs="docs/protocols/segmentation.md; docs/DATASETS.md, Detection boxes",
         layouts=(Layout("stuff164k", "coco_stuff164k", "images/{train2017,val2017} + annotations/*_labelTrainIds.png",
+                        checks="harness.data.prepare_coco_stuff", prepare="harness.data.prepare_coco_stuff",
                         splits=(Split("train2017", 118_287, classes=171, reader_split="train"),
                                 Split("val2017", 5_000, classes=171, reader_split="val"))),)),
     DataSet(
@@ -77,13 +79,15 @@ CATALOGUE = (
         source="cs.toronto.edu/~kriz/cifar-10-python.tar.gz (the python pickles)",
         docs="docs/DATASETS.md, Fine-tuning transfer sets in their official files",
         layouts=(Layout("pickles", "cifar10", "cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}"),),
-        splits=(Split("train", 50_000, classes=10), Split("test", 10_000, classes=10))),
+        splits=(Split("train", 50_000, classes=10), Split("test", 10_000, classes=10)),
+        prepare="harness.data.prepare_cifar"),
     DataSet(
         key="cifar100", title="CIFAR-100 (fine labels)",
         source="cs.toronto.edu/~kriz/cifar-100-python.tar.gz (the python pickles)",
         docs="docs/DATASETS.md, Fine-tuning transfer sets in their official files",
         layouts=(Layout("pickles", "cifar100", "cifar-100-python/{train,test,meta}"),),
-        splits=(Split("train", 50_000, classes=100), Split("test", 10_000, classes=100))),
+        splits=(Split("train", 50_000, classes=100), Split("test", 10_000, classes=100)),
+        prepare="harness.data.prepare_cifar"),
     DataSet(
         key="inat2018", title="iNaturalist 2018",
         source="github.com/visipedia/inat_comp (2018): train_val2018.tar.gz, train2018.json, val2018.json, "
@@ -91,14 +95,16 @@ CATALOGUE = (
         docs="docs/DATASETS.md, Fine-tuning transfer sets in their official files",
         layouts=(Layout("json", "inat2018", "train_val2018/<super>/<id>/<image> + train2018.json, val2018.json, "
                         "categories.json"),),
-        splits=(Split("train", 437_513, classes=8_142), Split("val", 24_426, classes=8_142))),
+        splits=(Split("train", 437_513, classes=8_142), Split("val", 24_426, classes=8_142)),
+        prepare="harness.data.prepare_inat"),
     DataSet(
         key="inat2019", title="iNaturalist 2019",
         source="github.com/visipedia/inat_comp (2019): train_val2019.tar.gz, train2019.json, val2019.json",
         docs="docs/DATASETS.md, Fine-tuning transfer sets in their official files",
         layouts=(Layout("json", "inat2019", "train_val2019/<super>/<id>/<image> + train2019.json, val2019.json, "
                         "categories.json"),),
-        splits=(Split("train", 265_213, classes=1_010), Split("val", 3_030, classes=1_010))),
+        splits=(Split("train", 265_213, classes=1_010), Split("val", 3_030, classes=1_010)),
+        prepare="harness.data.prepare_inat"),
     # the releases iBOT's Table 7 fine-tuning reads (evaluation/eval_cls.py), layouts of the data sets that
     # the transfer protocol's readers catalogue
     ExtraLayout("flowers", Layout(

@@ -1,7 +1,7 @@
 """``ssl-bench data prepare KEY --from DOWNLOAD --out DIR``: the official download of a data set
 rearranged into the layout its reader reads. The data set's catalogue entry names the module that
-does it (``DataSet.prepare``: a module whose ``prepare(steps)`` runs its :class:`Steps`), so the core
-names none.
+does it (``DataSet.prepare``, or ``Layout.prepare`` for a layout of its own: a module whose
+``prepare(steps)`` runs its :class:`Steps`), so the core names none.
 
 Every preparation works in steps, each written into a staging folder inside ``out`` and renamed into
 place when complete, and recorded in ``out/.prepared.json``: a second run skips what is done
@@ -96,8 +96,9 @@ def prepare(key: str, download: str | Path, out: str | Path, log: Callable[[str]
     """Prepare data set ``key`` from ``download`` into ``out``; returns ``out``."""
     from harness.data.catalogue import resolve
 
-    ds, _ = resolve(key)
-    if ds.prepare is None:
+    ds, layout = resolve(key)
+    module = layout.prepare or ds.prepare
+    if module is None:
         raise ConfigError(f"data set {ds.key!r} needs no preparation step here (its download is the reader's "
                           f"layout, or no preparer is written yet): see `ssl-bench data list {ds.key}`")
     download, out = Path(download).resolve(), Path(out).resolve()
@@ -107,5 +108,5 @@ def prepare(key: str, download: str | Path, out: str | Path, log: Callable[[str]
         raise ConfigError(f"--out {out} and --from {download} overlap; the download is never written into")
     out.mkdir(parents=True, exist_ok=True)
     log(f"prepare {ds.key} from {download} into {out}")
-    importlib.import_module(ds.prepare).prepare(Steps(ds.key, download, out, log))
+    importlib.import_module(module).prepare(Steps(ds.key, download, out, log))
     return out

@@ -5,7 +5,8 @@ stays in the prepared root, so ``torchvision.datasets.ImageNet(out)`` reads it t
 
 A ``val/`` already in the output (prepared by hand, or by another tool) is not overwritten: it is
 checked against the devkit's ground truth, image by image, and a folder whose labels are shuffled
-is refused, naming the misplaced images.
+is refused, naming the misplaced images. ReaL's real.json and SimCLRv2's 1% / 10% lists, when the
+download holds them, are checked and put beside the images (harness.data.prepare_imagenet_labels).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import os
 import re
 from pathlib import Path
 
+from harness.data import prepare_imagenet_labels
 from harness.data.prepare import Steps, require
 from harness.errors import DataError
 
@@ -67,13 +69,15 @@ def check_val_labels(out: Path) -> dict:
 
 def check(root: Path) -> tuple[list[str], list[str]]:
     """`data check imagenet`'s own check: with the devkit's meta.bin in the root (a prepared root),
-    every val image against the ground truth."""
+    every val image against the ground truth; then the ReaL labels and subset lists in the root."""
+    facts, problems = prepare_imagenet_labels.check(root)
     if not (root / "meta.bin").is_file() or not (root / "val").is_dir():
-        return ["val labels: not checked (no devkit meta.bin in the root; `data prepare imagenet` writes it)"], []
+        return ["val labels: not checked (no devkit meta.bin in the root; `data prepare imagenet` writes it)",
+                *facts], problems
     wrong, seen = misplaced_val_images(root / "val", val_wnids(root))
     fact = f"val labels: {seen - len(wrong)} of {seen} images in the devkit's class folder"
-    return [fact], ([f"{len(wrong)} val images in the wrong class folder, e.g. {', '.join(wrong[:3])}"]
-                    if wrong else [])
+    return [fact, *facts], ([f"{len(wrong)} val images in the wrong class folder, e.g. {', '.join(wrong[:3])}"]
+                            if wrong else []) + problems
 
 
 def prepare(steps: Steps) -> None:
@@ -110,4 +114,5 @@ def prepare(steps: Steps) -> None:
         steps.run("train", train)
     else:
         steps.log(f"  train: {train_tar.name} not in the download; val only")
+    prepare_imagenet_labels.prepare(steps, val_wnids(steps.out))
     check_val_labels(steps.out)
