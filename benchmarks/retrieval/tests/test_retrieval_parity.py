@@ -1,5 +1,5 @@
 """image_retrieval and copy_detection against the official code's numbers
-(tests/fixtures/retrieval/, written by scripts/reference/retrieval_reference.py from
+(benchmarks/retrieval/fixtures/, written by benchmarks/retrieval/reference/retrieval_reference.py from
 facebookresearch/dino and filipradenovic/revisitop; MANIFEST.json holds every file's sha256)."""
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 
 from benchmarks.retrieval.copy_detection import CopyDetection
-from benchmarks.retrieval.copydays import BLOCKS, Copydays
+from harness.data.copydays import BLOCKS, Copydays
 from benchmarks.retrieval.features import l2n
 from benchmarks.retrieval.image_retrieval import ImageRetrieval
-from benchmarks.retrieval.reader import RevisitedOxford
+from harness.data.revisited import RevisitedOxford
 from benchmarks.retrieval.revisitop import aps_from_ranks, difficulty_gnd, mean_ap
 from harness.models.handle import ModelHandle
 from harness.per_image import decode_array
 
-FIX = Path(__file__).parent / "fixtures" / "retrieval"
+FIX = Path(__file__).parent.parent / "fixtures"
 DATA = FIX / "data"
 FEATURE_TOL = 1e-5   # the harness ViT vs DINO's VisionTransformer, same weights (float32)
 AP_TOL = 1e-9        # identical rankings: the same trapezoids summed in another order

@@ -1,7 +1,7 @@
 """The retrieval SynthScenes sets tell trained features from random ones: on SynthScenes small,
 zoo:synth_dino lies above the mean of three random-init vit_cpu_tiny seeds by more than three of
 their standard deviations, on mAP M (image_retrieval) and mAP strong (copy_detection). Measured
-table, every checkpoint: docs/protocols/retrieval.md, "SynthScenes"."""
+table, every checkpoint: benchmarks/retrieval/README.md, "SynthScenes"."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,6 +1,6 @@
 """image_retrieval and copy_detection on SynthScenes tiny, the search's streaming and half-precision
 bank, and bad inputs (each one DataError / ConfigError; on the command line one `error:` line,
-exit 2, no record). Parity with the official code: tests/test_retrieval_parity.py."""
+exit 2, no record). Parity with the official code: benchmarks/retrieval/tests/test_retrieval_parity.py."""
 from __future__ import annotations
 
 import pickle

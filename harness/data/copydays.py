@@ -1,7 +1,7 @@
-"""Copydays (Douze et al. 2009) as DINO's ``eval_copy_detection.py`` reads and scores it,
-written anew: 20 query blocks (original, strong, 9 JPEG qualities, 9 crop sizes) searched
-against the originals (plus distractors); AP of each query's top-k list with the Holidays
-package's trapezoids (``score_ap_from_ranks_1``), mAP per block over its queries.
+"""Copydays (Douze et al. 2009, key ``copydays``) as DINO's ``eval_copy_detection.py`` reads it,
+written anew: 20 query blocks (original, strong, 9 JPEG qualities, 9 crop sizes), each query with
+the originals it copies; ``<root>/original``, ``<root>/strong``, ``<root>/jpegqual/<q>``,
+``<root>/crops/<c>`` of ``.jpg`` files.
 
 Block sizes come from the listing; eval_copy_detection.py writes them down (157 for every
 block, 229 for strong), which is what the real Copydays holds.
@@ -11,10 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
-
-from benchmarks.retrieval.reader import ImageList
 from harness.config import fingerprint as _fingerprint
+from harness.data.image_list import ImageList
 from harness.data.io import files_stamp
 from harness.errors import DataError
 from harness.registry import register_dataset
@@ -93,19 +91,3 @@ class Copydays:
             out[b] = slice(start, start + len(self.block_files[b]))
             start += len(self.block_files[b])
         return out
-
-
-def holidays_ap(ranks: list[int], n_positives: int) -> float:
-    """score_ap_from_ranks_1: trapezoids over the ranks (zero-based, increasing) of the
-    positives found in the returned list; positives not returned add nothing."""
-    ap = 0.0
-    for ntp, rank in enumerate(ranks):
-        before = 1.0 if rank == 0 else ntp / float(rank)
-        ap += (before + (ntp + 1) / float(rank + 1)) / (2.0 * n_positives)
-    return ap
-
-
-def block_aps(ids: np.ndarray, positives: list[list[int]]) -> np.ndarray:
-    """AP per query of one block from its top-k database indices (Q, k)."""
-    return np.array([holidays_ap([r for r, b in enumerate(row) if int(b) in set(pos)], len(pos))
-                     for row, pos in zip(ids, positives)])

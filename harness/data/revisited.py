@@ -1,62 +1,20 @@
-"""Readers for the official layouts.
+"""The revisited Oxford and Paris data sets (keys ``roxford5k`` and ``rparis6k``, one reader for
+both: the revisitop release).
 
 - revisited Oxford / Paris (revisitop ``python/dataset.py``): ``<root>/roxford5k/jpg/*.jpg`` and
   ``<root>/roxford5k/gnd_roxford5k.pkl`` (same for ``rparis6k``); the pickle holds ``imlist``
   (database names), ``qimlist`` (query names) and ``gnd`` (per query ``bbx``, ``easy``,
   ``hard``, ``junk``: indices into ``imlist``). Splits: ``query`` and ``database``.
-- Copydays as DINO's ``eval_copy_detection.py`` (CopydaysDataset) reads it: ``<root>/original``,
-  ``<root>/strong``, ``<root>/jpegqual/<q>``, ``<root>/crops/<c>`` of ``.jpg`` files.
-- a folder of distractor (or whitening) images: revisitop1m's ``revisitop1m.txt`` list under the
-  folder when present, else every image file in it, sorted.
 """
 from __future__ import annotations
 
-import os
 import pickle
 from pathlib import Path
 
-from harness.config import fingerprint as _fingerprint
-from harness.data.io import files_stamp, image_size, load_rgb
+from harness.data.image_list import ImageList, missing_files
+from harness.data.io import files_stamp, image_size
 from harness.errors import DataError
 from harness.registry import register_dataset
-
-# eval_copy_detection.py is_image_file
-IMAGE_EXTS = ("jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", "tiff", "webp")
-
-
-class ImageList:
-    """An ImageSource over explicit files, named relative to ``root`` in the fingerprint;
-    ``boxes`` (optional, per image ``(x0, y0, x1, y1)``) crops each image as it is loaded."""
-
-    def __init__(self, root: Path, paths: list[Path], name: str, boxes: list | None = None):
-        self.root, self.paths, self.name, self.boxes = Path(root), list(paths), name, boxes
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def load_image(self, i: int):
-        img = load_rgb(self.paths[i])
-        if self.boxes is not None:  # revisitop example_process_images.py: qim.crop(bbx)
-            img = img.crop(tuple(self.boxes[i]))
-        return img
-
-    def fingerprint(self) -> str:
-        return _fingerprint({"dataset": self.name, "boxes": self.boxes,
-                             "images": [_rel(p, self.root) for p in self.paths]})
-
-    def content_stamp(self) -> str:
-        return files_stamp(self.paths)
-
-
-def _rel(p: Path, root: Path) -> str:
-    try:
-        return p.relative_to(root).as_posix()
-    except ValueError:
-        return p.name
-
-
-def _missing(paths: list[Path]) -> list[Path]:
-    return [p for p in paths if not p.is_file()]
 
 
 class RevisitedDataset:
@@ -77,7 +35,7 @@ class RevisitedDataset:
         images = self.folder / "jpg"
         names = self.cfg["qimlist"] if split == "query" else self.cfg["imlist"]
         paths = [images / f"{n}.jpg" for n in names]
-        missing = _missing(paths)
+        missing = missing_files(paths)
         if missing:
             raise DataError(f"{len(missing)} of the {len(paths)} {split} images listed in "
                             f"gnd_{self.name}.pkl are missing, e.g. {missing[0]}; the ground truth does not "
@@ -147,27 +105,3 @@ class RevisitedOxford(RevisitedDataset):
 @register_dataset("rparis6k")
 class RevisitedParis(RevisitedDataset):
     name = "rparis6k"
-
-
-def image_folder(folder: Path, limit: int | None, what: str) -> list[Path]:
-    """The images of a distractor / whitening folder: ``revisitop1m.txt``'s list (revisitop
-    dataset.py: names relative to ``jpg/``) when present, else the image files in it, sorted
-    (eval_copy_detection.py lists them with os.listdir, in no stated order); the first ``limit``."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise DataError(f"{what} folder {folder} not found")
-    listing = folder / "revisitop1m.txt"
-    if listing.is_file():
-        names = [ln.strip() for ln in listing.read_text().splitlines() if ln.strip()]
-        paths = [folder / "jpg" / n for n in names]
-    else:
-        paths = [folder / n for n in sorted(os.listdir(folder)) if n.split(".")[-1] in IMAGE_EXTS]
-    paths = paths[:limit] if limit is not None else paths
-    if not paths:
-        raise DataError(f"{what} folder {folder} holds no image ({', '.join(IMAGE_EXTS)})")
-    missing = _missing(paths)
-    if missing:
-        raise DataError(f"{what}: {len(missing)} listed images are missing, e.g. {missing[0]}")
-    if limit is not None and len(paths) < limit:
-        raise DataError(f"{what} folder {folder} holds {len(paths)} images, fewer than the {limit} asked for")
-    return paths

@@ -1,10 +1,10 @@
 """Time and peak memory of the retrieval search as the database grows (revisited Oxford's 70
 queries against 5k ... 1M random 384-d features: ROxford + the 1M distractors, simulated).
-Numbers: docs/protocols/retrieval.md ("Cost").
+Numbers: benchmarks/retrieval/README.md ("Cost").
 
-    python -m experiments.retrieval_scale_bench                     # 5k, 50k, 500k, 1M; fp32 and fp16 banks
-    python -m experiments.retrieval_scale_bench --sizes 5000 50000 --device cuda
-    python -m experiments.retrieval_scale_bench --agreement 200000  # fp16 vs fp32 bank: ranks and AP
+    python -m benchmarks.retrieval.bench_retrieval                     # 5k, 50k, 500k, 1M; fp32 and fp16 banks
+    python -m benchmarks.retrieval.bench_retrieval --sizes 5000 50000 --device cuda
+    python -m benchmarks.retrieval.bench_retrieval --agreement 200000  # fp16 vs fp32 bank: ranks and AP
 
 Each (size, bank dtype) runs in a fresh process, so its peak resident memory is its own. The
 search is benchmarks.retrieval.search: the bank as one (N, 384) tensor, queries streamed in
@@ -122,7 +122,7 @@ def main(argv=None) -> None:
           + (" peak GPU MB" if args.device.startswith("cuda") else ""))
     for n in args.sizes:
         for dtype in args.dtypes:
-            cmd = [sys.executable, "-m", "experiments.retrieval_scale_bench", "--one", str(n), dtype,
+            cmd = [sys.executable, "-m", "benchmarks.retrieval.bench_retrieval", "--one", str(n), dtype,
                    "--device", args.device, "--threads", str(args.threads)]
             r = json.loads(subprocess.run(cmd, capture_output=True, text=True,
                                           check=True).stdout.strip().splitlines()[-1])

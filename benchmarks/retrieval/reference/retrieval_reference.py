@@ -1,7 +1,7 @@
 """Parity fixtures for image_retrieval and copy_detection, from the official code run unmodified.
 
-    python -m scripts.reference.retrieval_reference --dino DINO_CHECKOUT \
-        --revisitop REVISITOP_CHECKOUT [--out tests/fixtures/retrieval]
+    python -m benchmarks.retrieval.reference.retrieval_reference --dino DINO_CHECKOUT \
+        --revisitop REVISITOP_CHECKOUT [--out benchmarks/retrieval/fixtures]
 
 Writes into ``--out``:
 
@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMMITS = {"facebookresearch/dino": "7c446df5b9f45747937fb0d72314eb9f7b66930a",
            "filipradenovic/revisitop": "be398328edcd17b3ad2ee6141949b700b85d2eb8"}
 MODEL = {"arch": "vit_cpu_tiny", "seed": 0, "img_size": 64, "patch_size": 8, "embed_dim": 64, "depth": 3,
@@ -266,9 +266,9 @@ def provenance(args, official_files: dict[str, Path], what: str) -> dict:
     return {"what": what, "commits": COMMITS,
             "repositories": {k: f"https://github.com/{k}" for k in COMMITS},
             "official_files": {k: blob_sha1(p) for k, p in official_files.items()},
-            "command": "python -m scripts.reference.retrieval_reference --dino DINO_CHECKOUT "
+            "command": "python -m benchmarks.retrieval.reference.retrieval_reference --dino DINO_CHECKOUT "
                        "--revisitop REVISITOP_CHECKOUT",
-            "generator": "scripts/reference/retrieval_reference.py", "model": MODEL,
+            "generator": "benchmarks/retrieval/reference/retrieval_reference.py", "model": MODEL,
             "environment": {"python": platform.python_version(), "torch": torch.__version__,
                             "numpy": np.__version__, "platform": platform.platform(),
                             "torch_threads": torch.get_num_threads(),
@@ -279,7 +279,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dino", type=Path, required=True, help="checkout of facebookresearch/dino")
     ap.add_argument("--revisitop", type=Path, required=True, help="checkout of filipradenovic/revisitop")
-    ap.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures" / "retrieval")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "retrieval" / "fixtures")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     for p in (args.dino, args.revisitop):

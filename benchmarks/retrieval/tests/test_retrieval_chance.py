@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.retrieval.chance import expected_random_ap
 from benchmarks.retrieval.copy_detection import CopyDetection
-from benchmarks.retrieval.copydays import holidays_ap
+from benchmarks.retrieval.holidays_ap import holidays_ap
 from benchmarks.retrieval.image_retrieval import ImageRetrieval
 from benchmarks.retrieval.revisitop import average_precision, query_ap
 from benchmarks.retrieval.synthetic import generate
