@@ -1,8 +1,8 @@
 """correspondence_navi: the declaration, NAVI SynthScenes in NAVI's layout (exact 3D correspondences
 from depth and pose), the protocol end to end on SynthScenes tiny with a tiny random ViT (per-pair
 statistics that recompute the metrics), bad inputs refused with one clear error, and parity with
-Probe3D's own NAVI code (tests/fixtures/correspondence_navi_probe3d.json,
-tests/reference/gen_correspondence_navi_probe3d.py): its pair draw, frames and point grids, its
+Probe3D's own NAVI code (benchmarks/correspondence/fixtures/correspondence_navi_probe3d.json,
+benchmarks/correspondence/reference/gen_correspondence_navi_probe3d.py): its pair draw, frames and point grids, its
 matching and errors on stored feature maps, and its evaluation end to end with a stand-in model."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from PIL import Image
 from benchmarks.correspondence.matching_navi import (correspondence_errors, ratio_test_matches, relative_pose,
                                                      rotation_angle_deg, scaled_points)
 from benchmarks.correspondence.protocol_navi import CorrespondenceNAVI
-from benchmarks.correspondence.reader_navi import NAVIPairs, pixel_grid, rotation_from_quaternion
+from harness.data.navi_pairs import NAVIPairs, pixel_grid, rotation_from_quaternion
 from benchmarks.correspondence.synthetic_navi import FOCAL, generate, look_at, quaternion
 from harness.cli import main
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
@@ -29,7 +29,7 @@ from harness.models.archs import BackboneFeatures
 from harness.models.handle import ModelHandle
 from harness.per_image import read_per_image
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent / "fixtures"
 FIXTURE = FIXTURES / "correspondence_navi_probe3d.json"
 
 # ----------------------------------------------------------------------------- shared with the generator
@@ -93,7 +93,7 @@ def test_declaration_states_each_metric_direction():
     assert {m.name for m in decl.metrics} == RECALLS | BINS
     assert {m.direction for m in decl.metrics} == {"higher"} and {m.unit for m in decl.metrics} == {"%"}
     assert decl.headline_metric == "recall_2cm"
-    assert decl.datasets == {"navi": "benchmarks.correspondence.reader_navi"}
+    assert decl.datasets == {"navi": "harness.data.navi_pairs"}
     assert declaration("correspondence").headline_metric == "PCK"  # SPair's declaration is its own
 
 
@@ -102,7 +102,7 @@ def test_synthscenes_poses_and_depth_give_exact_correspondences(navi_tiny):
     into another view, lands where that view stores the same depth (the ellipsoid is convex: a point
     facing both cameras is seen by both), up to the disparity encoding's rounding."""
     from harness.data.navi import read_disparity_depth
-    from benchmarks.correspondence.reader_navi import camera_pose
+    from harness.data.navi_pairs import camera_pose
 
     assert generate(navi_tiny, preset="tiny", seed=0) == navi_tiny  # idempotent
     for seed in range(5):

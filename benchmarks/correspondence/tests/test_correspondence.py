@@ -1,7 +1,7 @@
 """correspondence: the declaration, correspondence SynthScenes in SPair-71k's layout, the
 protocol end to end on SynthScenes tiny with a tiny random ViT (per-pair statistics that
 recompute the metrics), bad inputs refused with one clear error, and parity with Probe3D's own
-code (tests/fixtures/correspondence_probe3d.json, tests/reference/gen_correspondence_probe3d.py):
+code (benchmarks/correspondence/fixtures/correspondence_probe3d.json, benchmarks/correspondence/reference/gen_correspondence_probe3d.py):
 its matching and scoring on stored feature maps, its SPair reader on a synthetic set, and its
 evaluation end to end with a stand-in model."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from benchmarks.correspondence.matching import (SquareResize, pair_errors, scaled_keypoints, select_pairs,
                                                 threshold_scale)
 from benchmarks.correspondence.protocol import Correspondence
-from benchmarks.correspondence.reader import SPair71k
+from harness.data.spair71k import SPair71k
 from benchmarks.correspondence.synthetic import CATEGORIES, PRESETS, Preset, generate, write_pairs
 from harness.cli import main
 from harness.errors import ConfigError, DataError, NotApplicable
@@ -28,7 +28,7 @@ from harness.models.archs import BackboneFeatures
 from harness.models.handle import ModelHandle
 from harness.per_image import decode_array, read_per_image
 
-FIXTURE = Path(__file__).parent / "fixtures" / "correspondence_probe3d.json"
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "correspondence_probe3d.json"
 
 # ----------------------------------------------------------------------------- shared with the generator
 # The parity set: correspondence SynthScenes written under three of SPair's category names (Probe3D's
@@ -117,7 +117,7 @@ def test_declaration_states_each_metric_direction():
     assert {m.name: m.direction for m in decl.metrics} == {"PCK": "higher", "PCK_vp0": "higher",
                                                           "PCK_vp1": "higher", "PCK_vp2": "higher"}
     assert decl.headline_metric == "PCK" and decl.metric("PCK").unit == "%"
-    assert decl.datasets == {"spair71k": "benchmarks.correspondence.reader"}
+    assert decl.datasets == {"spair71k": "harness.data.spair71k"}
 
 
 def test_synthscenes_pairs_round_trip_through_the_spair_layout(spair_tiny):
@@ -138,7 +138,7 @@ def test_synthscenes_pairs_round_trip_through_the_spair_layout(spair_tiny):
 
 def test_pairs_are_drawn_as_probe3d_draws_them():
     """select_pairs = filter, then the module-level random.seed(20); random.shuffle; [:n]."""
-    from benchmarks.correspondence.reader import Pair
+    from harness.data.spair71k import Pair
 
     pairs = [Pair(f"{i:06d}", "cat" if i % 3 else "dog", "a", "b", i % 3, (0, 0, 1, 1), (2, 2)) for i in range(60)]
     expected = [p for p in pairs if p.category == "cat" and p.viewpoint == 1]

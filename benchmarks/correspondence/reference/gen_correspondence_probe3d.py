@@ -1,4 +1,4 @@
-"""Regenerate tests/fixtures/correspondence_probe3d.json from Probe3D's own SPair-71k code.
+"""Regenerate benchmarks/correspondence/fixtures/correspondence_probe3d.json from Probe3D's own SPair-71k code.
 
 Runs mbanani/probe3d unmodified:
 
@@ -24,6 +24,7 @@ Needs hydra-core, omegaconf, loguru, einops (imported by the official module).
 """
 from __future__ import annotations
 
+import importlib.util
 import glob as _glob
 import sys
 import tempfile
@@ -32,12 +33,19 @@ from pathlib import Path
 
 import numpy as np
 
-import common
-from test_correspondence import (PARITY_CATEGORIES, PARITY_IMAGE_SIZE, PARITY_INSTANCES, PARITY_PATCH,
+# tests/reference/common.py, the generators' shared helpers, loaded by its path (this script lives in
+# its protocol folder); it then puts the folder's tests/ on the import path for the shared inputs
+_COMMON = Path(__file__).resolve().parents[3] / "tests" / "reference" / "common.py"
+_spec = importlib.util.spec_from_file_location("common", _COMMON)
+common = sys.modules["common"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(common)
+common.load_folder_generator_helpers(__file__)
+from test_correspondence import (PARITY_CATEGORIES, PARITY_IMAGE_SIZE, PARITY_INSTANCES, PARITY_PATCH,  # noqa: E402
                                  matching_cases, pixel_digest, standin_patch_features, write_parity_set)
 
 REPOSITORY = "https://github.com/mbanani/probe3d"
 COMMIT = "a1f14640076e38b8bc07b66d0fe2d01d15691e9d"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FIXTURE = "correspondence_probe3d.json"
 THRESH = 0.10  # main(): thresh = 0.10
 BINS = [0, 1, 2, None]
@@ -105,7 +113,7 @@ def run_dataset(ev, spair, mutils, torch, root: Path) -> tuple[dict, dict]:
 
 
 def main() -> None:
-    args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT)
+    args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT, fixtures=FIXTURES)
     import torch
 
     torch.Tensor.cuda = lambda self, *a, **k: self  # CPU run

@@ -1,10 +1,10 @@
-"""Regenerate tests/fixtures/correspondence_navi_probe3d.json (+ correspondence_navi_probe3d_features.npz)
+"""Regenerate benchmarks/correspondence/fixtures/correspondence_navi_probe3d.json (+ correspondence_navi_probe3d_features.npz)
 from Probe3D's own NAVI correspondence evaluation.
 
 Runs mbanani/probe3d's ``evals.datasets.navi.NAVI`` unmodified, as evaluate_navi_correspondence.py
 builds it (configs/dataset/navi.yaml: image_mean imagenet, augment_train True (off for the test
 split), bbox_crop True; ``pair_dataset=True``), on NAVI SynthScenes tiny
-(benchmarks/correspondence/synthetic_navi.py, seed PARITY_SEED of tests/test_correspondence_navi.py,
+(benchmarks/correspondence/synthetic_navi.py, seed PARITY_SEED of benchmarks/correspondence/tests/test_correspondence_navi.py,
 written to a temporary folder); then the body of that script's ``main`` (configs/navi_correspondence.yaml:
 scale_factor 0.25, num_corr 1000) with the official ``estimate_correspondence_xyz``,
 ``transform_points_Rt``, ``project_3dto2d``, ``so3_rotation_angle`` and ``compute_binned_performance``,
@@ -26,16 +26,25 @@ the stored feature maps take the model's place. Needs albumentations and opencv-
 """
 from __future__ import annotations
 
+import importlib.util
+import sys
 import glob as _glob
 import os as _os
 import tempfile
 import types
 from pathlib import Path
 
-import common
+# tests/reference/common.py, the generators' shared helpers, loaded by its path (this script lives in
+# its protocol folder); it then puts the folder's tests/ on the import path for the shared inputs
+_COMMON = Path(__file__).resolve().parents[3] / "tests" / "reference" / "common.py"
+_spec = importlib.util.spec_from_file_location("common", _COMMON)
+common = sys.modules["common"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(common)
+common.load_folder_generator_helpers(__file__)
 
 REPOSITORY = "https://github.com/mbanani/probe3d"
 COMMIT = "a1f14640076e38b8bc07b66d0fe2d01d15691e9d"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FIXTURE = "correspondence_navi_probe3d.json"
 FEATURES = "correspondence_navi_probe3d_features.npz"
 SCALE_FACTOR = 0.25
@@ -107,7 +116,7 @@ def evaluate(items, feats_0, feats_1, corr, tr, torch, F):
 
 
 def main() -> None:
-    args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT)
+    args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT, fixtures=FIXTURES)
     import numpy as np
     import torch
     import torch.nn.functional as F
@@ -137,7 +146,7 @@ def main() -> None:
             args, __file__, {"dataset": f"NAVI SynthScenes {PARITY_PRESET}, seed {PARITY_SEED}", "split": "test",
                              "image_mean": "imagenet", "augment_train": True, "bbox_crop": True,
                              "pair_dataset": True, "scale_factor": SCALE_FACTOR, "num_corr": NUM_CORR,
-                             "features": "pooled_features (tests/test_correspondence_navi.py), stored in " + FEATURES},
+                             "features": "pooled_features (benchmarks/correspondence/tests/test_correspondence_navi.py), stored in " + FEATURES},
             common.loaded_official_files(args.official), extra_modules=("albumentations", "cv2", "torchvision"),
             notes="glob.glob and os.listdir in navi.py sorted; faiss replaced by an exact torch L2 search"),
         "how": "evals.datasets.navi.NAVI pairs and evaluate_navi_correspondence.py main's loop on stored features",
