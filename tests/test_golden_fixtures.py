@@ -63,7 +63,8 @@ def generator_of(name: str) -> str:
 @pytest.mark.parametrize("name", sorted(READERS))
 def test_golden_fixture_is_present_says_how_and_is_read(name):
     path = FIXTURES / name if "/" not in name else TESTS.parent / name
-    assert path.is_file(), (f"{path} is missing: restore it from git (git checkout -- {path.relative_to(TESTS.parent)}), or "
+    assert path.is_file(), (f"{path} is missing: restore it from git "
+                            f"(git checkout -- {path.relative_to(TESTS.parent)}), or "
                             f"regenerate it with {generator_of(name)} from a checkout of the official code "
                             f"(tests/reference/README.md)")
     data = json.loads(path.read_text())

@@ -1,10 +1,11 @@
-"""Regenerate benchmarks/correspondence/fixtures/correspondence_navi_probe3d.json (+ correspondence_navi_probe3d_features.npz)
-from Probe3D's own NAVI correspondence evaluation.
+"""Regenerate benchmarks/correspondence/fixtures/correspondence_navi_probe3d.json (+ its
+correspondence_navi_probe3d_features.npz) from Probe3D's own NAVI correspondence evaluation.
 
 Runs mbanani/probe3d's ``evals.datasets.navi.NAVI`` unmodified, as evaluate_navi_correspondence.py
 builds it (configs/dataset/navi.yaml: image_mean imagenet, augment_train True (off for the test
 split), bbox_crop True; ``pair_dataset=True``), on NAVI SynthScenes tiny
-(benchmarks/correspondence/synthetic_navi.py, seed PARITY_SEED of benchmarks/correspondence/tests/test_correspondence_navi.py,
+(benchmarks/correspondence/synthetic_navi.py, seed PARITY_SEED of
+benchmarks/correspondence/tests/test_correspondence_navi.py,
 written to a temporary folder); then the body of that script's ``main`` (configs/navi_correspondence.yaml:
 scale_factor 0.25, num_corr 1000) with the official ``estimate_correspondence_xyz``,
 ``transform_points_Rt``, ``project_3dto2d``, ``so3_rotation_angle`` and ``compute_binned_performance``,
@@ -146,7 +147,8 @@ def main() -> None:
             args, __file__, {"dataset": f"NAVI SynthScenes {PARITY_PRESET}, seed {PARITY_SEED}", "split": "test",
                              "image_mean": "imagenet", "augment_train": True, "bbox_crop": True,
                              "pair_dataset": True, "scale_factor": SCALE_FACTOR, "num_corr": NUM_CORR,
-                             "features": "pooled_features (benchmarks/correspondence/tests/test_correspondence_navi.py), stored in " + FEATURES},
+                             "features": "pooled_features (benchmarks/correspondence/tests/test_correspondence_navi.py), "
+                                         "stored in " + FEATURES},
             common.loaded_official_files(args.official), extra_modules=("albumentations", "cv2", "torchvision"),
             notes="glob.glob and os.listdir in navi.py sorted; faiss replaced by an exact torch L2 search"),
         "how": "evals.datasets.navi.NAVI pairs and evaluate_navi_correspondence.py main's loop on stored features",

@@ -1,7 +1,8 @@
 """correspondence: the declaration, correspondence SynthScenes in SPair-71k's layout, the
 protocol end to end on SynthScenes tiny with a tiny random ViT (per-pair statistics that
 recompute the metrics), bad inputs refused with one clear error, and parity with Probe3D's own
-code (benchmarks/correspondence/fixtures/correspondence_probe3d.json, benchmarks/correspondence/reference/gen_correspondence_probe3d.py):
+code (benchmarks/correspondence/fixtures/correspondence_probe3d.json,
+benchmarks/correspondence/reference/gen_correspondence_probe3d.py):
 its matching and scoring on stored feature maps, its SPair reader on a synthetic set, and its
 evaluation end to end with a stand-in model."""
 from __future__ import annotations
