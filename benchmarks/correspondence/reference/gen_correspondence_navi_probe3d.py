@@ -147,8 +147,8 @@ def main() -> None:
             args, __file__, {"dataset": f"NAVI SynthScenes {PARITY_PRESET}, seed {PARITY_SEED}", "split": "test",
                              "image_mean": "imagenet", "augment_train": True, "bbox_crop": True,
                              "pair_dataset": True, "scale_factor": SCALE_FACTOR, "num_corr": NUM_CORR,
-                             "features": "pooled_features (benchmarks/correspondence/tests/test_correspondence_navi.py), "
-                                         "stored in " + FEATURES},
+                             "features": "pooled_features (benchmarks/correspondence/tests/"
+                                         "test_correspondence_navi.py), stored in " + FEATURES},
             common.loaded_official_files(args.official), extra_modules=("albumentations", "cv2", "torchvision"),
             notes="glob.glob and os.listdir in navi.py sorted; faiss replaced by an exact torch L2 search"),
         "how": "evals.datasets.navi.NAVI pairs and evaluate_navi_correspondence.py main's loop on stored features",
