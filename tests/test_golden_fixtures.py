@@ -38,9 +38,10 @@ READERS = {
         ["../benchmarks/correspondence/tests/test_correspondence.py"],
     "benchmarks/correspondence/fixtures/correspondence_navi_probe3d.json":
         ["../benchmarks/correspondence/tests/test_correspondence_navi.py"],
-    "depth_linear4.json": ["test_depth_presets.py"],
-    "probe3d_navi.json": ["test_probe3d.py"],
-    "probe3d_normals.json": ["test_probe3d.py"],
+    "benchmarks/depth/fixtures/depth_linear4.json": ["../benchmarks/depth/tests/test_depth_presets.py"],
+    "probe3d_navi.json": ["test_dpt_probe.py"],
+    "probe3d_normals.json": ["test_dpt_probe.py", "../benchmarks/normals/tests/test_normals_dpt.py",
+                             "../benchmarks/depth/tests/test_depth_dpt.py"],
     "robustness_in9.json": ["test_robustness.py"],
     "robustness_mce_alexnet.json": ["test_robustness.py"],
     "robustness_mce_ibot.json": ["test_robustness.py"],
