@@ -9,7 +9,7 @@ as the mean over images of each image's RMSE, AbsRel, log RMSE and delta accurac
 
 Preset dinov2_linear4 swaps in DINOv2's linear4 head (blocks.py, head.py: four intermediate blocks
 without the final norm, each with its class token, upsampled x4, no BatchNorm, bins to 80 m);
-dinov2_linear4_kitti runs it on KITTI's Eigen split (reader_kitti.py: KB crop, Garg mask, 80 m).
+dinov2_linear4_kitti runs it on KITTI's Eigen split (harness/data/kitti.py: KB crop, Garg mask, 80 m).
 
 Memory: training images are augmented and passed through the backbone one batch at a time and
 evaluation images one at a time (with their flip); no feature is kept beyond its batch.
