@@ -1,6 +1,6 @@
 """What Probe3D's two dense probes (normals_dpt, depth_dpt) share, from the core: the training loop
 and validation step for step against the official loop, the schedule and the padding
-(tests/fixtures/probe3d_normals.json, from tests/reference/gen_probe3d_normals.py), Probe3D's block
+(tests/fixtures/probe3d_dpt.json, from tests/reference/gen_probe3d_dpt.py), Probe3D's block
 choice, SynthScenes in Probe3D's NYU and NAVI layouts and their readers (the NAVI frames against
 Probe3D's loader: tests/fixtures/probe3d_navi.json), bad layouts refused naming the file, and the
 examples and the SynthScenes check of both probes. Each probe's own head, loss and metric parity:
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def official():
-    data = json.loads((FIXTURES / "probe3d_normals.json").read_text())
+    data = json.loads((FIXTURES / "probe3d_dpt.json").read_text())
     arrays = dict(np.load(FIXTURES / data["provenance"]["hyperparameters"]["inputs"]))
     return data, arrays
 

@@ -40,7 +40,7 @@ READERS = {
         ["../benchmarks/correspondence/tests/test_correspondence_navi.py"],
     "benchmarks/depth/fixtures/depth_linear4.json": ["../benchmarks/depth/tests/test_depth_presets.py"],
     "probe3d_navi.json": ["test_dpt_probe.py"],
-    "probe3d_normals.json": ["test_dpt_probe.py", "../benchmarks/normals/tests/test_normals_dpt.py",
+    "probe3d_dpt.json": ["test_dpt_probe.py", "../benchmarks/normals/tests/test_normals_dpt.py",
                              "../benchmarks/depth/tests/test_depth_dpt.py"],
     "robustness_in9.json": ["test_robustness.py"],
     "robustness_mce_alexnet.json": ["test_robustness.py"],

@@ -1,6 +1,6 @@
 """depth_dpt: its declaration, parity of the DPT head's binned depth, the depth loss and the metrics
-(plain and scale-aligned) with Probe3D's code (tests/fixtures/probe3d_normals.json, shared with
-normals_dpt; tests/reference/gen_probe3d_normals.py), and the protocol end to end on SynthScenes tiny
+(plain and scale-aligned) with Probe3D's code (tests/fixtures/probe3d_dpt.json, shared with
+normals_dpt; tests/reference/gen_probe3d_dpt.py), and the protocol end to end on SynthScenes tiny
 with a tiny random ViT. The shared training loop, schedule, blocks and the Probe3D layouts:
 tests/test_dpt_probe.py."""
 from __future__ import annotations
@@ -39,7 +39,7 @@ def probe_depth(logits: torch.Tensor) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def official():
-    data = json.loads((FIXTURES / "probe3d_normals.json").read_text())
+    data = json.loads((FIXTURES / "probe3d_dpt.json").read_text())
     arrays = dict(np.load(FIXTURES / data["provenance"]["hyperparameters"]["inputs"]))
     return data, arrays
 

@@ -1,6 +1,6 @@
 """normals_dpt: its declaration, parity of the DPT head's output, the angular loss and the metrics with
-Probe3D's code (tests/fixtures/probe3d_normals.json, shared with depth_dpt; tests/reference/
-gen_probe3d_normals.py), the protocol end to end on SynthScenes tiny (NYU and NAVI layouts) with a tiny
+Probe3D's code (tests/fixtures/probe3d_dpt.json, shared with depth_dpt; tests/reference/
+gen_probe3d_dpt.py), the protocol end to end on SynthScenes tiny (NYU and NAVI layouts) with a tiny
 random ViT, and bad inputs refused with one clear error. The shared training loop, schedule, blocks and
 the Probe3D layouts: tests/test_dpt_probe.py."""
 from __future__ import annotations
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def official():
-    data = json.loads((FIXTURES / "probe3d_normals.json").read_text())
+    data = json.loads((FIXTURES / "probe3d_dpt.json").read_text())
     arrays = dict(np.load(FIXTURES / data["provenance"]["hyperparameters"]["inputs"]))
     return data, arrays
 

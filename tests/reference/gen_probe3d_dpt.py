@@ -1,4 +1,4 @@
-"""Regenerate tests/fixtures/probe3d_normals.json (and its inputs, probe3d_normals_inputs.npz) from
+"""Regenerate tests/fixtures/probe3d_dpt.json (and its inputs, probe3d_dpt_inputs.npz) from
 Probe3D's own probe, loss, metric and schedule code.
 
 Runs mbanani/probe3d unmodified on seeded float inputs it writes beside the fixture (the test feeds
@@ -41,8 +41,8 @@ import common
 
 REPOSITORY = "https://github.com/mbanani/probe3d"
 COMMIT = "a1f14640076e38b8bc07b66d0fe2d01d15691e9d"
-FIXTURE = "probe3d_normals.json"
-INPUTS = "probe3d_normals_inputs.npz"
+FIXTURE = "probe3d_dpt.json"
+INPUTS = "probe3d_dpt_inputs.npz"
 DIMS, GRID, TARGET, HIDDEN = 6, (3, 4), (44, 52), 8
 SAMPLES = 256  # output values recorded at fixed flat positions (plus sums)
 
