@@ -6,7 +6,7 @@ and its protocols' names (read from the declarations, torch-free). A file outsid
 names a family when a path component carries one of its names as a whole token (``test_knn.py``,
 ``configs/protocols/linear_dino.yaml``, ``tests/fixtures/davis/...``; the longest name wins, so
 ``seg_linear_paper.yaml`` is segmentation's, not classification's) or when its text names the
-folder as a module or a path (``benchmarks.dense_nn``, ``benchmarks/probe3d/``). A file that names
+folder as a module or a path (``benchmarks.dense_nn``, ``benchmarks/normals/``). A file that names
 exactly one family is counted for it; files naming none or several are shared. The files are
 git's tracked files, so the count is of what the repository holds; harness/ and methods/ are left
 out (tests/test_layering.py keeps the protocols out of them).
