@@ -40,12 +40,18 @@ CATALOGUE = (
                         "(palette PNG masks read as indices)",
                         splits=(Split("train", 1_464, classes=21), Split("val", 1_449, classes=21))),
                  Layout("aug", "voc12aug", "VOC2012 + SegmentationClassAug/ and trainaug.txt (mmseg's voc_aug.py)",
-                        splits=(Split("trainaug", 10_582, classes=21), Split("val", 1_449, classes=21))))),
+                        splits=(Split("trainaug", 10_582, classes=21), Split("val", 1_449, classes=21))),
+                 Layout("boxes", "voc12", "VOC2012/{JPEGImages,Annotations,ImageSets/Main}",
+                        docs="docs/DATASETS.md, Reader API, Detection boxes",
+                        splits=(Split("trainval", 11_540, classes=20),)))),
     DataSet(
         key="voc2007", title="Pascal VOC 2007",
         source="host.robots.ox.ac.uk/pascal/VOC/voc2007/: VOCtrainval_06-Nov-2007.tar, VOCtest_06-Nov-2007.tar",
         docs="docs/protocols/transfer.md, Data sets and layouts; docs/DATASETS.md, Detection boxes",
-        layouts=(), splits=(Split("trainval", 5_011, classes=20), Split("test", 4_952, classes=20))),
+        layouts=(Layout("boxes", "voc07", "VOC2007/{JPEGImages,Annotations,ImageSets/Main}",
+                        docs="docs/DATASETS.md, Reader API, Detection boxes",
+                        splits=(Split("trainval", 5_011, classes=20),)),),
+        splits=(Split("trainval", 5_011, classes=20), Split("test", 4_952, classes=20))),
     DataSet(
         key="ade20k", title="ADE20K SceneParsing (ADEChallengeData2016)",
         source="sceneparsing.csail.mit.edu: ADEChallengeData2016.zip",
@@ -71,7 +77,10 @@ CATALOGUE = (
         docs="docs/protocols/segmentation.md; docs/DATASETS.md, Detection boxes",
         layouts=(Layout("stuff164k", "coco_stuff164k", "images/{train2017,val2017} + annotations/*_labelTrainIds.png",
                         splits=(Split("train2017", 118_287, classes=171, reader_split="train"),
-                                Split("val2017", 5_000, classes=171, reader_split="val"))),)),
+                                Split("val2017", 5_000, classes=171, reader_split="val"))),
+                 Layout("coco20k", "coco20k", "train2014/ + annotations/instances_train2014.json, "
+                        "restricted to LOST's list", docs="docs/DATASETS.md, Reader API, Detection boxes",
+                        splits=(Split("train", 19_817, classes=80),)))),
     DataSet(
         key="cifar10", title="CIFAR-10",
         source="cs.toronto.edu/~kriz/cifar-10-python.tar.gz (the python pickles)",

@@ -1,4 +1,4 @@
-"""Regenerate tests/fixtures/lost_parity.json from the official LOST code.
+"""Regenerate benchmarks/discovery/fixtures/lost_parity.json from the official LOST code.
 
 Runs valeoai/LOST unmodified on fixed patch features: object_discovery.lost (degree, seed, seed
 expansion, detect_box with padding clip) on seeded synthetic key maps of several grids (a planted
@@ -9,9 +9,26 @@ hand-written annotations. Features and boxes are stored with the outputs.
 """
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import numpy as np
 
-import common
+HERE = Path(__file__).resolve().parent
+
+
+def _shared_helpers():
+    """tests/reference/common.py, the helpers every fixture generator shares, loaded by its path: a
+    generator runs as a script (``python benchmarks/<folder>/reference/gen_X.py``), and tests/ is no
+    package (common.py says why)."""
+    spec = importlib.util.spec_from_file_location("common", HERE.parents[2] / "tests" / "reference" / "common.py")
+    module = sys.modules["common"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+common = sys.modules.get("common") or _shared_helpers()
 
 REPOSITORY = "https://github.com/valeoai/LOST"
 COMMIT = "fcedbecb644f18358a660ce58c739cc6374feda8"
@@ -99,7 +116,7 @@ def gt_readers(ds) -> dict:
 
 
 def main() -> None:
-    args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT)
+    args = common.parse_args(__doc__, HERE.parent / "fixtures" / FIXTURE, REPOSITORY, COMMIT)
     import torch
 
     ds = common.import_official(args.official, "datasets")

@@ -1,4 +1,4 @@
-"""Regenerate tests/fixtures/tokencut_parity.json from the official TokenCut code.
+"""Regenerate benchmarks/discovery/fixtures/tokencut_parity.json from the official TokenCut code.
 
 Runs YangtaoWANG95/TokenCut unmodified: object_discovery.ncut (cosine graph at tau, eps edges,
 second generalized eigenvector, mean bipartition, seed flip, detect_box with the padding clip) on
@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import common
-from gen_lost_parity import CASES, SEED, features, gt_boxes
+from gen_lost_parity import CASES, HERE, SEED, common, features, gt_boxes  # loads common
 
 REPOSITORY = "https://github.com/YangtaoWANG95/TokenCut"
 COMMIT = "fed52cd5b60891baefd8ec7110dafa73be816ee1"
@@ -43,7 +42,7 @@ def run_cases(od, ds, torch) -> list[dict]:
 
 
 def main() -> None:
-    args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT)
+    args = common.parse_args(__doc__, HERE.parent / "fixtures" / FIXTURE, REPOSITORY, COMMIT)
     import torch
 
     ds = common.import_official(args.official, "datasets")

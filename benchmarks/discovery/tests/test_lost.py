@@ -13,17 +13,18 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.discovery.keys import last_block_features
+from benchmarks.discovery.keys import check_has_keys, last_block_features
 from benchmarks.discovery.lost import box_iou, corloc_hit, lost
 from benchmarks.discovery.protocol import LOST, PadToPatchMultiple, TokenCut
 from benchmarks.discovery.tokencut import tokencut
-from benchmarks.discovery.reader import COCO20K_LIST, COCO20K_SHA256, COCO20k, VOC07Boxes, read_coco20k_list
 from benchmarks.discovery.synthetic import generate, voc_xml
+from harness.data.coco20k import COCO20K_LIST, COCO20K_SHA256, COCO20k, read_coco20k_list
+from harness.data.voc_boxes import VOC07Boxes
 from harness.errors import ConfigError, DataError, NotApplicable
 from harness.models.handle import ModelHandle
 
-FIXTURE = Path(__file__).parent / "fixtures" / "lost_parity.json"
-# tests/reference/gen_lost_parity.py and gen_tokencut_parity.py wrote them; regenerate with the sha256
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "lost_parity.json"
+# reference/gen_lost_parity.py and gen_tokencut_parity.py wrote them; regenerate with the sha256
 FIXTURE_SHA256 = "55435bc916b96b6c92d84e3a1af071ef369118e5f3b73a5452eaf59587526b22"
 TOKENCUT_FIXTURE = FIXTURE.parent / "tokencut_parity.json"
 TOKENCUT_SHA256 = "9219edeb1400541e45d99d735b08cdb327c01393eda87c61093ac8d5cb69c964"
@@ -223,3 +224,20 @@ def test_cli_bad_layout_is_one_error_line_and_no_record(discovery_tiny, isolated
     assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "VOC2007" in lines[0]
     runs = isolated_home / "results" / "runs"
     assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_lost_reads_the_keys_of_a_transformers_dinov2(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from harness.models.sources import build_model
+
+    config = transformers.Dinov2WithRegistersConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                                    intermediate_size=64, image_size=28, patch_size=14,
+                                                    num_register_tokens=4)
+    torch.manual_seed(0)
+    transformers.Dinov2WithRegistersModel(config).save_pretrained(tmp_path / "hf-dinov2_reg")
+    backbone = build_model(f"hf:{tmp_path / 'hf-dinov2_reg'}").backbone.eval()
+    check_has_keys(backbone, "LOST")  # a transformers ViT with registers has keys too
+    x = torch.randn(1, 3, 28, 42)
+    with torch.no_grad():
+        keys = last_block_features(backbone, x, "k")
+    assert keys.shape == (1, 2 * 3, 32)  # the class token and four registers dropped
