@@ -22,7 +22,7 @@ MANIFEST = "MANIFEST.json"
 # fixture (a name in tests/fixtures, or a path in a protocol folder) -> the test modules that read it
 READERS = {
     "cribo_parity.json": ["test_cribo.py"],
-    "davis_parity.json": ["test_video_segmentation.py"],
+    "benchmarks/davis/fixtures/davis_parity.json": ["../benchmarks/davis/tests/test_davis.py"],
     "dino_head.json": ["test_methods_shared.py"],
     "dino_loss.json": ["test_dino.py", "test_methods_shared.py"],
     "dino_schedules.json": ["test_methods_shared.py"],

@@ -119,4 +119,11 @@ CATALOGUE = (
         "annos", "cars_annos", "car_ims/ + cars_annos.mat (the all-images release)",
         docs="docs/DATASETS.md, Fine-tuning transfer sets in their official files",
         splits=(Split("train", 8_144, classes=196), Split("test", 8_041, classes=196)))),
+    DataSet(
+        key="davis2017", title="DAVIS-2017 semi-supervised (480p)",
+        source="davischallenge.org/davis2017/code.html: DAVIS-2017-trainval-480p.zip",
+        docs="docs/DATASETS.md, Reader API, Video; benchmarks/davis/README.md",
+        layouts=(Layout("480p", "davis2017",
+                         "ImageSets/2017/<split>.txt, JPEGImages/480p/<seq>/, Annotations/480p/<seq>/", height=480),),
+        splits=(Split("train", 60, "sequences"), Split("val", 30, "sequences"))),
 )

@@ -1,6 +1,6 @@
 """Video object segmentation by label propagation (protocol ``davis``).
 
-Parity (tests/fixtures/davis_parity.json, written by tests/reference/gen_davis_parity.py from
+Parity (fixtures/davis_parity.json, written by reference/gen_davis_parity.py from
 DINO's eval_video_segmentation.py and davis2017-evaluation, run unmodified):
 - the masks the official script writes for a three-sequence clip (landscape, square -- its
   read_frame / read_seg transpose quirk --, portrait) with a stand-in feature extractor, against
@@ -22,14 +22,14 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.video_segmentation import davis_metrics, frames
-from benchmarks.video_segmentation.propagation import neighborhood_mask
-from benchmarks.video_segmentation.protocol import VideoSegmentation
-from benchmarks.video_segmentation.reader import DAVIS2017
+from benchmarks.davis import davis_metrics, frames
+from benchmarks.davis.propagation import neighborhood_mask
+from benchmarks.davis.protocol import VideoSegmentation
 from harness.errors import ConfigError, DataError
-from reference import davis_common as dc
+from benchmarks.davis.reference import davis_common as dc
+from harness.data.davis import DAVIS2017
 
-FIXTURE = Path(__file__).parent / "fixtures" / "davis_parity.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "davis_parity.json"
 # the manifest: the fixture this test was written against (regenerate with its generator and update)
 FIXTURE_SHA256 = "718a1645b56a7cd181bb9a0cbebe9b3089a100068ce30281cc887d29302f0a46"
 # global metrics are means of float64 per-frame values over the same objects in the same order:
@@ -39,7 +39,7 @@ METRIC_TOL = 1e-9
 
 @pytest.fixture(scope="module")
 def fixture():
-    assert FIXTURE.is_file(), f"{FIXTURE} missing: restore it from git or run tests/reference/gen_davis_parity.py"
+    assert FIXTURE.is_file(), f"{FIXTURE} missing: restore it from git or run benchmarks/davis/reference/gen_davis_parity.py"
     digest = hashlib.sha256(FIXTURE.read_bytes()).hexdigest()
     assert digest == FIXTURE_SHA256, f"{FIXTURE.name} is not the file this test was written against ({digest})"
     return json.loads(FIXTURE.read_text())
@@ -143,7 +143,7 @@ def test_neighborhood_is_the_official_window():
 # ----------------------------------------------------------------------------- SynthScenes
 @pytest.fixture(scope="module")
 def synth_clips(tmp_path_factory):
-    from benchmarks.video_segmentation.synthetic import generate
+    from benchmarks.davis.synthetic import generate
 
     return generate(tmp_path_factory.mktemp("davis_synth") / "tiny", preset="tiny", seed=0, progress=False)
 
@@ -161,7 +161,7 @@ def test_synth_tiny_end_to_end(synth_clips, isolated_home):
 
 
 def test_synth_generator_is_idempotent_and_seeded(synth_clips, tmp_path):
-    from benchmarks.video_segmentation.synthetic import generate
+    from benchmarks.davis.synthetic import generate
 
     assert generate(synth_clips, preset="tiny", seed=0) == synth_clips
     other = generate(tmp_path / "again", preset="tiny", seed=0)
@@ -231,7 +231,7 @@ def test_cli_bad_layout_one_error_line_no_record(synth_clips, tmp_path, isolated
 def test_synth_small_ranks_ssl_checkpoints_above_random_init(tmp_path, isolated_home):
     """The shipped SynthScenes DINO and iBOT checkpoints track the clips' objects better than
     a random ViT (measured (J&F)m on small, seed 0: 29.0 / 28.7 vs 23.4)."""
-    from benchmarks.video_segmentation.synthetic import generate
+    from benchmarks.davis.synthetic import generate
     from harness.models.sources import build_model
 
     root = generate(tmp_path / "small", preset="small", seed=0, progress=False)
@@ -241,7 +241,7 @@ def test_synth_small_ranks_ssl_checkpoints_above_random_init(tmp_path, isolated_
 
 
 def test_davis_declares_its_minimum_grid():
-    from benchmarks.video_segmentation.protocol import MIN_GRID_CELLS, MIN_GRID_WHY
+    from benchmarks.davis.protocol import MIN_GRID_CELLS, MIN_GRID_WHY
     from harness.features.grid import coarse_grid_flag
 
     flag = coarse_grid_flag("davis", (2, 4), MIN_GRID_CELLS, MIN_GRID_WHY, "r18", 32, (64, 128))

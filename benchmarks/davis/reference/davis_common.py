@@ -1,4 +1,4 @@
-"""What gen_davis_parity.py and tests/test_video_segmentation.py share: the stand-in feature
+"""What gen_davis_parity.py and tests/test_davis.py share: the stand-in feature
 extractor both sides run (a fixed random projection of each 32 x 32 patch of the normalised
 frame, tanh; numpy-seeded so it is the same on every machine), the parity clip and the masks
 of the metric cases (integer geometry only, so they are the same bytes everywhere)."""
@@ -57,7 +57,7 @@ def build_clip(root: Path) -> dict[str, bytes]:
     """Writes the parity clip in DAVIS's layout under ``root`` and returns {relative path: bytes}:
     SynthScenes clips (seed CLIP_SEED) as a landscape 128x64, a square 64x64 (the official
     read_frame / read_seg transpose quirk) and a portrait 64x128 sequence of 5 frames."""
-    from benchmarks.video_segmentation.synthetic import ClipPreset, draw_clip
+    from benchmarks.davis.synthetic import ClipPreset, draw_clip
     from harness.data import synthetic as ss
 
     cfg = ClipPreset(sequences=3, frames=5, max_objects=3)

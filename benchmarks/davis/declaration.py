@@ -5,7 +5,7 @@ from harness.metrics import Metric
 _RATIOS = ("ratios",)
 DECLARATIONS = (
     ProtocolDeclaration(
-        name="davis", module="benchmarks.video_segmentation.protocol",
+        name="davis", module="benchmarks.davis.protocol",
         metrics=(Metric("JF_mean", per_image=_RATIOS, label="(J&F)m"),
                  Metric("J_mean", per_image=_RATIOS, label="Jm"),
                  Metric("F_mean", per_image=_RATIOS, label="Fm"),
@@ -14,7 +14,7 @@ DECLARATIONS = (
                  Metric("J_decay", direction="lower", per_image=_RATIOS, label="Jd"),
                  Metric("F_decay", direction="lower", per_image=_RATIOS, label="Fd")),
         headline="JF_mean",
-        datasets={"davis2017": "benchmarks.video_segmentation.reader"},
-        synthetic="benchmarks.video_segmentation.synthetic",
+        reads=("davis2017",),
+        synthetic="benchmarks.davis.synthetic",
         summary="video object segmentation by label propagation of the first frame's mask (DAVIS-2017, J and F)"),
 )

@@ -5,7 +5,7 @@
 - A frame keeps its shorter side at ``scale_size`` (480) and its longer side becomes
   ``floor(long * scale_size / short / 64) * 64`` (854x480 -> 832x480). The aspect test is
   ``h > w`` for frames and ``w > h`` for labels: on a square frame the two disagree (the label
-  grid is the frame grid transposed), a quirk kept here (docs/protocols/video_segmentation.md).
+  grid is the frame grid transposed), a quirk kept here (README.md).
 - Frames are resized by OpenCV's bilinear ``cv2.resize`` on the 8-bit picture, then scaled to
   [0, 1] and normalised with std (0.228, 0.224, 0.225) (0.228, not ImageNet's 0.229).
 - The first annotation is resized with PIL nearest straight to the patch grid and one-hot
@@ -67,7 +67,7 @@ def resize_linear(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     horizontal pass in 1/2048 units, then OpenCV's vectorised vertical pass (each row's sum
     shifted right by 4, multiplied by the 1/2048 weight keeping the high 16 bits, the two
     summed, + 2, shifted right by 2). Checked against opencv-python in
-    tests/test_video_segmentation.py."""
+    tests/test_davis.py."""
     th, tw = size
     h, w = img.shape[:2]
     if (h, w) == (th, tw):

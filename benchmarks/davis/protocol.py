@@ -2,10 +2,10 @@
 first frame's mask carried through each video with frozen patch features, scored with J and F
 as davisvideochallenge/davis2017-evaluation does.
 
-Presets (configs/protocols/davis_*.yaml): ``dino`` (the default) and ``ibot`` are
+Presets (presets/davis_*.yaml): ``dino`` (the default) and ``ibot`` are
 ``eval_video_segmentation.py``'s defaults (the two scripts are the same code); ``synth`` is the
 SynthScenes clips' scale. Every default, its official source line and every difference:
-docs/protocols/video_segmentation.md.
+README.md.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from benchmarks.video_segmentation import davis_metrics, frames
-from benchmarks.video_segmentation.propagation import PropagationSettings, propagate_video, segmentation
+from benchmarks.davis import davis_metrics, frames
+from benchmarks.davis.propagation import PropagationSettings, propagate_video, segmentation
 from harness.data.io import image_size
 from harness.features.grid import coarse_grid_flag
 from harness.data.synthetic import voc_palette
@@ -76,8 +76,8 @@ class Config:
                 raise ValueError(msg)
 
 
-# dino, ibot, synth: configs/protocols/davis_*.yaml
-PRESETS: dict[str, dict[str, Any]] = load_presets("davis")
+# dino, ibot, synth: presets/davis_*.yaml
+PRESETS: dict[str, dict[str, Any]] = load_presets("davis", Path(__file__).parent / "presets")
 
 
 # the short side of the feature grid below which the number says little: the official evaluations

@@ -1,4 +1,4 @@
-"""SynthScenes clips for label propagation, in DAVIS-2017's layout (reader.py): textured shapes
+"""SynthScenes clips for label propagation, in DAVIS-2017's layout (harness/data/davis.py): textured shapes
 moving over a textured, slowly panning background, painted with the background's two colours
 (texture, shape and motion set them apart, not colour), each object's instance mask a palette PNG.
 

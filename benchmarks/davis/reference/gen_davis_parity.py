@@ -1,4 +1,4 @@
-"""Regenerate tests/fixtures/davis_parity.json from DINO's eval_video_segmentation.py and the
+"""Regenerate benchmarks/davis/fixtures/davis_parity.json from DINO's eval_video_segmentation.py and the
 DAVIS-2017 evaluation (davisvideochallenge/davis2017-evaluation).
 
 (a) Propagation end to end: the official script's own loop (``read_frame_list``, ``read_seg``,
@@ -18,7 +18,7 @@ itself (CPU run); the module-level ``args`` that ``restrict_neighborhood`` reads
 UVC palette the script downloads is replaced by DAVIS's colour map (colours only, labels are the
 indices). Needs opencv-python and scikit-image (the official code's imports).
 
-    python tests/reference/gen_davis_parity.py --official <dino checkout> --commit
+    python benchmarks/davis/reference/gen_davis_parity.py --official <dino checkout> --commit
     7c446df5b9f45747937fb0d72314eb9f7b66930a \
         --davis-eval <davis2017-evaluation checkout> [--davis-commit ac7c43fca936f9722837b7fbd337d284ba37004b]
 """
@@ -26,11 +26,26 @@ from __future__ import annotations
 
 import argparse
 import base64
+import importlib.util
 import os
 import shutil
+import sys
 from pathlib import Path
 
-import common
+HERE = Path(__file__).resolve().parent
+
+
+def _shared_helpers():
+    """tests/reference/common.py, the helpers every fixture generator shares, loaded by its path: a
+    generator runs as a script (``python benchmarks/<folder>/reference/gen_X.py``), and tests/ is no
+    package (common.py says why)."""
+    spec = importlib.util.spec_from_file_location("common", HERE.parents[2] / "tests" / "reference" / "common.py")
+    module = sys.modules["common"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+common = sys.modules.get("common") or _shared_helpers()
 
 REPOSITORY = "https://github.com/facebookresearch/dino"
 COMMIT = "7c446df5b9f45747937fb0d72314eb9f7b66930a"
@@ -95,7 +110,7 @@ def run_metric_cases(davis_eval: Path) -> list[dict]:
 
 
 def main() -> None:
-    args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT, extra=extra)
+    args = common.parse_args(__doc__, HERE.parent / "fixtures" / FIXTURE, REPOSITORY, COMMIT, extra=extra)
     import torch
 
     from harness.data.synthetic import voc_palette
@@ -134,7 +149,7 @@ def main() -> None:
     common.finish(args, data, skip=("provenance", "how", "clip", "masks"))
 
 
-import davis_common  # noqa: E402  (tests/reference is on the path once common is imported)
+import davis_common  # noqa: E402  (beside this script, on the path when it runs)
 from davis_common import OfficialStandIn  # noqa: E402
 
 if __name__ == "__main__":
