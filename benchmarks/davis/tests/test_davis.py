@@ -39,7 +39,8 @@ METRIC_TOL = 1e-9
 
 @pytest.fixture(scope="module")
 def fixture():
-    assert FIXTURE.is_file(), f"{FIXTURE} missing: restore it from git or run benchmarks/davis/reference/gen_davis_parity.py"
+    assert FIXTURE.is_file(), (f"{FIXTURE} missing: restore it from git or run "
+                               "benchmarks/davis/reference/gen_davis_parity.py")
     digest = hashlib.sha256(FIXTURE.read_bytes()).hexdigest()
     assert digest == FIXTURE_SHA256, f"{FIXTURE.name} is not the file this test was written against ({digest})"
     return json.loads(FIXTURE.read_text())
