@@ -3,7 +3,7 @@ with its own lr sweep and head).
 
 Sources of every default (CrIBo = github.com/tileb1/CrIBo @ 311f569, segmentation/ and
 eval_launcher.py; mmseg = mmsegmentation 1.2.2 configs/_base_ and configs/segmenter;
-docs/protocols/segmentation.md gives file and line for each):
+README.md gives file and line for each):
 - data pipelines, test scales, sliding-window test: mmseg's dataset configs (as CrIBo's);
 - normalisation mean = std = 127.5 (RGB): mmseg's Segmenter model config, kept by CrIBo
   although its backbones were pretrained with ImageNet mean/std -- configurable here;

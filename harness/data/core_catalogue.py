@@ -63,7 +63,7 @@ CATALOGUE = (
         key="pascal_context", title="Pascal Context (VOC 2010 images)",
         source="VOCtrainval_03-May-2010.tar + trainval_merged.json, converted by mmseg's "
                "tools/dataset_converters/pascal_context.py (Detail API)",
-        docs="docs/protocols/segmentation.md",
+        docs="benchmarks/segmentation/README.md",
         layouts=(Layout("60", "pascal_context",
                         "VOC2010/{JPEGImages,SegmentationClassContext,ImageSets/SegmentationContext}"
                         " (60 classes, background included)",
@@ -74,7 +74,7 @@ CATALOGUE = (
         key="coco", title="MS-COCO (2014 / 2017 images)",
         source="cocodataset.org: train2014.zip, annotations_trainval2014.zip; train2017.zip, val2017.zip and "
                "stuffthingmaps_trainval2017.zip (converted by mmseg's tools/dataset_converters/coco_stuff164k.py)",
-        docs="docs/protocols/segmentation.md; docs/DATASETS.md, Detection boxes",
+        docs="benchmarks/segmentation/README.md; docs/DATASETS.md, Detection boxes",
         layouts=(Layout("stuff164k", "coco_stuff164k", "images/{train2017,val2017} + annotations/*_labelTrainIds.png",
                         splits=(Split("train2017", 118_287, classes=171, reader_split="train"),
                                 Split("val2017", 5_000, classes=171, reader_split="val"))),

@@ -1,5 +1,5 @@
-"""The mmseg protocols keep each validation image's areas (mmseg_bridge.SslBenchIoUMetric): their
-sums give back IoUMetric's mIoU and aAcc as it rounds them, and a one-seed seg cell gets a
+"""The mmseg protocols keep each validation image's areas (harness.openmmlab.metric's
+SslBenchIoUMetric): their sums give back IoUMetric's mIoU and aAcc as it rounds them, and a one-seed seg cell gets a
 bootstrap interval over the validation images from them."""
 from __future__ import annotations
 
@@ -9,16 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.segmentation import mmseg_bridge as mb
 from benchmarks.segmentation import seg_protocol
 from benchmarks.segmentation.config import SegConfig
+from harness.openmmlab.metric import register_metric
 from harness.per_image import read_per_image
 from harness.results import bootstrap
 from harness.results.leaderboard import build_leaderboard, long_table
 from harness.results.records import make_record
 from harness.results.run_table import run_table
-
-pytestmark = pytest.mark.skipif(not mb.__dict__.get("MMSEG_VERSION"), reason="mmseg bridge unavailable")
 
 
 def _samples(images: int, classes: int, seed: int, absent: int = 0, ignore: int = 255):
@@ -39,7 +37,7 @@ def _samples(images: int, classes: int, seed: int, absent: int = 0, ignore: int 
 @pytest.fixture(scope="module")
 def metric_class():
     pytest.importorskip("mmseg")
-    mb.register_metric()
+    register_metric()
     from mmseg.registry import METRICS
 
     return METRICS.get("SslBenchIoUMetric")

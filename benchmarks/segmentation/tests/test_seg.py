@@ -16,13 +16,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.segmentation import mmseg_bridge as mb
-from benchmarks.segmentation import seg_protocol
+from benchmarks.segmentation.mmseg_config import backbone_config, build_mmseg_config
+from benchmarks.segmentation.mmseg_data import resolve_data
+from benchmarks.segmentation.mmseg_vit import register_mmseg_modules
+from benchmarks.segmentation.sweep import run_seg_protocol
+from benchmarks.segmentation.vit_weights import backbone_kwargs, convert_state_dict, save_converted
+from harness.openmmlab.checkpoint_loading import mmengine_checkpoint_loading
+from harness.openmmlab.metric import read_validation_log
+from harness.openmmlab.stack import require_mmseg
+from benchmarks.segmentation import seg_protocol, sweep
 from harness.models.backbone import create_backbone
 from harness.errors import CheckpointError, ConfigError, DataError, MissingDependencyError
 from seg_smoke import smoke
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _mmseg_installed() -> bool:
@@ -61,7 +68,7 @@ def _dino_layout(sd: dict) -> dict:
 # ============================================================================ converter
 def test_key_map_covers_dino_layout():
     sd = _tiny_backbone().backbone_state_dict()
-    conv = mb.convert_state_dict(_dino_layout(sd))
+    conv = convert_state_dict(_dino_layout(sd))
     assert len(conv) == len(sd)  # every backbone key mapped once, head keys dropped
     depth = 3
     expected = {"cls_token", "pos_embed", "patch_embed.projection.weight", "patch_embed.projection.bias",
@@ -83,17 +90,17 @@ def test_unknown_keys_are_errors(key):
     sd = dict(_tiny_backbone().backbone_state_dict())
     sd[key] = torch.zeros(1)
     with pytest.raises(CheckpointError, match=re.escape(key)):
-        mb.convert_state_dict(sd)
+        convert_state_dict(sd)
 
 
 def test_backbone_kwargs_read_off_the_weights():
     sd = _tiny_backbone().backbone_state_dict()
-    kw = mb.backbone_kwargs(sd, num_heads=2, crop_size=64, drop_path_rate=0.0)
+    kw = backbone_kwargs(sd, num_heads=2, crop_size=64, drop_path_rate=0.0)
     assert (kw["embed_dims"], kw["num_layers"], kw["patch_size"], kw["mlp_ratio"]) == (64, 3, 8, 4)
     assert kw["out_indices"] == [2] and kw["final_norm"] and kw["with_cls_token"]
     assert kw["patch_bias"] is True  # mmseg 1.2.2's ViT defaults to no patch bias
     with pytest.raises(CheckpointError, match="multiple of the patch size"):
-        mb.backbone_kwargs(sd, num_heads=2, crop_size=60, drop_path_rate=0.0)
+        backbone_kwargs(sd, num_heads=2, crop_size=60, drop_path_rate=0.0)
 
 
 # ============================================================================ config
@@ -121,7 +128,7 @@ def test_config_defaults_and_fingerprint():
 
 def _mm_config(cfg, data, tmp_path, backbone: dict | None = None):
     """The mmengine config ``build_mmseg_config`` makes for ``cfg`` (nothing is run)."""
-    return mb.build_mmseg_config(cfg, data, backbone=backbone or {"type": "SslBenchViT"},
+    return build_mmseg_config(cfg, data, backbone=backbone or {"type": "SslBenchViT"},
                                  decode_head={"type": "FCNHead"}, lr=cfg.lrs[0], work_dir=tmp_path / "w",
                                  csv_path=tmp_path / "w" / "per_class_iou.csv", experiment="x")
 
@@ -134,7 +141,7 @@ def test_paper_presets_total_batch_is_the_official_launchers(tmp_path, monkeypat
     from benchmarks.segmentation.segmenter import Segmenter
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    data = mb.resolve_data("synth_ade", _synth_root(tmp_path))
+    data = resolve_data("synth_ade", _synth_root(tmp_path))
     for cls in (SegLinear, Segmenter):
         cfg = cls.from_preset("paper", {"dataset": "ade20k"}).cfg
         assert cfg.batch_size == 4, cls
@@ -174,7 +181,7 @@ def test_schedule_is_a_named_setting(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="'custom' needs iters"):
         Segmenter.from_preset("paper", {"dataset": "voc", "schedule": "custom"})
 
-    data = mb.resolve_data("synth_voc", _synth_root(tmp_path))
+    data = resolve_data("synth_voc", _synth_root(tmp_path))
     mm = _mm_config(Segmenter.from_preset("paper", {"dataset": "voc", "schedule": "short"}).cfg, data, tmp_path)
     assert mm.train_cfg.max_iters == 20_000 and mm.param_scheduler[0]["end"] == 20_000
     assert mm.train_cfg.val_interval == 2000 and mm.default_hooks.checkpoint.interval == 2000
@@ -218,14 +225,14 @@ def test_lr_sweep_is_named_and_every_record_names_its_lr():
 
 def test_dataset_layouts_resolve(tmp_path):
     synth = _synth_root(tmp_path)
-    ade = mb.resolve_data("synth_ade", synth)
+    ade = resolve_data("synth_ade", synth)
     assert ade.root.name == "ADEChallengeData2016" and ade.num_classes == 16
     assert ade.train[0]["reduce_zero_label"] is True
-    voc = mb.resolve_data("voc", synth)
+    voc = resolve_data("voc", synth)
     assert voc.num_classes == 16 and voc.train_lists == ["trainaug.txt"]
     assert voc.val["ann_file"].endswith("val.txt") and voc.train[0]["reduce_zero_label"] is False
     with pytest.raises(DataError, match="ADE20K"):
-        mb.resolve_data("ade20k", tmp_path / "nowhere")
+        resolve_data("ade20k", tmp_path / "nowhere")
 
 
 def test_every_layout_names_a_registered_data_set_and_the_data_layer_holds_no_protocol_setting():
@@ -254,7 +261,7 @@ def test_missing_mmcv_ops_is_a_clear_error(monkeypatch, tmp_path):
 
     monkeypatch.setitem(sys.modules, "mmcv.ops", None)  # as if the compiled ops were absent
     with pytest.raises(MissingDependencyError, match=re.escape("scripts/install_mmcv.sh")):
-        mb.require_mmseg()
+        require_mmseg()
     proto = SegLinear.from_preset("synth", {"dataset": "synth_ade", "work_dir": str(tmp_path / "w")})
     with pytest.raises(MissingDependencyError, match="mmcv"):
         proto.run(ModelHandle.random_init("vit_cpu_tiny"), tmp_path)
@@ -295,13 +302,13 @@ def _small_ade(tmp_path: Path, n_train: int = 8, n_val: int = 2) -> Path:
 def test_mmseg_features_equal_harness_patch_tokens(tmp_path):
     from mmseg.registry import MODELS
 
-    mb.register_mmseg_modules()
+    register_mmseg_modules()
     bb = _tiny_backbone(1)
     sd = bb.backbone_state_dict()
     x = torch.randn(2, 3, 64, 64)  # already normalised: both models see the same tensor
-    path = mb.save_converted(_dino_layout(sd), tmp_path / "w.safetensors")
+    path = save_converted(_dino_layout(sd), tmp_path / "w.safetensors")
     vit = MODELS.build(dict(type="SslBenchViT", weights=str(path), frozen=True,
-                            **mb.backbone_kwargs(sd, 2, 64, 0.0)))
+                            **backbone_kwargs(sd, 2, 64, 0.0)))
     vit.init_weights()
     with torch.no_grad():
         ours = vit(x)[0]                                        # (B, d, h, w)
@@ -311,8 +318,8 @@ def test_mmseg_features_equal_harness_patch_tokens(tmp_path):
 
     # At another crop the position embeddings are resized once, at load, as mmseg does
     # (bicubic, align_corners=False, to the exact grid); the CLS position is kept.
-    path = mb.save_converted(sd, tmp_path / "w128.safetensors")
-    vit128 = MODELS.build(dict(type="SslBenchViT", weights=str(path), **mb.backbone_kwargs(sd, 2, 128, 0.0)))
+    path = save_converted(sd, tmp_path / "w128.safetensors")
+    vit128 = MODELS.build(dict(type="SslBenchViT", weights=str(path), **backbone_kwargs(sd, 2, 128, 0.0)))
     vit128.init_weights()
     grid = sd["pos_embed"][:, 1:].reshape(1, 8, 8, 64).permute(0, 3, 1, 2)
     want = torch.nn.functional.interpolate(grid, size=(16, 16), mode="bicubic", align_corners=False)
@@ -324,11 +331,11 @@ def test_mmseg_features_equal_harness_patch_tokens(tmp_path):
 def test_strict_loading_names_the_keys(tmp_path):
     from mmseg.registry import MODELS
 
-    mb.register_mmseg_modules()
+    register_mmseg_modules()
     sd = dict(_tiny_backbone().backbone_state_dict())
-    kw = mb.backbone_kwargs(sd, 2, 64, 0.0)
+    kw = backbone_kwargs(sd, 2, 64, 0.0)
     del sd["blocks.2.mlp.fc2.bias"]
-    path = mb.save_converted(sd, tmp_path / "w.safetensors")
+    path = save_converted(sd, tmp_path / "w.safetensors")
     vit = MODELS.build(dict(type="SslBenchViT", weights=str(path), **kw))
     with pytest.raises(CheckpointError, match=re.escape("layers.2.ffn.layers.1.bias")):
         vit.init_weights()
@@ -338,15 +345,15 @@ def test_strict_loading_names_the_keys(tmp_path):
 def test_frozen_backbone_stays_in_eval_mode():
     from mmseg.registry import MODELS
 
-    mb.register_mmseg_modules()
+    register_mmseg_modules()
     sd = _tiny_backbone().backbone_state_dict()
-    vit = MODELS.build(dict(type="SslBenchViT", frozen=True, **mb.backbone_kwargs(sd, 2, 64, 0.5)))
+    vit = MODELS.build(dict(type="SslBenchViT", frozen=True, **backbone_kwargs(sd, 2, 64, 0.5)))
     vit.train()  # what mmengine's loop calls every iteration
     assert not any(m.training for m in vit.modules())  # so DropPath (rate 0.5 here) is off
     assert not any(p.requires_grad for p in vit.parameters())
     x = torch.randn(2, 3, 64, 64)
     torch.testing.assert_close(vit(x)[0], vit(x)[0], atol=0, rtol=0)
-    unfrozen = MODELS.build(dict(type="SslBenchViT", frozen=False, **mb.backbone_kwargs(sd, 2, 64, 0.5)))
+    unfrozen = MODELS.build(dict(type="SslBenchViT", frozen=False, **backbone_kwargs(sd, 2, 64, 0.5)))
     assert unfrozen.train().training
 
 
@@ -356,10 +363,10 @@ def test_frozen_backbone_mode_train_keeps_drop_path_on_as_cribo():
     DropPath back on. frozen_mode "train" does the same; weights still get no gradient."""
     from mmseg.registry import MODELS
 
-    mb.register_mmseg_modules()
+    register_mmseg_modules()
     sd = _tiny_backbone().backbone_state_dict()
     vit = MODELS.build(dict(type="SslBenchViT", frozen=True, frozen_mode="train",
-                            **mb.backbone_kwargs(sd, 2, 64, 0.5)))
+                            **backbone_kwargs(sd, 2, 64, 0.5)))
     assert not vit.training  # eval at construction, as CrIBo's _freeze_stages
     vit.train()  # what mmengine's loop calls every iteration
     drops = [m for m in vit.modules() if type(m).__name__ == "DropPath"]
@@ -372,7 +379,7 @@ def test_frozen_backbone_mode_train_keeps_drop_path_on_as_cribo():
     torch.testing.assert_close(vit(x)[0], vit(x)[0], atol=0, rtol=0)
     with pytest.raises(ValueError, match="frozen_mode"):
         MODELS.build(dict(type="SslBenchViT", frozen=True, frozen_mode="off",
-                          **mb.backbone_kwargs(sd, 2, 64, 0.0)))
+                          **backbone_kwargs(sd, 2, 64, 0.0)))
 
 
 def test_frozen_backbone_mode_is_a_setting():
@@ -384,18 +391,18 @@ def test_frozen_backbone_mode_is_a_setting():
     sd = _tiny_backbone().backbone_state_dict()
     paper = SegLinear.from_preset("paper", {"dataset": "ade20k", "crop_size": 64})
     assert (paper.cfg.frozen_backbone_mode, paper.cfg.drop_path_rate) == ("train", 0.1)
-    bb = mb.backbone_config(sd, {"num_heads": 2}, paper.cfg, frozen=True)
+    bb = backbone_config(sd, {"num_heads": 2}, paper.cfg, frozen=True)
     assert (bb["frozen"], bb["frozen_mode"], bb["drop_path_rate"]) == (True, "train", 0.1)
 
     det = SegLinear.from_preset("paper", {"dataset": "ade20k", "crop_size": 64, "frozen_backbone_mode": "eval"})
     assert det.fingerprint() != paper.fingerprint()
-    bb = mb.backbone_config(sd, {"num_heads": 2}, det.cfg, frozen=True)
+    bb = backbone_config(sd, {"num_heads": 2}, det.cfg, frozen=True)
     assert (bb["frozen_mode"], bb["drop_path_rate"]) == ("eval", 0.0)
     synth = SegLinear.from_preset("synth")
     assert (synth.cfg.frozen_backbone_mode, synth.cfg.drop_path_rate) == ("eval", 0.0)
     # Segmenter trains its backbone (drop path 0.1) and has no such setting
     seg = Segmenter.from_preset("paper", {"dataset": "ade20k", "crop_size": 64})
-    bb = mb.backbone_config(sd, {"num_heads": 2}, seg.cfg, frozen=False)
+    bb = backbone_config(sd, {"num_heads": 2}, seg.cfg, frozen=False)
     assert (bb["frozen"], bb["drop_path_rate"]) == (False, 0.1)
     assert not hasattr(seg.cfg, "frozen_backbone_mode")
 
@@ -403,7 +410,7 @@ def test_frozen_backbone_mode_is_a_setting():
 class _StopAt:
     """Build configs with a hook that interrupts training after ``iters`` iterations."""
 
-    _build = staticmethod(mb.build_mmseg_config)  # the real one, whatever is patched in later
+    _build = staticmethod(build_mmseg_config)  # the real one, whatever is patched in later
 
     def __init__(self, iters: int):
         self.iters = iters
@@ -451,20 +458,20 @@ def test_linear_training_keeps_backbone_bit_identical_and_resumes_weights_only(t
     cfg = SegLinear.Config(dataset="synth_ade", crop_size=64, iters=4, lrs=[1e-2], batch_size=2,
                            num_workers=0, checkpoint_interval=2, log_interval=1)
     work = tmp_path / "work"
-    monkeypatch.setattr(mb, "build_mmseg_config", _StopAt(3))
+    monkeypatch.setattr(sweep, "build_mmseg_config", _StopAt(3))
     with pytest.raises(_Interrupted):
-        mb.run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
+        run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
     run_dir = work / "lr0.01"
     ckpt2 = run_dir / "iter_2.pth"
     assert ckpt2.is_file() and not (run_dir / "iter_4.pth").exists()
     # torch's default (weights-only) load refuses mmengine's checkpoint without the allow-list ...
     with pytest.raises(Exception, match="[Ww]eights only load failed"):
         torch.load(ckpt2)
-    with mb.mmengine_checkpoint_loading():  # ... and reads it with it
+    with mmengine_checkpoint_loading():  # ... and reads it with it
         assert torch.load(ckpt2)["meta"]["iter"] == 2
 
-    monkeypatch.setattr(mb, "build_mmseg_config", _StopAt(10**9))
-    runs = mb.run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
+    monkeypatch.setattr(sweep, "build_mmseg_config", _StopAt(10**9))
+    runs = run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
     logs = "".join(p.read_text() for p in run_dir.glob("*/*.log"))
     assert "resumed epoch: 0, iter: 2" in logs
     assert set(runs[0]["metrics"]) >= {"mIoU", "mAcc", "aAcc"}
@@ -474,11 +481,11 @@ def test_linear_training_keeps_backbone_bit_identical_and_resumes_weights_only(t
     table = Path(runs[0]["csv"]).read_text().splitlines()
     assert table[0].startswith("class,IoU") and len(table) == 1 + 16
 
-    with mb.mmengine_checkpoint_loading():
+    with mmengine_checkpoint_loading():
         final = torch.load(run_dir / "iter_4.pth")
     assert final["meta"]["iter"] == 4
     state = final["state_dict"]
-    converted = mb.convert_state_dict(sd)
+    converted = convert_state_dict(sd)
     backbone = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
     assert set(backbone) == set(converted)
     for k, v in converted.items():
@@ -497,7 +504,7 @@ def test_every_validation_is_recorded_and_the_last_is_reported(tmp_path, monkeyp
     data = _small_ade(tmp_path)
     paper = SegLinear.from_preset("paper", {"dataset": "ade20k"}).cfg
     assert paper.val_interval is None and paper.validation_interval() == 16_000
-    mm = _mm_config(paper, mb.resolve_data("synth_ade", data), tmp_path)
+    mm = _mm_config(paper, resolve_data("synth_ade", data), tmp_path)
     assert mm.train_cfg.val_interval == 16_000 and mm.val_evaluator.type == "SslBenchIoUMetric"
     assert [h["type"] for h in mm.custom_hooks] == ["SslBenchValidationLog"]
     assert SegLinear.from_preset("synth").cfg.validation_interval() == 600  # once, at the end
@@ -506,11 +513,11 @@ def test_every_validation_is_recorded_and_the_last_is_reported(tmp_path, monkeyp
     cfg = SegLinear.Config(dataset="synth_ade", crop_size=64, iters=4, lrs=[1e-2], batch_size=2,
                            num_workers=0, val_interval=2, log_interval=1)
     work = tmp_path / "work"
-    runs = mb.run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
+    runs = run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
     run = runs[0]
     assert [it for it, _ in run["validations"]] == [2, 4] and run["reported_iter"] == 4
     assert run["metrics"]["mIoU"] == run["validations"][-1][1]
-    log = mb.read_validation_log(Path(run["validation_log"]))
+    log = read_validation_log(Path(run["validation_log"]))
     assert sorted(log) == [2, 4] and log[4] == run["metrics"]
     records = seg_protocol.to_results(runs, cfg)
     for rec in records:
@@ -525,7 +532,7 @@ def test_every_validation_is_recorded_and_the_last_is_reported(tmp_path, monkeyp
 
     # run again: the finished run is read back, not trained (no new mmengine session)
     sessions = sorted(p.name for p in (work / "lr0.01").iterdir() if p.is_dir())
-    again = mb.run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
+    again = run_seg_protocol(sd, {"num_heads": 2}, cfg, data, work, head="linear", frozen=True)
     assert again[0]["metrics"] == run["metrics"] and again[0]["validations"] == run["validations"]
     assert sorted(p.name for p in (work / "lr0.01").iterdir() if p.is_dir()) == sessions
 

@@ -219,13 +219,13 @@ def test_mmengine_init_leaves_the_handed_over_weights():
     too) re-draws its weights, so the wrapper must stop there."""
     from mmseg.registry import MODELS
 
-    from benchmarks.segmentation import mmseg_bridge as mb
+    from benchmarks.segmentation import mmseg_config
 
     model = build_model("random_init:vit_cpu_tiny,reg_tokens=4")  # a timm VisionTransformer subclass
     ma.register_feature_backbone()
     with ma.handed_over(model.cache_key, model.backbone):
         seg = MODELS.build(dict(type="EncoderDecoder", backbone=ma.feature_backbone_config(model.cache_key, False),
-                                decode_head=mb.head_config("linear", 64, 2, 4)))
+                                decode_head=mmseg_config.head_config("linear", 64, 2, 4)))
     seg.init_weights()  # what mmengine's Runner calls before training
     for k, v in model.backbone.state_dict().items():
         assert torch.equal(seg.backbone.backbone.state_dict()[k], v), k
@@ -233,7 +233,7 @@ def test_mmengine_init_leaves_the_handed_over_weights():
 
 @needs_mmseg
 def test_linear_head_width_comes_from_the_adapter(tmp_path, monkeypatch, synth_tiny):
-    from benchmarks.segmentation import mmseg_bridge as mb
+    from benchmarks.segmentation import mmseg_config, mmseg_data
 
     seen = {}
 
@@ -241,7 +241,7 @@ def test_linear_head_width_comes_from_the_adapter(tmp_path, monkeypatch, synth_t
         seen.update(backbone=backbone, decode_head=decode_head)
         return []
 
-    monkeypatch.setattr(mb, "run_sweep", capture)
+    monkeypatch.setattr(ma, "run_sweep", capture)
     convnext = build_model("timm:convnext_atto,weights=random")
     ma.run_feature_seg_protocol(convnext.backbone, convnext.cache_key, SegLinear.from_preset("synth", TINY).cfg,
                                 synth_tiny, tmp_path, head="linear", frozen=True, protocol="seg_linear")
@@ -253,9 +253,10 @@ def test_linear_head_width_comes_from_the_adapter(tmp_path, monkeypatch, synth_t
     assert (seen["decode_head"]["embed_dims"], seen["decode_head"]["num_heads"]) == (320, 5)
     with pytest.raises(ConfigError, match="no model was handed over"):
         ma.handed(convnext.cache_key)  # handed back after the run
-    mm = mb.build_mmseg_config(Segmenter.from_preset("synth", TINY).cfg, mb.resolve_data("synth_ade", synth_tiny),
-                               backbone=seen["backbone"], decode_head=seen["decode_head"], lr=1e-3,
-                               work_dir=tmp_path, csv_path=tmp_path / "c.csv", experiment="x")
+    data = mmseg_data.resolve_data("synth_ade", synth_tiny)
+    mm = mmseg_config.build_mmseg_config(Segmenter.from_preset("synth", TINY).cfg, data,
+                                         backbone=seen["backbone"], decode_head=seen["decode_head"], lr=1e-3,
+                                         work_dir=tmp_path, csv_path=tmp_path / "c.csv", experiment="x")
     assert mm.model_wrapper_cfg.find_unused_parameters  # a pooler the features never reach, under DDP
 
 

@@ -1,7 +1,7 @@
-"""CPU checks of the segmentation protocols on SynthScenes, for the tests (tests/test_seg.py)
-and by hand from the repository root (docs/protocols/segmentation.md):
+"""CPU checks of the segmentation protocols on SynthScenes, for the tests (test_seg.py beside it)
+and by hand from the repository root (README.md):
 
-    PYTHONPATH=tests python -c "from seg_smoke import smoke; smoke(None, 'voc')"
+    PYTHONPATH=benchmarks/segmentation/tests python -c "from seg_smoke import smoke; smoke(None, 'voc')"
 """
 from __future__ import annotations
 
