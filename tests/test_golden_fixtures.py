@@ -49,7 +49,7 @@ READERS = {
     "robustness_patch_drop.json": ["test_robustness.py"],
     "official_split_readers.json": ["test_official_split_readers.py"],
     "transfer_synclr.json": ["test_transfer.py"],
-    "upernet_layer_decay.json": ["../benchmarks/upernet/tests/test_upernet.py"],
+    "benchmarks/upernet/fixtures/upernet_layer_decay.json": ["../benchmarks/upernet/tests/test_upernet.py"],
 }
 
 

@@ -135,12 +135,12 @@ def test_position_table_resized_once_to_the_crop_grid():
     assert not resize_pos_embed(vit, 128)
 
 
-FIXTURE = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "upernet_layer_decay.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "upernet_layer_decay.json"
 
 
 @pytest.mark.parametrize("arch,preset", [("vit_small", "ibot_vit_s16"), ("vit_base", "ibot_vit_b16")])
 def test_layer_ids_and_counts_match_the_official_constructor(arch, preset):
-    """tests/reference/gen_upernet_layer_decay.py ran iBOT's segmentation constructor on the
+    """reference/gen_upernet_layer_decay.py ran iBOT's segmentation constructor on the
     official model; the same rule here on the harness ViT at 512 (built on the meta device)."""
     import json
 

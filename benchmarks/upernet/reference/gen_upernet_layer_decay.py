@@ -1,4 +1,4 @@
-"""Regenerate tests/fixtures/upernet_layer_decay.json from iBOT's segmentation code.
+"""Regenerate benchmarks/upernet/fixtures/upernet_layer_decay.json from iBOT's segmentation code.
 
 Runs bytedance/ibot's ``evaluation/semantic_segmentation/mmcv_custom/layer_decay_optimizer_constructor.py``
 (``LayerDecayOptimizerConstructor.add_params`` and ``get_num_layer_for_vit``) unmodified on the
@@ -19,7 +19,7 @@ Stubbed: ``mmcv.runner`` (mmcv 1.x; the constructor imports ``OPTIMIZER_BUILDERS
 ``base_wd`` and ``paramwise_cfg`` as mmcv 1.x's does, a registry that returns the class, and rank 1
 so that the constructor does not print its groups.
 
-    python tests/reference/gen_upernet_layer_decay.py --official /tmp/ibot --commit <40 hex>
+    python benchmarks/upernet/reference/gen_upernet_layer_decay.py --official /tmp/ibot --commit <40 hex>
 """
 from __future__ import annotations
 
@@ -28,7 +28,20 @@ import sys
 import types
 from pathlib import Path
 
-import common
+HERE = Path(__file__).resolve().parent
+
+
+def _shared_helpers():
+    """tests/reference/common.py, the helpers every fixture generator shares, loaded by its path: a
+    generator runs as a script (``python benchmarks/<folder>/reference/gen_X.py``), and tests/ is no
+    package (common.py says why)."""
+    spec = importlib.util.spec_from_file_location("common", HERE.parents[2] / "tests" / "reference" / "common.py")
+    module = sys.modules["common"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+common = sys.modules.get("common") or _shared_helpers()
 
 REPOSITORY = "https://github.com/bytedance/ibot"
 COMMIT = "da316d82636a7a7356835ef224b13d5f3ace0489"
@@ -124,7 +137,7 @@ def one_arch(constructor_mod, vit_mod, name: str, arch: dict) -> dict:
 
 
 def main() -> None:
-    args = common.parse_args(__doc__, FIXTURE, REPOSITORY, COMMIT)
+    args = common.parse_args(__doc__, HERE.parent / "fixtures" / FIXTURE, REPOSITORY, COMMIT)
     constructor_mod = load_constructor(args.official)
     vit_mod = common.import_official(args.official, "models.vision_transformer")
     data = {name: one_arch(constructor_mod, vit_mod, name, arch) for name, arch in ARCHS.items()}
