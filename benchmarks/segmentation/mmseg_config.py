@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from benchmarks.segmentation.mmseg_data import ResolvedData
+from benchmarks.segmentation.layouts import seg_sizes
 from benchmarks.segmentation.vit_weights import backbone_kwargs
+from harness.data.mmseg_layouts import ResolvedData
 from harness.errors import ConfigError
 from harness.openmmlab.launcher import resolve_launcher, world_size
 from harness.openmmlab.metric import METRIC, VALIDATION_HOOK, VALIDATION_LOG
@@ -34,7 +35,7 @@ def pipelines(cfg: SegConfig, data: ResolvedData) -> tuple[list[dict], list[dict
         dict(type="RandomFlip", prob=0.5),
         dict(type="PhotoMetricDistortion"),
     ]
-    if data.spec.pad_train:
+    if seg_sizes(data.spec.name).pad_train:
         train.append(dict(type="Pad", size=(cfg.crop_size, cfg.crop_size)))
     train.append(dict(type="PackSegInputs"))
     test = [

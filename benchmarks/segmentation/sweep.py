@@ -12,9 +12,9 @@ import torch
 
 from benchmarks.segmentation import mmengine_log
 from benchmarks.segmentation.mmseg_config import backbone_config, build_mmseg_config, head_config
-from benchmarks.segmentation.mmseg_data import ResolvedData, resolve_data
 from benchmarks.segmentation.mmseg_vit import register_mmseg_modules
 from benchmarks.segmentation.vit_weights import save_converted
+from harness.data.mmseg_layouts import ResolvedData, resolve_data
 from harness.openmmlab.checkpoint_loading import mmengine_checkpoint_loading
 from harness.openmmlab.metric import VALIDATION_LOG, read_validation_log, register_metric, validation_history
 from harness.openmmlab.per_image_io import per_image_path

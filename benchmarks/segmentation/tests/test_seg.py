@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from benchmarks.segmentation.mmseg_config import backbone_config, build_mmseg_config
-from benchmarks.segmentation.mmseg_data import resolve_data
 from benchmarks.segmentation.mmseg_vit import register_mmseg_modules
 from benchmarks.segmentation.sweep import run_seg_protocol
 from benchmarks.segmentation.vit_weights import backbone_kwargs, convert_state_dict, save_converted
+from harness.data.mmseg_layouts import resolve_data
 from harness.openmmlab.checkpoint_loading import mmengine_checkpoint_loading
 from harness.openmmlab.metric import read_validation_log
 from harness.openmmlab.stack import require_mmseg
@@ -236,21 +236,25 @@ def test_dataset_layouts_resolve(tmp_path):
 
 
 def test_every_layout_names_a_registered_data_set_and_the_data_layer_holds_no_protocol_setting():
-    """How mmseg reads a data set and for how many iterations are the protocols' settings
-    (benchmarks/segmentation/layouts.py); the data layer only registers the names."""
+    """How mmseg reads a data set is the data layer's (harness/data/mmseg_layouts.py); for how many
+    iterations and at which pipeline sizes the protocols train on it is theirs (layouts.py)."""
+    import harness.data.mmseg_layouts as data_mmseg
     import harness.data.segmentation as data_seg
-    from benchmarks.segmentation.layouts import ALIASES, LAYOUTS, mmseg_layout
+    from benchmarks.segmentation.layouts import SIZES, seg_sizes
+    from harness.data.mmseg_layouts import ALIASES, LAYOUTS, mmseg_layout
     from harness.registry import DATASETS
 
     for name, layout in LAYOUTS.items():
         assert name == layout.name and name in DATASETS
-    assert all(target in LAYOUTS for target in ALIASES.values())
+    assert set(SIZES) == set(LAYOUTS) and all(target in LAYOUTS for target in ALIASES.values())
     assert mmseg_layout("voc") is mmseg_layout("synth_voc") is LAYOUTS["voc12aug"]
-    assert (mmseg_layout("ade20k").long_iters, mmseg_layout("voc").short_iters) == (160_000, 20_000)
+    assert (seg_sizes("ade20k").long_iters, seg_sizes("voc").short_iters) == (160_000, 20_000)
     with pytest.raises(ConfigError, match="'cityscapes' is unknown; choose one of voc12aug, ade20k"):
-        mmseg_layout("cityscapes")
-    text = Path(data_seg.__file__).read_text()
-    assert not any(word in text for word in ("iters", "Dataset\"", "MmsegLayout", "scale_ratio"))
+        seg_sizes("cityscapes")
+    for module, words in ((data_seg, ("iters", "Dataset\"", "MmsegLayout", "scale_ratio")),
+                          (data_mmseg, ("iters", "scale_ratio", "crop"))):
+        text = Path(module.__file__).read_text()
+        assert not any(word in text for word in words), module.__name__
     assert not hasattr(DATASETS.get("ade20k"), "mmseg")
 
 

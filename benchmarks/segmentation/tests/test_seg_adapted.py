@@ -233,7 +233,8 @@ def test_mmengine_init_leaves_the_handed_over_weights():
 
 @needs_mmseg
 def test_linear_head_width_comes_from_the_adapter(tmp_path, monkeypatch, synth_tiny):
-    from benchmarks.segmentation import mmseg_config, mmseg_data
+    from benchmarks.segmentation import mmseg_config
+    from harness.data import mmseg_layouts
 
     seen = {}
 
@@ -253,7 +254,7 @@ def test_linear_head_width_comes_from_the_adapter(tmp_path, monkeypatch, synth_t
     assert (seen["decode_head"]["embed_dims"], seen["decode_head"]["num_heads"]) == (320, 5)
     with pytest.raises(ConfigError, match="no model was handed over"):
         ma.handed(convnext.cache_key)  # handed back after the run
-    data = mmseg_data.resolve_data("synth_ade", synth_tiny)
+    data = mmseg_layouts.resolve_data("synth_ade", synth_tiny)
     mm = mmseg_config.build_mmseg_config(Segmenter.from_preset("synth", TINY).cfg, data,
                                          backbone=seen["backbone"], decode_head=seen["decode_head"], lr=1e-3,
                                          work_dir=tmp_path, csv_path=tmp_path / "c.csv", experiment="x")

@@ -1,13 +1,54 @@
-"""The data sets as mmseg reads them: the folders of a root (the official layouts or SynthScenes'),
-found through the harness readers' layout rules, turned into mmseg dataset dicts (without
-pipelines), each folder and split list checked before a run starts."""
+"""The segmentation data sets as mmsegmentation reads them, by registered data set name: its
+dataset class, label convention and folder layout (``LAYOUTS``, other accepted names in ``ALIASES``),
+and a root's folders (the official layouts or SynthScenes') turned into mmseg dataset dicts, without
+pipelines, each folder and split list checked before a run starts (:func:`resolve_data`). The
+readers of harness/data.segmentation give the layout rules; what a protocol trains for how long is
+its own."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from benchmarks.segmentation.layouts import MmsegLayout, mmseg_layout
-from harness.errors import DataError
+from harness.errors import ConfigError, DataError
+
+
+@dataclass(frozen=True)
+class MmsegLayout:
+    """How mmsegmentation's dataset config reads a data set."""
+
+    name: str
+    mmseg_type: str
+    num_classes: int
+    reduce_zero_label: bool
+    layout: Literal["ade", "voc", "context", "coco_stuff"]
+    seg_map_suffix: str = ".png"
+
+
+# By dataset-registry name (harness.registry.DATASETS: the readers, or the data sets only mmseg reads).
+LAYOUTS = {layout.name: layout for layout in (
+    MmsegLayout("voc12aug", "PascalVOCDataset", 21, False, "voc"),
+    MmsegLayout("ade20k", "ADE20KDataset", 150, True, "ade"),
+    # CrIBo's configs/_base_/datasets/pascal_context.py: 60 classes (background included).
+    MmsegLayout("pascal_context", "PascalContextDataset", 60, False, "context"),
+    # mmseg's pascal_context_59.py: background ignored (reduce_zero_label).
+    MmsegLayout("pascal_context_59", "PascalContextDataset59", 59, True, "context"),
+    MmsegLayout("coco_stuff164k", "COCOStuffDataset", 171, False, "coco_stuff", seg_map_suffix="_labelTrainIds.png"),
+)}
+
+# Other names accepted. synth_*: SynthScenes' copies of the layouts (any root with a SynthScenes
+# meta.json is read with its own class names whatever the name used).
+ALIASES = {"ade": "ade20k", "coco_stuff": "coco_stuff164k", "pascal_context_60": "pascal_context",
+           "synth_ade": "ade20k", "synth_voc": "voc12aug", "voc": "voc12aug"}
+
+
+def mmseg_layout(name: str) -> MmsegLayout:
+    """How mmseg reads the data set ``name`` (a key of LAYOUTS or an alias)."""
+    layout = LAYOUTS.get(ALIASES.get(name, name))
+    if layout is None:
+        raise ConfigError(f"segmentation dataset {name!r} is unknown; choose one of "
+                          f"{', '.join(LAYOUTS)} (aliases: {', '.join(sorted(ALIASES))})")
+    return layout
 
 
 @dataclass
