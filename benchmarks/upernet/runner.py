@@ -18,7 +18,8 @@ import torch
 
 from benchmarks.upernet import mmseg_parts as parts
 from benchmarks.upernet.config import UperNetConfig
-from harness.errors import ConfigError, DataError
+from harness.data.mmseg_layouts import resolve_data
+from harness.errors import ConfigError
 from harness.openmmlab.launcher import resolve_launcher, world_size
 from harness.openmmlab.metric import METRIC, VALIDATION_HOOK, validation_history
 from harness.openmmlab.per_image_io import PER_IMAGE_FILE
@@ -33,23 +34,15 @@ class AdeData:
 
 
 def resolve_ade(dataset: str, data_root: str | Path) -> AdeData:
-    """The ADE20K layout under ``data_root`` (images/ and annotations/ of training and validation,
-    checked by the harness's reader), with SynthScenes' class names where its meta.json says so."""
-    from harness.data.io import find_synth_meta
+    """The ADE20K layout under ``data_root`` as mmseg reads it, with SynthScenes' class names where its
+    meta.json says so (harness.data.mmseg_layouts), and every image of both splits with its annotation
+    (the harness's reader)."""
     from harness.data.segmentation import ADE20KSegmentation
 
-    train = ADE20KSegmentation(Path(data_root).expanduser().resolve(), "training")
-    ADE20KSegmentation(train.root, "validation")
-    meta = find_synth_meta(train.root, levels=2)
-    if dataset == "synth_ade" and not meta:
-        raise DataError(f"dataset 'synth_ade' is SynthScenes' ADE20K layout, but {train.root} has no SynthScenes "
-                        f"meta.json; generate one with `ssl-bench data synth --out DIR` or use dataset ade20k")
-    if meta:
-        names = (meta.get("classes") or {}).get("ade20k")
-        if not names:
-            raise DataError(f"{train.root} is a SynthScenes root without an ade20k class list")
-        return AdeData(train.root, tuple(names), len(names))
-    return AdeData(train.root, None, 150)
+    data = resolve_data(dataset, data_root)
+    for split in ("training", "validation"):
+        ADE20KSegmentation(data.root, split)
+    return AdeData(data.root, data.classes, data.num_classes)
 
 
 def _dataset(cfg: UperNetConfig, data: AdeData, split: str, pipeline: list[dict]) -> dict:
