@@ -44,7 +44,7 @@ def _known_dataset(name: str) -> bool:
         resolve(name)
         return True
     except ConfigError:
-        from benchmarks.segmentation.layouts import ALIASES  # the mmseg protocols' own names
+        from harness.data.mmseg_layouts import ALIASES  # the names the mmseg protocols accept too
 
         return name in ALIASES
 

@@ -1,6 +1,10 @@
-"""Protocol presets are data (configs/protocols/<protocol>_<preset>.yaml): every file loads
-into its protocol's PRESETS and builds a protocol whose settings fingerprint."""
+"""Protocol presets are data (a protocol folder's presets/<protocol>_<preset>.yaml, or
+configs/protocols/): every file loads into its protocol's PRESETS and builds a protocol whose
+settings fingerprint."""
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +19,8 @@ BUILT_IN = ("dense_nn", "knn", "linear", "seg_linear", "segmenter")
 @pytest.mark.parametrize("name", BUILT_IN)
 def test_every_preset_file_is_a_preset_that_builds(name):
     cls = PROTOCOLS.get(name)
-    files = sorted((CONFIG_ROOT / "protocols").glob(f"{name}_*.yaml"))
+    folder = Path(sys.modules[cls.__module__].__file__).parent / "presets"  # a protocol folder's own
+    files = sorted((folder if folder.is_dir() else CONFIG_ROOT / "protocols").glob(f"{name}_*.yaml"))
     assert {f.stem for f in files} == {f"{name}_{p}" for p in cls.PRESETS}
     assert cls.DEFAULT_PRESET in cls.PRESETS
     fingerprints = set()

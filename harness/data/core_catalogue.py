@@ -50,12 +50,18 @@ CATALOGUE = (
                         "(palette PNG masks read as indices)",
                         splits=(Split("train", 1_464, classes=21), Split("val", 1_449, classes=21))),
                  Layout("aug", "voc12aug", "VOC2012 + SegmentationClassAug/ and trainaug.txt (mmseg's voc_aug.py)",
-                        splits=(Split("trainaug", 10_582, classes=21), Split("val", 1_449, classes=21))))),
+                        splits=(Split("trainaug", 10_582, classes=21), Split("val", 1_449, classes=21))),
+                 Layout("boxes", "voc12", "VOC2012/{JPEGImages,Annotations,ImageSets/Main}",
+                        docs="docs/DATASETS.md, Reader API, Detection boxes",
+                        splits=(Split("trainval", 11_540, classes=20),)))),
     DataSet(
         key="voc2007", title="Pascal VOC 2007",
         source="host.robots.ox.ac.uk/pascal/VOC/voc2007/: VOCtrainval_06-Nov-2007.tar, VOCtest_06-Nov-2007.tar",
         docs="docs/protocols/transfer.md, Data sets and layouts; docs/DATASETS.md, Detection boxes",
-        layouts=(), splits=(Split("trainval", 5_011, classes=20), Split("test", 4_952, classes=20))),
+        layouts=(Layout("boxes", "voc07", "VOC2007/{JPEGImages,Annotations,ImageSets/Main}",
+                        docs="docs/DATASETS.md, Reader API, Detection boxes",
+                        splits=(Split("trainval", 5_011, classes=20),)),),
+        splits=(Split("trainval", 5_011, classes=20), Split("test", 4_952, classes=20))),
     DataSet(
         key="ade20k", title="ADE20K SceneParsing (ADEChallengeData2016)",
         source="sceneparsing.csail.mit.edu: ADEChallengeData2016.zip",
@@ -67,7 +73,7 @@ CATALOGUE = (
         key="pascal_context", title="Pascal Context (VOC 2010 images)",
         source="VOCtrainval_03-May-2010.tar + trainval_merged.json, converted by mmseg's "
                "tools/dataset_converters/pascal_context.py (Detail API)",
-        docs="docs/protocols/segmentation.md", prepare="harness.data.prepare_pascal_context",
+        docs="benchmarks/segmentation/README.md", prepare="harness.data.prepare_pascal_context",
         layouts=(Layout("60", "pascal_context",
                         "VOC2010/{JPEGImages,SegmentationClassContext,ImageSets/SegmentationContext}"
                         " (60 classes, background included)", checks="harness.data.prepare_pascal_context",
@@ -79,11 +85,14 @@ CATALOGUE = (
         key="coco", title="MS-COCO (2014 / 2017 images)",
         source="cocodataset.org: train2014.zip, annotations_trainval2014.zip; train2017.zip, val2017.zip and "
                "stuffthingmaps_trainval2017.zip (converted by mmseg's tools/dataset_converters/coco_stuff164k.py)",
-        docs="docs/protocols/segmentation.md; docs/DATASETS.md, Detection boxes",
+        docs="benchmarks/segmentation/README.md; docs/DATASETS.md, Detection boxes",
         layouts=(Layout("stuff164k", "coco_stuff164k", "images/{train2017,val2017} + annotations/*_labelTrainIds.png",
                         checks="harness.data.prepare_coco_stuff", prepare="harness.data.prepare_coco_stuff",
                         splits=(Split("train2017", 118_287, classes=171, reader_split="train"),
-                                Split("val2017", 5_000, classes=171, reader_split="val"))),)),
+                                Split("val2017", 5_000, classes=171, reader_split="val"))),
+                 Layout("coco20k", "coco20k", "train2014/ + annotations/instances_train2014.json, "
+                        "restricted to LOST's list", docs="docs/DATASETS.md, Reader API, Detection boxes",
+                        splits=(Split("train", 19_817, classes=80),)))),
     DataSet(
         key="cifar10", title="CIFAR-10",
         source="cs.toronto.edu/~kriz/cifar-10-python.tar.gz (the python pickles)",
@@ -176,4 +185,11 @@ CATALOGUE = (
         docs="benchmarks/correspondence/README.md, Data (NAVI)",
         layouts=(Layout("pairs", "navi", "root/<object>/<collection>/{annotations.json,images/,depth/}"),),
         splits=(Split("test", None, "pairs", note="every wild_set view, paired under 120 degrees, every 4th"),)),
+    DataSet(
+        key="davis2017", title="DAVIS-2017 semi-supervised (480p)",
+        source="davischallenge.org/davis2017/code.html: DAVIS-2017-trainval-480p.zip",
+        docs="docs/DATASETS.md, Reader API, Video; benchmarks/davis/README.md",
+        layouts=(Layout("480p", "davis2017",
+                         "ImageSets/2017/<split>.txt, JPEGImages/480p/<seq>/, Annotations/480p/<seq>/", height=480),),
+        splits=(Split("train", 60, "sequences"), Split("val", 30, "sequences"))),
 )

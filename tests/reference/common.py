@@ -43,11 +43,12 @@ for _p in (ROOT, ROOT / "tests"):
     on_import_path(_p)
 
 
-def parse_args(doc: str, fixture: str, repository: str, commit: str, threads: int = 2, *,
+def parse_args(doc: str, fixture: str | Path, repository: str, commit: str, threads: int = 2, *,
                positional: bool = False, extra=None, argv: list[str] | None = None,
                fixtures: Path = FIXTURES) -> argparse.Namespace:
     """``--official PATH`` (a checkout of ``repository``), ``--out`` (default: the committed
-    fixture), ``--commit`` (only needed when the checkout is not a git work tree).
+    fixture: ``fixture`` in tests/fixtures, or a path in a protocol folder's fixtures/), ``--commit``
+    (only needed when the checkout is not a git work tree).
     ``commit`` is the one the committed fixture was made from, shown in the help. ``threads``:
     the default torch thread count, 2 (the committed numbers were made on a 2-core machine with
     torch's default; BatchNorm statistics in a head move in the last digit with another count).
