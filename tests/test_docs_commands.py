@@ -1,6 +1,7 @@
-"""The `ssl-bench ...` commands of the protocol pages (docs/protocols/*.md): each parses and names a
-registered protocol, one of its presets and a known data set (fast); the evaluations on SynthScenes
-tiny run as written, each on the set the page's own `ssl-bench data synth` line makes (slow)."""
+"""The `ssl-bench ...` commands of the protocol pages (benchmarks/<folder>/README.md,
+docs/protocols/*.md): each parses and names a registered protocol, one of its presets and a known
+data set (fast); the evaluations on SynthScenes tiny run as written, each on the set the page's own
+`ssl-bench data synth` line makes (slow)."""
 from __future__ import annotations
 
 import re
@@ -11,11 +12,17 @@ import pytest
 
 from harness.cli import build_parser, command_of, main, parse_command_line
 
-PAGES = sorted((Path(__file__).resolve().parents[1] / "docs" / "protocols").glob("*.md"))
+REPO = Path(__file__).resolve().parents[1]
+PAGES = sorted([*(REPO / "docs" / "protocols").glob("*.md"), *(REPO / "benchmarks").glob("*/README.md")])
 FENCE = re.compile(r"```[a-z]*\n(.*?)```", re.S)
 OPTIONAL = re.compile(r"\[--[^\]]*\]")  # `[--set a=b]`: an optional part, left out
 # The mmseg protocols train for minutes even on SynthScenes tiny: their commands are parsed only.
 NOT_RUN = {"seg_linear", "segmenter"}
+
+
+def page_id(page: Path) -> str:
+    """A protocol folder's README by its folder's name, a docs/protocols page by its own."""
+    return page.parent.name if page.name == "README.md" else page.stem
 
 
 def page_commands(page: Path) -> list[list[str]]:
@@ -48,11 +55,11 @@ def _known_dataset(name: str) -> bool:
 
 
 def test_pages_hold_commands():
-    counted = {page.name: len(page_commands(page)) for page in PAGES}
-    assert sum(counted.values()) > 40 and counted["depth.md"] >= 5
+    counted = {page_id(page): len(page_commands(page)) for page in PAGES}
+    assert sum(counted.values()) > 40 and counted["depth"] >= 5
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
 def test_every_command_parses_and_names_what_exists(page):
     from harness.data.cli import synthetic_protocols
     from harness.registry import PROTOCOLS
@@ -95,7 +102,7 @@ RUN_PAGES = [p for p in PAGES if any(a[0] != "data" for a in runnable(p))]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", RUN_PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", RUN_PAGES, ids=page_id)
 def test_synthscenes_commands_run_as_written(page, isolated_home, one_torch_thread):
     roots: dict[str, str] = {}
     for argv in runnable(page):

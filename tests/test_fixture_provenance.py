@@ -1,6 +1,7 @@
 """Every committed fixture says where its numbers come from and can be made again: a
 provenance block with the official repository, its full commit, the settings, the
-environment, and a generator script in tests/reference/ (tests/reference/README.md)."""
+environment, and a generator script in tests/reference/, or in the reference/ of the protocol
+folder that holds the fixture (tests/reference/README.md)."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,11 @@ import pytest
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
-FIXTURES = sorted((TESTS / "fixtures").glob("*.json"))
+# a protocol folder's golden fixtures: its fixtures/, in a folder whose reference/ holds generators
+GENERATORS = sorted([*(TESTS / "reference").glob("gen_*.py"), *ROOT.glob("benchmarks/*/reference/gen_*.py")])
+FOLDER_FIXTURES = sorted({p for g in GENERATORS if g.parents[2] != ROOT
+                          for p in (g.parents[1] / "fixtures").glob("*.json")})
+FIXTURES = sorted((TESTS / "fixtures").glob("*.json")) + FOLDER_FIXTURES
 SHA1 = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -19,7 +24,13 @@ def test_there_are_fixtures():
     assert FIXTURES, "no tests/fixtures/*.json found"
 
 
-@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+def generator_folder(fixture: Path) -> str:
+    """Where the generator of a fixture lives: tests/reference/, or the folder's own reference/."""
+    return "tests/reference/" if fixture.parent == TESTS / "fixtures" else \
+        f"{fixture.parents[1].relative_to(ROOT).as_posix()}/reference/"
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_fixture_has_provenance_and_a_generator(path):
     data = json.loads(path.read_text())
     prov = data.get("provenance")
@@ -29,7 +40,8 @@ def test_fixture_has_provenance_and_a_generator(path):
                                "")), f"{path.name}: provenance.commit {prov.get('commit')!r} is not a 40-char commit"
     assert prov.get("repository", "").startswith("https://github.com/"), f"{path.name}: provenance.repository"
     gen = prov.get("generator", "")
-    assert gen.startswith("tests/reference/gen_") and gen.endswith(".py"), f"{path.name}: provenance.generator {gen!r}"
+    assert gen.startswith(generator_folder(path) + "gen_") and gen.endswith(".py"), (
+        f"{path.name}: provenance.generator {gen!r} is not in {generator_folder(path)}")
     script = ROOT / gen
     assert script.is_file(), f"{path.name}: generator {gen} does not exist"
     # the generator names this fixture and this commit (what its --help shows)
@@ -45,10 +57,11 @@ def test_fixture_has_provenance_and_a_generator(path):
 
 
 def test_every_generator_has_its_fixture():
-    for script in sorted((TESTS / "reference").glob("gen_*.py")):
+    for script in GENERATORS:
         m = re.search(r'^FIXTURE = "([^"]+)"$', script.read_text(), re.M)
         assert m, f"{script.name}: no FIXTURE constant"
-        assert (TESTS / "fixtures" / m.group(1)).is_file(), f"{script.name}: tests/fixtures/{m.group(1)} missing"
+        fixtures = TESTS / "fixtures" if script.parent == TESTS / "reference" else script.parents[1] / "fixtures"
+        assert (fixtures / m.group(1)).is_file(), f"{script.name}: {fixtures.relative_to(ROOT)}/{m.group(1)} missing"
 
 
 # The official-class parity fixtures (tests/fixtures/official/<case>/: checkpoint.pth,
