@@ -33,12 +33,13 @@ def test_a_stray_file_is_reported_and_an_allowed_or_shared_one_is_not(tmp_path):
              "configs/paper/t.yaml": "protocols:\n  knn: {}\n",
              "configs/paper/both.yaml": "protocols: {knn: 1, seg_linear: 1}",
              "scripts/tool.py": "import benchmarks.seg.seg_linear", "experiments/knn_bench.py": "",
+             "tests/experiments/test_knn_bench.py": "",
              "docs/both.md": "benchmarks/cls and benchmarks/seg"}
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     _, extra = count(sorted(files), fams, tmp_path)
-    # a link to the folder's README is a reference; experiments/ is not a folder's to own
+    # a link to the folder's README is a reference; experiments/ (and their tests) are not a folder's to own
     assert strays(extra["listed"], ["cls", "seg"]) == {"cls": ["configs/paper/t.yaml", "tests/test_knn.py"],
                                                        "seg": ["scripts/tool.py"]}
     assert strays(extra["listed"], ["cls"], allowed=["tests/test_knn.py"]) == {"cls": ["configs/paper/t.yaml"]}
