@@ -253,10 +253,10 @@ def test_a_protocol_folder_paper_table_is_found_beside_configs_paper(tmp_path, m
     own = folder / "paper" / "family-table.yaml"
     own.write_text(spec_path("neco-readme").read_text())
     monkeypatch.setattr(harness.registry, "protocol_folders", lambda: [folder])
-    assert "family-table" in list_tables() and "neco-readme" in list_tables()
+    assert "family-table" in list_tables() and "synthscenes" in list_tables()  # and configs/paper's
     assert spec_path("family-table") == own
     assert load_table("family-table").name == "family-table"
-    (folder / "paper" / "neco-readme.yaml").write_text(own.read_text())
+    (folder / "paper" / "synthscenes.yaml").write_text(own.read_text())
     with pytest.raises(ConfigError, match="specified twice"):
         list_tables()
 

@@ -164,6 +164,47 @@ def as_list(a: np.ndarray) -> dict:
     return {"shape": list(a.shape), "float32_le_base64": base64.b64encode(a.tobytes()).decode()}
 
 
+def run_cases(el, image_root: Path, stored: dict | None) -> tuple[dict, dict]:
+    """Every case through DINO's code at each of its lrs: (the fixture's cases, the features per case)."""
+    cases, all_tokens = {}, {}
+    for name, case in CASES.items():
+        tokens = stored[name] if stored is not None else case_tokens(case, image_root)
+        all_tokens[name] = tokens
+        runs = [run_official(el, tokens, case, lr) for lr in case["base_lrs"]]
+        orders = runs[0]["orders"]
+        assert all(r["orders"] == orders for r in runs)
+        assert orders == sampler_epochs(len(tokens["train_y"]), case["epochs"])
+        cases[name] = {
+            "spec": case,
+            "features_sha256": sha256(tokens["train"], tokens["train_y"], tokens["val"], tokens["val_y"]),
+            "n_train": len(tokens["train_y"]), "n_val": len(tokens["val_y"]),
+            "dim": runs[0]["dim"], "num_labels": runs[0]["num_labels"],
+            "order_sha256": sha256(np.asarray(orders, np.int64)),
+            "init_weight": as_list(runs[0]["init_weight"]),
+            "runs": [{"base_lr": r["base_lr"], "lr": r["lr"], "per_epoch": r["per_epoch"], "best_acc": r["best_acc"],
+                      "init_weight_equal_to_case": bool(np.array_equal(r["init_weight"], runs[0]["init_weight"])),
+                      "init_bias_zero": bool(not r["init_bias"].any()),
+                      "final_weight": as_list(r["final_weight"]), "final_bias": as_list(r["final_bias"])}
+                     for r in runs],
+        }
+        print(f"{name}: " + "; ".join(f"lr {r['base_lr']}: acc1 per epoch "
+                                       f"{[round(e['acc1'], 2) for e in r['per_epoch']]}" for r in runs))
+    return cases, all_tokens
+
+
+def fixture_provenance(args: argparse.Namespace) -> dict:
+    prov = common.provenance(
+        args, __file__,
+        {"cases": CASES, "images": IMAGES, "model": MODEL, "sampler_seed": SAMPLER_SEED,
+         "eval_linear_args": {"arch": "vit_small"}, "world_size": 1, "distributed_backend": "gloo"},
+        common.loaded_official_files(args.official), extra_modules=("torchvision",),
+        notes="official_files: every file of the checkout imported while the generator ran. The substitutions "
+              "made to run it on a CPU in one process are in the fixture's how field (and the generator's "
+              "docstring).")
+    prov["environment"].update(environment_extra())
+    return prov
+
+
 def main(argv=None) -> None:
     def options(ap):
         ap.add_argument("--work", type=Path, default=Path("/tmp/linear_dino_work"),
@@ -189,29 +230,7 @@ def main(argv=None) -> None:
     image_root = build_image_folder(args.work / "images")
     stored = load_tokens(args.features) if args.features else None
     t0 = time.perf_counter()
-    cases, all_tokens = {}, {}
-    for name, case in CASES.items():
-        tokens = stored[name] if stored is not None else case_tokens(case, image_root)
-        all_tokens[name] = tokens
-        runs = [run_official(el, tokens, case, lr) for lr in case["base_lrs"]]
-        orders = runs[0]["orders"]
-        assert all(r["orders"] == orders for r in runs)
-        assert orders == sampler_epochs(len(tokens["train_y"]), case["epochs"])
-        cases[name] = {
-            "spec": case,
-            "features_sha256": sha256(tokens["train"], tokens["train_y"], tokens["val"], tokens["val_y"]),
-            "n_train": len(tokens["train_y"]), "n_val": len(tokens["val_y"]),
-            "dim": runs[0]["dim"], "num_labels": runs[0]["num_labels"],
-            "order_sha256": sha256(np.asarray(orders, np.int64)),
-            "init_weight": as_list(runs[0]["init_weight"]),
-            "runs": [{"base_lr": r["base_lr"], "lr": r["lr"], "per_epoch": r["per_epoch"], "best_acc": r["best_acc"],
-                      "init_weight_equal_to_case": bool(np.array_equal(r["init_weight"], runs[0]["init_weight"])),
-                      "init_bias_zero": bool(not r["init_bias"].any()),
-                      "final_weight": as_list(r["final_weight"]), "final_bias": as_list(r["final_bias"])}
-                     for r in runs],
-        }
-        print(f"{name}: " + "; ".join(f"lr {r['base_lr']}: acc1 per epoch "
-                                       f"{[round(e['acc1'], 2) for e in r['per_epoch']]}" for r in runs))
+    cases, all_tokens = run_cases(el, image_root, stored)
     seconds = time.perf_counter() - t0
     # The features DINO's code ran on, beside the fixture: the test feeds these (float
     # features recomputed on another CPU differ in their last bits).
@@ -219,17 +238,8 @@ def main(argv=None) -> None:
     features_path.parent.mkdir(parents=True, exist_ok=True)
     save_tokens(features_path, all_tokens)
     print(f"wrote {features_path}")
-    prov = common.provenance(
-        args, __file__,
-        {"cases": CASES, "images": IMAGES, "model": MODEL, "sampler_seed": SAMPLER_SEED,
-         "eval_linear_args": {"arch": "vit_small"}, "world_size": 1, "distributed_backend": "gloo"},
-        common.loaded_official_files(args.official), extra_modules=("torchvision",),
-        notes="official_files: every file of the checkout imported while the generator ran. The substitutions "
-              "made to run it on a CPU in one process are in the fixture's how field (and the generator's "
-              "docstring).")
-    prov["environment"].update(environment_extra())
     out = {
-        "provenance": prov,
+        "provenance": fixture_provenance(args),
         "reference": {**EXPECTED, "commit": args.commit, "url": REPOSITORY},
         "how": __doc__.split("\n\n", 2)[2].strip(),
         "images": IMAGES, "model": MODEL, "sampler_seed": SAMPLER_SEED,

@@ -221,6 +221,92 @@ def environment_extra() -> dict:
             "harness_worktree_dirty": harness_dirty}
 
 
+HOW = ("open-hummingbird-eval's hbird.hbird_eval.hbird_evaluation (v2.0.0, commit in provenance) run by "
+       "benchmarks/dense_nn/reference/gen_hbird_e2e.py on the data set of "
+       "benchmarks/dense_nn/reference/hbird_e2e_common.py "
+       "build_dataset() (24 training, 12 validation SynthScenes crops, VOC layout; sha256 in data) with the "
+       "random-init vit_cpu_tiny (seed 0) whose final-normed last-block patch tokens are the feature function; "
+       "the settings are in settings, the substitutions (CPU faiss, stubbed pytorch_lightning, recording "
+       "wrappers, the train transform of the runs without augmentation, the replayed draws) in "
+       "substitutions. noaug: training images through the validation transform (val_transform, the "
+       "comparison run) and through the train transform at its least random (train_transform_random_off, "
+       "information only), random.seed(0) and torch.manual_seed(0) first; aug_replay: the train transform "
+       "with the harness's draws for seeds " + ", ".join(map(str, REPLAY_SEEDS)) + "; aug: the train "
+       "transform on the global RNGs seeded (random, numpy, torch) with each seed. Each run records the "
+       "mIoU it returns, the 21 x 21 confusion matrix and the memory size. torch and faiss single-threaded.")
+
+
+def run_reference(off, model, root: Path, n_aug_seeds: int) -> tuple[dict, dict, list]:
+    """The reference without augmentation (two transforms), with the harness's draws replayed, and on its own
+    seeded global RNGs: (noaug, replay by seed, mIoU per augmentation seed)."""
+    noaug = {}
+    for name in ("val_transform", "train_transform_random_off"):
+        random.seed(0)
+        torch.manual_seed(0)
+        noaug[name] = run_official(off, model, root, name)
+    from benchmarks.dense_nn.protocol import DenseNN
+
+    replay = {}
+    for seed in REPLAY_SEEDS:
+        with replayed_draws(DenseNN.from_preset("hbird", harness_values("hbird", seed)).aug()) as plan:
+            plan["seed"] = seed
+            r = run_official(off, model, root, "train_transform")
+        replay[seed] = r
+    aug = []
+    for seed in OFFICIAL_AUG_SEEDS[:n_aug_seeds]:
+        # the reference draws from the global RNGs (python random: RandomResizedCrop's p;
+        # torch: RandomApply, ColorJitter factors, get_params), in data-loader order
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        aug.append(run_official(off, model, root, "train_transform")["miou"])
+    return noaug, replay, aug
+
+
+def reference_settings(model) -> dict:
+    return {"entry": "hbird.hbird_eval.hbird_evaluation", "dataset_name": "voc", "input_size": INPUT_SIZE,
+            "patch_size": model.backbone.patch_size, "d_model": model.backbone.embed_dim,
+            "batch_size": BATCH_SIZE, "augmentation_epoch": 1, "n_neighbours": K, "nn_method": "faiss",
+            "memory_size": None, "num_workers": 0, "device": "cpu",
+            "ignore_index": "255 (get_dataset's for voc)", "num_classes": 21,
+            "metric": "the return value of evaluate(): PredsmIoU.compute default (Hungarian, mean over 21)"}
+
+def fixture_provenance(args, settings: dict) -> dict:
+    files = common.loaded_official_files(args.official)
+    prov = common.provenance(
+        args, __file__,
+        {"settings": settings, "data": DATA, "model": MODEL, "replay_seeds": REPLAY_SEEDS,
+         "official_aug_seeds": OFFICIAL_AUG_SEEDS[:args.n_aug_seeds],
+         "harness_aug_seeds": HARNESS_AUG_SEEDS[:args.n_aug_seeds] if args.compare else None,
+         "noaug_seeding": "random.seed(0), torch.manual_seed(0) before each run", "faiss_threads": 1,
+         "version": VERSION},
+        files, extra_modules=("torchvision", "scipy", "faiss", "PIL"),
+        notes="official_files: every file of the checkout imported while the generator ran. The substitutions "
+              "made to run it on a CPU are in the fixture's substitutions field (and the generator's docstring).")
+    prov["environment"].update(environment_extra())
+    return prov
+
+
+def compare_with_harness(args, data: dict, model, noaug: dict, replay: dict, aug: list) -> dict:
+    """The harness on the same data and model, without augmentation, with the replayed draws and on its own seeds."""
+    h = run_harness(data["harness_root"], model, "none", 0, args.work / "artifacts")
+    ref = noaug["val_transform"]
+    cmp = {"noaug": {"miou": h["miou"], "bank_size": h["bank_size"],
+                     "confusion_equal": bool(np.array_equal(h["confusion"], ref["confusion"]))}}
+    for seed, r in replay.items():
+        hr = run_harness(data["harness_root"], model, "hbird", seed, args.work / "artifacts")
+        cmp[f"aug_seed_{seed}"] = {"miou": hr["miou"],
+                                   "confusion_equal": bool(np.array_equal(hr["confusion"], r["confusion"]))}
+    ha = [run_harness(data["harness_root"], model, "hbird", s, args.work / "artifacts")["miou"]
+          for s in HARNESS_AUG_SEEDS[:args.n_aug_seeds]]
+    cmp["aug"] = {"seeds": HARNESS_AUG_SEEDS[:args.n_aug_seeds], "miou": ha, "mean": float(np.mean(ha)),
+                  "std": float(np.std(ha, ddof=1))}
+    print(json.dumps({k: v for k, v in cmp.items() if k != "aug"}, indent=1))
+    print(f"harness aug {cmp['aug']['mean']:.6f} +- {cmp['aug']['std']:.6f} ({len(ha)} seeds) vs reference "
+          f"{float(np.mean(aug)):.6f} +- {float(np.std(aug, ddof=1)):.6f} ({len(aug)} seeds)")
+    return cmp
+
+
 def main(argv=None) -> None:
     def options(ap):
         ap.add_argument("--work", type=Path, default=Path("/tmp/hbird_e2e_work"),
@@ -243,64 +329,14 @@ def main(argv=None) -> None:
     model = make_model(args.weights)
 
     t0 = time.perf_counter()
-    noaug = {}
-    for name in ("val_transform", "train_transform_random_off"):
-        random.seed(0)
-        torch.manual_seed(0)
-        noaug[name] = run_official(off, model, data["hbird_root"], name)
-    from benchmarks.dense_nn.protocol import DenseNN
-
-    replay = {}
-    for seed in REPLAY_SEEDS:
-        with replayed_draws(DenseNN.from_preset("hbird", harness_values("hbird", seed)).aug()) as plan:
-            plan["seed"] = seed
-            r = run_official(off, model, data["hbird_root"], "train_transform")
-        replay[seed] = r
-    aug = []
-    for seed in OFFICIAL_AUG_SEEDS[:args.n_aug_seeds]:
-        # the reference draws from the global RNGs (python random: RandomResizedCrop's p;
-        # torch: RandomApply, ColorJitter factors, get_params), in data-loader order
-        random.seed(seed)
-        np.random.seed(seed)
-        torch.manual_seed(seed)
-        aug.append(run_official(off, model, data["hbird_root"], "train_transform")["miou"])
+    noaug, replay, aug = run_reference(off, model, data["hbird_root"], args.n_aug_seeds)
     seconds = time.perf_counter() - t0
 
-    settings = {"entry": "hbird.hbird_eval.hbird_evaluation", "dataset_name": "voc", "input_size": INPUT_SIZE,
-                "patch_size": model.backbone.patch_size, "d_model": model.backbone.embed_dim,
-                "batch_size": BATCH_SIZE, "augmentation_epoch": 1, "n_neighbours": K, "nn_method": "faiss",
-                "memory_size": None, "num_workers": 0, "device": "cpu",
-                "ignore_index": "255 (get_dataset's for voc)", "num_classes": 21,
-                "metric": "the return value of evaluate(): PredsmIoU.compute default (Hungarian, mean over 21)"}
-    how = ("open-hummingbird-eval's hbird.hbird_eval.hbird_evaluation (v2.0.0, commit in provenance) run by "
-           "benchmarks/dense_nn/reference/gen_hbird_e2e.py on the data set of "
-           "benchmarks/dense_nn/reference/hbird_e2e_common.py "
-           "build_dataset() (24 training, 12 validation SynthScenes crops, VOC layout; sha256 in data) with the "
-           "random-init vit_cpu_tiny (seed 0) whose final-normed last-block patch tokens are the feature function; "
-           "the settings are in settings, the substitutions (CPU faiss, stubbed pytorch_lightning, recording "
-           "wrappers, the train transform of the runs without augmentation, the replayed draws) in "
-           "substitutions. noaug: training images through the validation transform (val_transform, the "
-           "comparison run) and through the train transform at its least random (train_transform_random_off, "
-           "information only), random.seed(0) and torch.manual_seed(0) first; aug_replay: the train transform "
-           "with the harness's draws for seeds " + ", ".join(map(str, REPLAY_SEEDS)) + "; aug: the train "
-           "transform on the global RNGs seeded (random, numpy, torch) with each seed. Each run records the "
-           "mIoU it returns, the 21 x 21 confusion matrix and the memory size. torch and faiss single-threaded.")
-    files = common.loaded_official_files(args.official)
-    prov = common.provenance(
-        args, __file__,
-        {"settings": settings, "data": DATA, "model": MODEL, "replay_seeds": REPLAY_SEEDS,
-         "official_aug_seeds": OFFICIAL_AUG_SEEDS[:args.n_aug_seeds],
-         "harness_aug_seeds": HARNESS_AUG_SEEDS[:args.n_aug_seeds] if args.compare else None,
-         "noaug_seeding": "random.seed(0), torch.manual_seed(0) before each run", "faiss_threads": 1,
-         "version": VERSION},
-        files, extra_modules=("torchvision", "scipy", "faiss", "PIL"),
-        notes="official_files: every file of the checkout imported while the generator ran. The substitutions "
-              "made to run it on a CPU are in the fixture's substitutions field (and the generator's docstring).")
-    prov["environment"].update(environment_extra())
+    settings = reference_settings(model)
     out = {
-        "provenance": prov,
+        "provenance": fixture_provenance(args, settings),
         "reference": {**EXPECTED, "commit": args.commit, "url": REPOSITORY},
-        "how": how,
+        "how": HOW,
         "data": {**DATA, "sha256": data["sha256"],
                  "how": "benchmarks/dense_nn/reference/hbird_e2e_common.py build_dataset(); sha256 over every file's "
                         "root-relative name and bytes in the harness layout (the reference's layout links to "
@@ -322,28 +358,12 @@ def main(argv=None) -> None:
           f"aug {out['aug']['mean']:.6f} +- {out['aug']['std']:.6f} over {len(aug)} seeds ({seconds:.0f} s)")
 
     if args.compare:  # the harness on the same data and model, recorded for information
-        h = run_harness(data["harness_root"], model, "none", 0, args.work / "artifacts")
-        ref = noaug["val_transform"]
-        cmp = {"noaug": {"miou": h["miou"], "bank_size": h["bank_size"],
-                         "confusion_equal": bool(np.array_equal(h["confusion"], ref["confusion"]))}}
-        for seed, r in replay.items():
-            hr = run_harness(data["harness_root"], model, "hbird", seed, args.work / "artifacts")
-            cmp[f"aug_seed_{seed}"] = {"miou": hr["miou"],
-                                       "confusion_equal": bool(np.array_equal(hr["confusion"], r["confusion"]))}
-        ha = [run_harness(data["harness_root"], model, "hbird", s, args.work / "artifacts")["miou"]
-              for s in HARNESS_AUG_SEEDS[:args.n_aug_seeds]]
-        cmp["aug"] = {"seeds": HARNESS_AUG_SEEDS[:args.n_aug_seeds], "miou": ha, "mean": float(np.mean(ha)),
-                      "std": float(np.std(ha, ddof=1))}
-        out["harness_at_generation"] = cmp
-        print(json.dumps({k: v for k, v in cmp.items() if k != "aug"}, indent=1))
-        print(f"harness aug {cmp['aug']['mean']:.6f} +- {cmp['aug']['std']:.6f} ({len(ha)} seeds) vs reference "
-              f"{out['aug']['mean']:.6f} +- {out['aug']['std']:.6f} ({len(aug)} seeds)")
+        out["harness_at_generation"] = compare_with_harness(args, data, model, noaug, replay, aug)
     common.finish(args, out, skip=NOT_COMPARED)
     # the weights the reference ran on, beside the fixture: the test loads them (another CPU's
     # random init differs in its last bits)
     save_model(model, args.out.with_name(MODEL_FILE))
     print(f"wrote {args.out.with_name(MODEL_FILE)}")
-
 
 if __name__ == "__main__":
     main()
