@@ -1,4 +1,4 @@
-"""The `ssl-bench ...` commands of the protocol pages (docs/protocols/*.md and each protocol folder's
+"""The `ssl-bench ...` commands of the protocol pages (each protocol folder's
 README.md): each parses and names a
 registered protocol, one of its presets and a known data set (fast); the evaluations on SynthScenes
 tiny run as written, each on the set the page's own `ssl-bench data synth` line makes (slow)."""
@@ -13,7 +13,7 @@ import pytest
 from harness.cli import build_parser, command_of, main, parse_command_line
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = sorted([*(REPO / "docs" / "protocols").glob("*.md"), *(REPO / "benchmarks").glob("*/README.md")])
+PAGES = sorted((REPO / "benchmarks").glob("*/README.md"))
 FENCE = re.compile(r"```[a-z]*\n(.*?)```", re.S)
 OPTIONAL = re.compile(r"\[--[^\]]*\]")  # `[--set a=b]`: an optional part, left out
 # The mmseg protocols train for minutes even on SynthScenes tiny: their commands are parsed only.

@@ -40,7 +40,7 @@ def test_there_are_fixtures():
     assert FIXTURES, "no tests/fixtures/*.json found"
 
 
-@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_fixture_has_provenance_and_a_generator(path):
     data = json.loads(path.read_text())
     prov = data.get("provenance")

@@ -57,7 +57,7 @@ CATALOGUE = (
     DataSet(
         key="voc2007", title="Pascal VOC 2007",
         source="host.robots.ox.ac.uk/pascal/VOC/voc2007/: VOCtrainval_06-Nov-2007.tar, VOCtest_06-Nov-2007.tar",
-        docs="docs/protocols/transfer.md, Data sets and layouts; docs/DATASETS.md, Detection boxes",
+        docs="benchmarks/transfer/README.md, Data sets and layouts; docs/DATASETS.md, Detection boxes",
         layouts=(Layout("boxes", "voc07", "VOC2007/{JPEGImages,Annotations,ImageSets/Main}",
                         docs="docs/DATASETS.md, Reader API, Detection boxes",
                         splits=(Split("trainval", 5_011, classes=20),)),),
