@@ -57,6 +57,10 @@ class FinetuneConfig:
     weight_decay: float = 0.05
     weight_decay_end: float | None = None  # None: constant weight decay
     layer_decay: float = 0.9  # 1.0: one learning rate for every layer
+    # the model's no_weight_decay() names (pos_embed, cls_token) without weight decay, as BEiT's
+    # optim_factory; False: only 1-D parameters and biases, as timm's create_optimizer on iBOT's
+    # VisionTransformer (which declares no no_weight_decay: eval_cls.py's transfer / semi recipes)
+    use_no_weight_decay_list: bool = True
     opt_eps: float = 1e-8
     opt_betas: list[float] | None = None  # None: torch's AdamW default (0.9, 0.999)
     clip_grad: float | None = None  # total gradient norm clip; None: off

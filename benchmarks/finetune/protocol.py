@@ -50,7 +50,8 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
     RUNS_ON_EVERY_RANK = True  # data parallel: every process trains its share
     # settings left out of the fingerprint at these values (a recipe without them keeps its fingerprint)
     ABSENT_AT = {"normalization": None, "eval_interpolation": "bilinear", "repeated_aug": False,
-                 "head_outputs": "classes", "lr_schedule": "per_step", "warmup_lr": 0.0}
+                 "head_outputs": "classes", "lr_schedule": "per_step", "warmup_lr": 0.0,
+                 "use_no_weight_decay_list": True}
 
     def input_sizes(self) -> dict[str, int]:
         return {"input_size": self.cfg.input_size}

@@ -63,7 +63,8 @@ def steps_per_epoch(n_images: int, cfg) -> int:
 
 def build_optimizer(model, cfg) -> torch.optim.Optimizer:
     groups = parameter_groups(model, cfg.weight_decay, cfg.layer_decay,
-                              scheme=_scheme(model) if cfg.layer_decay < 1.0 else None)
+                              scheme=_scheme(model) if cfg.layer_decay < 1.0 else None,
+                              skip_list=None if cfg.use_no_weight_decay_list else ())
     betas = tuple(cfg.opt_betas) if cfg.opt_betas is not None else (0.9, 0.999)
     return torch.optim.AdamW(groups, lr=cfg.peak_lr(), weight_decay=0.0, eps=cfg.opt_eps, betas=betas)
 

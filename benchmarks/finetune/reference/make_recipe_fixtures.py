@@ -15,7 +15,8 @@ benchmarks/finetune/fixtures/, their sha256 in MANIFEST.json (``made_by``):
   ``x batch x 8 / 512``, and the lr each epoch trains at: timm's scheduler from
   ``create_scheduler(args, optimizer)``, read before each epoch and stepped with
   ``lr_scheduler.step(epoch)`` after it, as eval_cls.py's loop; plus short variants (12 epochs,
-  with and without warm-up) that reach the cosine's end;
+  with and without warm-up) that reach the cosine's end; and each parameter's weight decay in
+  eval_cls.py's optimizer (timm's ``create_optimizer`` on iBOT's ``vit_small``);
 - ``ra_sampler.json``: the indices each process draws from ``RASampler`` (iBOT's two copies and
   DeiT's ``samplers.py``) for a few data-set sizes, process counts and epochs, cut to whole
   batches as the loaders' ``drop_last``;
@@ -45,7 +46,8 @@ FIXTURES = HERE.parent / "fixtures"
 GENERATOR = "benchmarks/finetune/reference/make_recipe_fixtures.py"
 REPOSITORIES = {"ibot": "https://github.com/bytedance/ibot", "deit": "https://github.com/facebookresearch/deit",
                 "synclr": "https://github.com/google-research/syn-rep-learn"}
-FILES = {"ibot": ("run.sh", "evaluation/README.md", "evaluation/eval_cls.py", "evaluation/semi_supervised/eval_cls.py"),
+FILES = {"ibot": ("run.sh", "evaluation/README.md", "evaluation/eval_cls.py", "evaluation/semi_supervised/eval_cls.py",
+                  "models/vision_transformer.py"),
          "deit": ("samplers.py", "main.py"),
          "synclr": ("SynCLR/eval/EVALUATE.md", "SynCLR/eval/main_finetune.py", "SynCLR/eval/util/lr_sched.py",
                     "SynCLR/eval/util/datasets.py")}
@@ -110,6 +112,30 @@ def deit_schedules(ibot: Path) -> dict:
                      "warmup_epochs": args.warmup_epochs, "epochs": args.epochs, "batch_size": args.batch_size,
                      "gpus": GPUS, "repeated_aug": args.repeated_aug, "sched": args.sched, "epoch_lr": lrs}
     return out
+
+
+def transfer_weight_decay(ibot: Path) -> dict:
+    """Each parameter's weight decay in eval_cls.py's optimizer: timm's ``create_optimizer(args,
+    model)`` on iBOT's ``vit_small`` (run.sh AVGPOOL=0) with the 100-way head eval_cls.py sets."""
+    import importlib
+
+    from timm.optim import create_optimizer
+
+    from benchmarks.finetune.reference.official_ibot import official_on_path
+
+    official_on_path(ibot)  # models/ imports the checkout's top-level utils by bare name
+    models = importlib.import_module("models")
+    if not Path(models.__file__).resolve().is_relative_to(ibot):
+        raise SystemExit(f"models was imported from {models.__file__}, not from {ibot}")
+    parser_fn = official_definition(ibot / "evaluation/eval_cls.py", "get_args_parser", {"argparse": argparse})
+    args = argparse.ArgumentParser(parents=[parser_fn()]).parse_args(COMMANDS["cifar_cls"])
+    model = models.vit_small(patch_size=16, drop_path_rate=args.drop_path, use_mean_pooling=0)
+    model.head = torch.nn.Linear(model.embed_dim, 100)
+    optimizer = create_optimizer(args, model)
+    names = {id(p): n for n, p in model.named_parameters()}
+    return {"opt": args.opt, "weight_decay": args.weight_decay,
+            "has_no_weight_decay": hasattr(model, "no_weight_decay"),
+            "params": {names[id(p)]: g["weight_decay"] for g in optimizer.param_groups for p in g["params"]}}
 
 
 def ra_sampler(ibot: Path, deit: Path) -> dict:
@@ -222,7 +248,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     write_json(args.out / "deit_schedules.json",
                {"provenance": provenance(args, commits, ("ibot",), {"commands": COMMANDS, "gpus": GPUS}),
-                "commands": deit_schedules(args.ibot)})
+                "commands": deit_schedules(args.ibot), "vit_small_weight_decay": transfer_weight_decay(args.ibot)})
     write_json(args.out / "ra_sampler.json",
                {"provenance": provenance(args, commits, ("ibot", "deit"), {"cases": RA_CASES}),
                 **ra_sampler(args.ibot, args.deit)})

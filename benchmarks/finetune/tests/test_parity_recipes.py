@@ -137,3 +137,29 @@ def test_cars_preset_uses_the_official_head():
     cfg = _config("ibot_transfer_cars")
     assert cfg.head_outputs == "reader_official"
     assert _config("ibot_transfer_flowers").head_outputs == "classes"
+
+
+@pytest.mark.parametrize("preset", ["ibot_transfer_cifar100", "ibot_semi_head", "ibot_vits16"])
+def test_weight_decay_per_parameter_is_the_official_optimizers(preset):
+    """eval_cls.py's timm ``create_optimizer`` decays pos_embed and cls_token (iBOT's ViT declares no
+    ``no_weight_decay``); BEiT's ``get_parameter_groups`` does not (ibot_param_groups.json)."""
+    from benchmarks.finetune.model import FinetuneClassifier
+    from benchmarks.finetune.reference.fixture_files import project_name
+    from benchmarks.finetune.train import build_optimizer
+    from harness.models.backbone import create_backbone
+
+    official = load_json("deit_schedules.json")["vit_small_weight_decay"]
+    assert official["has_no_weight_decay"] is False
+    cfg = _config(preset)
+    import torch
+
+    with torch.device("meta"):
+        backbone = create_backbone("vit_small_patch16_224")
+        model = FinetuneClassifier(backbone, 100, use_mean_pooling=False, init_scale=1.0, drop_path=0.1, seed=0)
+    names = {id(p): n for n, p in model.named_parameters()}
+    got = {names[id(p)]: g["weight_decay"] for g in build_optimizer(model, cfg).param_groups for p in g["params"]}
+    want = {project_name(n): wd for n, wd in official["params"].items()}
+    if preset == "ibot_vits16":  # BEiT's recipe: the no_weight_decay() names are not decayed
+        assert got["backbone.pos_embed"] == got["backbone.cls_token"] == 0.0
+        want.update({"backbone.pos_embed": 0.0, "backbone.cls_token": 0.0})
+    assert got == want
