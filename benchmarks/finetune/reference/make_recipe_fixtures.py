@@ -24,7 +24,8 @@ benchmarks/finetune/fixtures/, their sha256 in MANIFEST.json (``made_by``):
   ``train_one_epoch`` calls it (before every ``accum_iter``-th iteration, at
   ``iter / len(loader) + epoch``) for EVALUATE.md's command at a few iterations an epoch, with and
   without accumulation; and ``util/datasets.build_transform``'s eval transform at 224 px (the
-  normalisation mean / std, the Resize size and interpolation).
+  normalisation mean / std, the Resize size and interpolation); and each parameter's lr scale and
+  weight decay from ``util/lr_decay.param_groups_lrd`` on the ViT-B/16 it builds.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ FILES = {"ibot": ("run.sh", "evaluation/README.md", "evaluation/eval_cls.py", "e
                   "models/vision_transformer.py"),
          "deit": ("samplers.py", "main.py"),
          "synclr": ("SynCLR/eval/EVALUATE.md", "SynCLR/eval/main_finetune.py", "SynCLR/eval/util/lr_sched.py",
-                    "SynCLR/eval/util/datasets.py")}
+                    "SynCLR/eval/util/datasets.py", "SynCLR/eval/util/lr_decay.py", "SynCLR/eval/models_vit.py")}
 GPUS = 8  # run.sh / the README run on 8 GPUs; eval_cls.py scales the lr by batch x GPUs / 512
 # run.sh's eval_cls.py flags per command (--data_set / --data_path left out: the parser accepts
 # CIFAR / IMNET / image_folder only, and the data set does not enter the schedule); the ViT-S
@@ -207,7 +208,30 @@ def synclr(checkout: Path) -> dict:
     ev = {"mean": list(norm.mean), "std": list(norm.std), "resize": resize.size,
           "interpolation": resize.interpolation.value, "input_size": args.input_size, "crop_pct": args.crop_pct,
           "inception_norm": args.inception_norm}
-    return {"flags": SYNCLR_FLAGS, "loops": loops, "eval_transform": ev}
+    return {"flags": SYNCLR_FLAGS, "loops": loops, "eval_transform": ev, "param_groups": synclr_groups(folder, args)}
+
+
+def synclr_groups(folder: Path, args) -> dict:
+    """Each parameter's lr scale and weight decay from MAE's ``util/lr_decay.param_groups_lrd`` on
+    ``models_vit.vit_base_patch16`` built as ``main_finetune.py`` builds it for EVALUATE.md's flags."""
+    import importlib
+
+    from benchmarks.finetune.reference.official_ibot import official_on_path
+
+    official_on_path(folder)
+    models_vit = importlib.import_module("models_vit")
+    if not Path(models_vit.__file__).resolve().is_relative_to(folder):
+        raise SystemExit(f"models_vit was imported from {models_vit.__file__}, not from {folder}")
+    namespace: dict = {}
+    official_definition(folder / "util/lr_decay.py", "get_layer_id_for_vit", namespace)
+    groups_fn = official_definition(folder / "util/lr_decay.py", "param_groups_lrd", namespace)
+    model = models_vit.__dict__[args.model](num_classes=args.nb_classes, drop_path_rate=args.drop_path,
+                                            global_pool=args.global_pool)
+    groups = groups_fn(model, args.weight_decay, no_weight_decay_list=model.no_weight_decay(),
+                       layer_decay=args.layer_decay)
+    names = {id(p): n for n, p in model.named_parameters()}
+    return {"global_pool": args.global_pool, "layer_decay": args.layer_decay,
+            "params": {names[id(p)]: [g["lr_scale"], g["weight_decay"]] for g in groups for p in g["params"]}}
 
 
 def provenance(args, commits: dict, names: tuple, what: dict) -> dict:

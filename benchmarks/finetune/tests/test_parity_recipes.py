@@ -163,3 +163,28 @@ def test_weight_decay_per_parameter_is_the_official_optimizers(preset):
         assert got["backbone.pos_embed"] == got["backbone.cls_token"] == 0.0
         want.update({"backbone.pos_embed": 0.0, "backbone.cls_token": 0.0})
     assert got == want
+
+
+def test_synclr_groups_are_mae_param_groups_lrd():
+    """MAE's ``param_groups_lrd`` (SynCLR's util/lr_decay.py) and BEiT's groups the protocol builds give
+    every parameter of ViT-B/16 the same lr scale and weight decay (only the group order differs)."""
+    import torch
+
+    from benchmarks.finetune.model import FinetuneClassifier
+    from benchmarks.finetune.reference.fixture_files import project_name
+    from benchmarks.finetune.train import build_optimizer
+    from harness.models.backbone import create_backbone
+
+    official = SYNCLR["param_groups"]
+    cfg = _config("synclr_vitb16")
+    assert official["global_pool"] is cfg.use_mean_pooling is False and official["layer_decay"] == cfg.layer_decay
+    with torch.device("meta"):
+        backbone = create_backbone("vit_base_patch16_224")
+        model = FinetuneClassifier(backbone, 1000, use_mean_pooling=False, init_scale=0.001, drop_path=0.1, seed=0)
+    names = {id(p): n for n, p in model.named_parameters()}
+    got = {names[id(p)]: (g["lr_scale"], g["weight_decay"])
+           for g in build_optimizer(model, cfg).param_groups for p in g["params"]}
+    want = {project_name(n): tuple(v) for n, v in official["params"].items()}
+    assert got.keys() == want.keys()
+    for name, (scale, wd) in want.items():
+        assert got[name][0] == pytest.approx(scale, rel=1e-12) and got[name][1] == wd, name
