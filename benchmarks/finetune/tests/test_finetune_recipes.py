@@ -52,6 +52,8 @@ def _run(tmp_path, **values):
 
     cfg = FinetuneConfig(**{"epochs": 3, "batch_size": 64, "lr": 1e-3, "layer_decay": 1.0, "warmup_epochs": 2,
                             "smoothing": 0.0, "progress": False, **values})
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)  # the same starting weights in every run
     images = _Pixels(300)
     train = TransformedImages(images, np.arange(300) % 4, lambda x: x, seed=0)
     return FinetuneRun(_Recorder(), train, train, 4, cfg, torch.device("cpu"), tmp_path / "resume.pt", "x")
@@ -71,6 +73,20 @@ def test_repeated_augmentation_and_the_per_epoch_schedule_reach_the_loop(tmp_pat
     want = [i for e in range(3) for i, _ in sampler.epoch_entries(300, e)]
     assert seen == want  # each image 3 times in a row, the permutation seeded by the epoch
     np.testing.assert_allclose(lrs, np.repeat(schedules.per_epoch_lrs(1e-3, 1e-5, 1e-6, 3, 2), 4), rtol=1e-12)
+
+
+def test_a_run_stopped_mid_epoch_resumes_to_the_same_images_and_weights_under_repeated_augmentation(tmp_path):
+    values = dict(repeated_aug=True, lr_schedule="per_epoch", warmup_lr=1e-6, min_lr=1e-5, update_freq=2)
+    whole = _run(tmp_path / "a", **values)
+    whole.train()
+    first = _run(tmp_path / "b", max_steps=6, **values)  # step 6 of 12: inside the second epoch
+    first.train()
+    second = _run(tmp_path / "b", **values)
+    assert second.try_resume() and second.progress.step == 6
+    second.train()
+    assert first.classifier.seen + second.classifier.seen == whole.classifier.seen
+    for a, b in zip(whole.classifier.state_dict().values(), second.classifier.state_dict().values()):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
 
 
 def test_mae_schedule_reaches_the_optimiser(tmp_path):
