@@ -1,4 +1,4 @@
-"""Protocol presets as data: one file per preset, ``configs/protocols/<protocol>_<name>.yaml``.
+"""Protocol presets as data: one file per preset, ``<protocol folder>/presets/<protocol>_<name>.yaml``.
 
 A file names its protocol and preset and gives the preset's ``values``: the settings the
 preset changes from the protocol's defaults (its Config), nothing else, so that a value
@@ -15,22 +15,19 @@ from typing import Any
 
 import yaml
 
-from harness.config import CONFIG_ROOT
 from harness.errors import ConfigError
 from harness.yaml_io import load_yaml
 
-PRESETS_DIR = CONFIG_ROOT / "protocols"
 
-
-def load_presets(protocol: str, folder: Path = PRESETS_DIR) -> dict[str, dict[str, Any]]:
-    """{preset name: values} of ``protocol``, from ``folder/<protocol>_*.yaml``. A protocol
-    that reads its presets has at least one: none found is an error (a package installed
-    without its configs would otherwise run every protocol on its defaults)."""
+def load_presets(protocol: str, folder: Path) -> dict[str, dict[str, Any]]:
+    """{preset name: values} of ``protocol``, from ``folder/<protocol>_*.yaml`` (the ``presets/``
+    of its protocol folder). A protocol that reads its presets has at least one: none found is an
+    error (a package installed without its presets would otherwise run every protocol on its defaults)."""
     folder = Path(folder)
     if not folder.is_dir():
-        hint = ("; the configs that ship with ssl-bench are missing: reinstall it (pip install "
-                "ssl-bench, or pip install -e . in a checkout)") if folder == PRESETS_DIR else ""
-        raise ConfigError(f"no preset folder {folder} for the presets of protocol {protocol!r}{hint}")
+        raise ConfigError(f"no preset folder {folder} for the presets of protocol {protocol!r}: a protocol's "
+                          "presets ship in its folder's presets/; reinstall ssl-bench (pip install -e . in a "
+                          "checkout) if they are missing")
     raw = {}
     for path, doc in _documents(folder):
         if doc.get("protocol") != protocol:
@@ -50,8 +47,8 @@ def load_presets(protocol: str, folder: Path = PRESETS_DIR) -> dict[str, dict[st
 
 
 def presets_folder(protocol: str) -> Path:
-    """Where a declared protocol's preset files are: ``presets/`` beside the module that registers it,
-    else PRESETS_DIR. Found from its declaration without importing the protocol, so that one protocol
+    """Where a declared protocol's preset files are: ``presets/`` beside the module that registers it.
+    Found from its declaration without importing the protocol, so that one protocol
     can read another's presets as data."""
     import importlib.util
 
@@ -62,7 +59,8 @@ def presets_folder(protocol: str) -> Path:
     for location in (spec.submodule_search_locations or []) if spec is not None else []:
         if (Path(location) / "presets").is_dir():
             return Path(location) / "presets"
-    return PRESETS_DIR
+    raise ConfigError(f"protocol {protocol!r} has no presets/ folder beside its module"
+                      + ("" if found is None else f" ({found.module})"))
 
 
 def _resolve(name: str, raw: dict[str, dict], protocol: str, seen: tuple[str, ...]) -> dict[str, Any]:

@@ -1,6 +1,5 @@
-"""Protocol presets are data (<protocol folder>/presets/<protocol>_<preset>.yaml, or
-configs/protocols/): every file loads into its protocol's PRESETS and builds a protocol whose
-settings fingerprint."""
+"""Protocol presets are data (<protocol folder>/presets/<protocol>_<preset>.yaml): every file loads
+into its protocol's PRESETS and builds a protocol whose settings fingerprint."""
 from __future__ import annotations
 
 
