@@ -3,6 +3,12 @@ from pathlib import Path
 
 # Same as the entry point: passive OpenMP waiting, set before torch is imported.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # numpy's and scipy's OpenBLAS ignore torch's thread count and OMP_WAIT_POLICY: two of its
+    # spinning threads per worker beside the other worker made the sklearn fits of
+    # test_transfer.py 5-10x slower (87.6 s -> 7.6 s for one test on a loaded machine). Read
+    # when OpenBLAS loads, so set before numpy is imported; the tests' subprocesses inherit it.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
