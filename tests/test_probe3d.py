@@ -339,7 +339,7 @@ def test_examples_show_input_truth_prediction_and_error(synth_tiny, protocol):
 
 @pytest.fixture(scope="module")
 def probe3d_small(tmp_path_factory) -> Path:
-    """The small set, drawn once for both protocols below (about 10 s of rendering)."""
+    """The small set, drawn once for both protocols below."""
     return generate(tmp_path_factory.mktemp("probe3d") / "small", preset="small", seed=0, progress=False)
 
 
