@@ -4,6 +4,12 @@ from pathlib import Path
 
 # Same as the entry point: passive OpenMP waiting, set before torch is imported.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # numpy's and scipy's OpenBLAS ignore torch's thread count and OMP_WAIT_POLICY: two of its
+    # spinning threads per worker beside the other worker made the sklearn fits of
+    # test_transfer.py 5-10x slower (87.6 s -> 7.6 s for one test on a loaded machine). Read
+    # when OpenBLAS loads, so set before numpy is imported; the tests' subprocesses inherit it.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -21,16 +27,49 @@ if _SUPPORT not in sys.path:
     sys.path.append(_SUPPORT)
 
 
+# Module and class fixtures are made once per worker that runs a test needing them; session
+# fixtures once per worker whatever the grouping.
+_SHARED_SCOPES = ("module", "class", "package")
+
+
+def _shares_a_module_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d and d[-1].scope in _SHARED_SCOPES for d in defs)
+
+
+# tryfirst: xdist's worker reads the xdist_group marks in its own collection hook, which runs
+# before a conftest's unless this one goes first.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``--dist loadgroup``), the tests that share the session's pretrained
     DINO checkpoint run on one worker: a second worker would find the pretraining folder locked.
-    A fast test file runs on one worker, so that its module fixtures are made once; the slow
-    tests, minutes each, are spread one by one."""
+    The fast tests of a file that share a module or class fixture run on one worker, so that the
+    fixture is made once; every other test (and every slow one, minutes each) is spread one by
+    one, so that no long file makes one worker the critical path."""
     for item in items:
         if "dino_cpu_checkpoint" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("dino_cpu_checkpoint"))
-        elif item.get_closest_marker("slow") is None and item.get_closest_marker("xdist_group") is None:
+        elif (item.get_closest_marker("slow") is None and item.get_closest_marker("xdist_group") is None
+              and _shares_a_module_fixture(item)):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+        if getattr(config.option, "loadgroup", False):
+            _name_the_group_in_the_id(item)
+
+
+def _name_the_group_in_the_id(item) -> None:
+    """xdist's scheduler reads a test's group from its id (``nodeid@group``), which xdist 3.8 writes
+    into ``item._nodeid``; pytest 9.2 builds the id from a structured ``item._id`` and ignores that
+    field, so every group falls apart silently (pytest-dev/pytest-xdist#1386). Write it where this
+    pytest reads it; on a pytest without ``_id`` xdist's own hook does it."""
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:
+        return
+    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")})
+    if names and isinstance(getattr(item, "_id", None), NodeId):
+        item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
 
 
 @pytest.fixture(scope="session")

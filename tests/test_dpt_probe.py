@@ -202,14 +202,21 @@ def test_examples_show_input_truth_prediction_and_error(synth_tiny, protocol):
     assert examples[0].panels[2].text.startswith("RMSE")
 
 
+@pytest.fixture(scope="module")
+def probe3d_small(tmp_path_factory) -> Path:
+    """The small set, drawn once for both protocols below."""
+    return generate(tmp_path_factory.mktemp("probe3d") / "small", preset="small", seed=0, progress=False)
+
+
 @pytest.mark.slow
+@pytest.mark.xdist_group("probe3d_small")  # one worker draws the set for both
 @pytest.mark.parametrize("protocol,metric", [(NormalsDPT, "angular_rmse"), (DepthDPT, "rmse")])
-def test_synth_dino_beats_random_init_on_synthscenes_small(tmp_path_factory, protocol, metric):
+def test_synth_dino_beats_random_init_on_synthscenes_small(probe3d_small, protocol, metric):
     """The shipped SynthScenes checkpoint against the random-init tiny ViT, preset synth on SynthScenes
     small (40-80 s each on one core); measured numbers: benchmarks/normals/README.md and benchmarks/depth/README.md."""
     from harness.models.sources import build_model
 
-    root = generate(tmp_path_factory.mktemp("probe3d") / "small", preset="small", seed=0, progress=False)
+    root = probe3d_small
     scores = {}
     for name, model in [("random", ModelHandle.random_init("vit_cpu_tiny", seed=0)),
                         ("synth_dino", build_model("zoo:synth_dino"))]:
