@@ -7,12 +7,12 @@ fine-tuning transfer sets in their official files ("cifar10", "cifar100", "inat2
 "flowers102", "cars_annos"), the linear-transfer sets in their published layouts ("dtd", "pets",
 "flowers", "aircraft", "caltech101", "voc2007", "food", "sun397", "cars", "eurosat", "resisc45",
 "kitti_distance", "country211", "gtsrb", "mnist"), and ImageNet's shifted sets ("imagenet_v2",
-"imagenet_c", "backgrounds_challenge").
+"imagenet_c", "backgrounds_challenge"), and COCO's instances ("coco_instances").
 """
 from harness.data.captions import CaptionGroups, Group
 from harness.data import (  # noqa: F401 (registers them)
-    caltech101, cifar, dtd, fgvc_aircraft, flowers102, folder_splits, food101, gtsrb, imagenet_shifts, inaturalist,
-    mnist, oxford_pets, stanford_cars, sun397, voc2007,
+    caltech101, cifar, coco_instances, dtd, fgvc_aircraft, flowers102, folder_splits, food101, gtsrb,
+    imagenet_shifts, inaturalist, mnist, oxford_pets, stanford_cars, sun397, voc2007,
 )
 from harness.data.classification import ImageFolderDataset
 from harness.data.io import load_label_png, load_rgb

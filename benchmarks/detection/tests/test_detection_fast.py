@@ -14,7 +14,8 @@ import pytest
 import torch
 from torch import nn
 
-from benchmarks.detection import coco_reader, mmdet_stack
+from benchmarks.detection import mmdet_stack
+from harness.data import coco_instances as coco_reader
 from benchmarks.detection.mmdet_modules import MODEL_PREFIX, detector_groups
 from harness.training.drop_path import set_drop_path
 from benchmarks.detection.synthetic import instances, rle_counts
