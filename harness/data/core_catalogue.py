@@ -70,13 +70,14 @@ CATALOGUE = (
         source="cocodataset.org: train2014.zip, annotations_trainval2014.zip; train2017.zip, val2017.zip, "
                "annotations_trainval2017.zip and stuffthingmaps_trainval2017.zip (converted by mmseg's "
                "tools/dataset_converters/coco_stuff164k.py)",
-        docs="docs/protocols/segmentation.md; docs/DATASETS.md, Detection boxes",
+        docs="docs/protocols/segmentation.md; docs/DATASETS.md, Detection boxes; docs/DATASETS.md, COCO instances",
         layouts=(Layout("stuff164k", "coco_stuff164k", "images/{train2017,val2017} + annotations/*_labelTrainIds.png",
                         checks="harness.data.prepare_coco_stuff", prepare="harness.data.prepare_coco_stuff",
                         splits=(Split("train2017", 118_287, classes=171, reader_split="train"),
                                 Split("val2017", 5_000, classes=171, reader_split="val"))),
                  Layout("instances", "coco_instances", "{train2017,val2017}/ + annotations/instances_{train2017,"
                         "val2017}.json (as released; mmdet's CocoDataset reads it)",
+                        docs="docs/DATASETS.md, COCO instances (detection)",
                         splits=(Split("train2017", 118_287, classes=80), Split("val2017", 5_000, classes=80))))),
     DataSet(
         key="cifar10", title="CIFAR-10",
