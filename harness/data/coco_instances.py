@@ -22,6 +22,7 @@ from harness.errors import DataError
 from harness.registry import register_dataset
 
 SHOWN = 3  # offending ids named in an error
+LAYOUT_KEY = "coco:instances"  # the catalogue's name of this layout
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,18 @@ def check_split(root: str | Path, split: str) -> CocoSplit:
 
 
 def check_pair(root: str | Path, train_split: str, val_split: str) -> tuple[CocoSplit, CocoSplit]:
-    """Both splits, checked, with the same categories (a model trains and is scored on one label space)."""
-    train, val = check_split(root, train_split), check_split(root, val_split)
+    """Both splits, checked, with the same categories (a model trains and is scored on one label space).
+    The error ends with the `data check` command of this layout (the data set key alone names another)."""
+    from harness.data.check import hint
+
+    try:
+        train, val = check_split(root, train_split), check_split(root, val_split)
+    except DataError as exc:
+        raise DataError(f"{exc}; {hint(LAYOUT_KEY, root)}") from None
     if train.classes != val.classes:
         raise DataError(f"COCO: {train.ann_file} and {val.ann_file} declare different categories "
-                        f"({len(train.classes)} vs {len(val.classes)}); both splits need the same list")
+                        f"({len(train.classes)} vs {len(val.classes)}); both splits need the same list; "
+                        f"{hint(LAYOUT_KEY, root)}")
     return train, val
 
 

@@ -76,7 +76,10 @@ def test_a_missing_annotation_file_and_other_categories_are_refused(tmp_path):
         coco_reader.check_split(tmp_path, "val2017")
     _coco(tmp_path, "train2017", IMAGES, [], CATS)
     _coco(tmp_path, "val2017", IMAGES, [], CATS[:1])
-    with pytest.raises(DataError, match="different categories"):
+    with pytest.raises(DataError, match="different categories.*ssl-bench data check coco:instances"):
+        coco_reader.check_pair(tmp_path, "train2017", "val2017")
+    (tmp_path / "annotations" / "instances_val2017.json").unlink()
+    with pytest.raises(DataError, match="no annotation file.*ssl-bench data check coco:instances --data-root"):
         coco_reader.check_pair(tmp_path, "train2017", "val2017")
 
 
