@@ -10,7 +10,7 @@ is measured on identical inputs:
     python -m experiments.dense_nn_hbird_quirks [--synth tiny] [--dataset voc] [--checkpoint CKPT]
 
 Without ``--checkpoint`` the model is ``vit_cpu_tiny`` at random init (seed 0). The metric's
-own effect on fixed features and masks is pinned by ``tests/test_dense_nn_golden.py``.
+own effect on fixed features and masks is pinned by ``benchmarks/dense_nn/tests/test_dense_nn_golden.py``.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""k-NN search + vote time, faiss vs torch backend (numbers: docs/protocols/classification.md).
+"""k-NN search + vote time, faiss vs torch backend (numbers: benchmarks/classification/README.md).
 
     python -m experiments.knn_bench                      # 100k x 384 train, 10k val, 1000 classes
     python -m experiments.knn_bench --train 20000 --test 2000

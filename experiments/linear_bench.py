@@ -1,6 +1,6 @@
 """Linear-probe training throughput (images/s) on CPU threads: one augmented batch =
 JPEG decode + RandomResizedCrop + flip, the frozen backbone's forward (no grad), and an SGD
-step of every head of the grid (numbers: docs/protocols/classification.md).
+step of every head of the grid (numbers: benchmarks/classification/README.md).
 
     python -m experiments.linear_bench                  # both settings below, 2 threads
     python -m experiments.linear_bench --only tiny

@@ -49,6 +49,22 @@ def load_presets(protocol: str, folder: Path = PRESETS_DIR) -> dict[str, dict[st
     return {name: _resolve(name, raw, protocol, ()) for name in sorted(raw)}
 
 
+def presets_folder(protocol: str) -> Path:
+    """Where a declared protocol's preset files are: ``presets/`` beside the module that registers it,
+    else PRESETS_DIR. Found from its declaration without importing the protocol, so that one protocol
+    can read another's presets as data."""
+    import importlib.util
+
+    from harness.registry import protocol_declarations  # torch-free: the declarations only
+
+    found = protocol_declarations().get(protocol)
+    spec = importlib.util.find_spec(found.module.rpartition(".")[0]) if found is not None else None
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        if (Path(location) / "presets").is_dir():
+            return Path(location) / "presets"
+    return PRESETS_DIR
+
+
 def _resolve(name: str, raw: dict[str, dict], protocol: str, seen: tuple[str, ...]) -> dict[str, Any]:
     if name in seen:
         raise ConfigError(f"presets of {protocol!r} extend each other in a cycle: {' -> '.join(seen + (name,))}")

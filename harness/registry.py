@@ -154,6 +154,18 @@ def read_declarations(packages) -> dict[str, ProtocolDeclaration]:
     return found
 
 
+def protocol_folders() -> list[Path]:
+    """The folders that declare protocols (each sub-folder of an ``ssl_bench.protocol_packages``
+    package with a declaration file), sorted; found without importing them."""
+    found = []
+    for ep in entry_points(group=DECLARATION_GROUP):
+        package = _load_entry_point(ep, DECLARATION_GROUP)
+        for module_name in declaration_files(package):
+            folder = module_name.split(".")[-2]
+            found += [Path(p) / folder for p in package.__path__ if (Path(p) / folder).is_dir()]
+    return sorted(found)
+
+
 def protocol_declarations() -> dict[str, ProtocolDeclaration]:
     """Every protocol declared by the packages of the ``ssl_bench.protocol_packages`` group (read
     once; torch-free)."""

@@ -6,18 +6,24 @@ and its protocols' names (read from the declarations, torch-free). A file outsid
 names a family when a path component carries one of its names as a whole token (``test_knn.py``,
 ``configs/protocols/linear_dino.yaml``, ``tests/fixtures/davis/...``; the longest name wins, so
 ``seg_linear_paper.yaml`` is segmentation's, not classification's) or when its text names the
-folder as a module or a path (``benchmarks.dense_nn``, ``benchmarks/probe3d/``). A file that names
-exactly one family is counted for it; files naming none or several are shared. The files are
+folder as a module or a path (``benchmarks.dense_nn``, ``benchmarks/normals/``; a link to the folder's
+README.md is a reference to its documentation, not a claim on the file), and a paper table spec
+(configs/paper/*.yaml) names the families of its protocols. A file that names exactly one family is
+counted for it; files naming none or several are shared. The files are
 git's tracked files, so the count is of what the repository holds; harness/ and methods/ are left
 out (tests/test_layering.py keeps the protocols out of them).
 
     python -m scripts.count_files_outside_folders [--list FOLDER]
+
+tests/test_protocol_folders.py reports, with the same rule, every such file of the families it keeps
+(``strays``): everything but the "other" column belongs in the folder.
 """
 from __future__ import annotations
 
 import argparse
 import re
 import subprocess
+from collections.abc import Iterable
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -27,6 +33,7 @@ PROTOCOLS_PACKAGE = "benchmarks"
 LIBRARY_PACKAGES = ("harness", "methods")
 AREAS = ("tests", "fixtures", "configs", "docs", "scripts")  # the columns; every other place: "other"
 TEXT_LIMIT = 1_000_000  # bytes of a file read for folder references (fixtures can be large arrays)
+PAPER_SPECS = re.compile(r"^configs/paper/[^/]+\.ya?ml$")  # a table spec names its protocols as keys
 
 
 def families(declarations: dict[str, str]) -> dict[str, set[str]]:
@@ -50,13 +57,37 @@ def families_named(path: str, text: str, fams: dict[str, set[str]]) -> set[str]:
     owner = {name: folder for folder, names in fams.items() for name in names}
     found = {owner[m] for part in path.split("/") for m in _name_pattern(owner).findall(part)}
     folders = "|".join(re.escape(f) for f in sorted(fams, key=len, reverse=True))
-    found |= set(re.findall(rf"{PROTOCOLS_PACKAGE}[./]({folders})(?![A-Za-z0-9_])", text))
+    found |= set(re.findall(rf"{PROTOCOLS_PACKAGE}[./]({folders})(?![A-Za-z0-9_])(?!/README\.md)", text))
+    if PAPER_SPECS.match(path):
+        found |= {owner[p] for p in _spec_protocols(text) if p in owner}
     return found
+
+
+def _spec_protocols(text: str) -> list[str]:
+    """The protocols a paper table spec measures (its ``protocols:`` keys); none for a file that does not parse."""
+    import yaml
+
+    try:
+        spec = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return []
+    protocols = spec.get("protocols") if isinstance(spec, dict) else None
+    return list(protocols) if isinstance(protocols, dict) else []
+
+
+def strays(listed: dict[str, list[str]], folders: Iterable[str], allowed: Iterable[str] = ()) -> dict[str, list[str]]:
+    """Of the files ``count`` lists for each of ``folders``, those that belong in the folder: every area
+    but "other" (tests, fixtures, configs, docs, scripts), less the ``allowed`` paths."""
+    allowed = set(allowed)
+    return {f: sorted(p for p in listed.get(f, []) if area_of(p) != "other" and p not in allowed)
+            for f in folders}
 
 
 def area_of(path: str) -> str:
     if path.startswith("tests/fixtures/"):
         return "fixtures"
+    if path.startswith("tests/experiments/"):
+        return "other"  # the tests of experiments/ go where the experiments go
     top = path.split("/")[0]
     return top if top in AREAS else "other"
 

@@ -1,4 +1,5 @@
 import os
+import sys
 from pathlib import Path
 
 # Same as the entry point: passive OpenMP waiting, set before torch is imported.
@@ -11,6 +12,13 @@ import torch  # noqa: E402
 # pytest-xdist each worker process holds one core.
 _THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
 torch.set_num_threads(min(_THREADS, torch.get_num_threads()))
+
+# The shared test support modules (model_zoo_fixtures.py, image_folders.py, ...) import by their own
+# names from the protocol folders' tests too (benchmarks/conftest.py runs this file), as pytest
+# makes them importable for the tests beside them.
+_SUPPORT = str(Path(__file__).resolve().parent)
+if _SUPPORT not in sys.path:
+    sys.path.append(_SUPPORT)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,6 +1,6 @@
 """harness.features.attention: the last attention block read inside every adapter (timm,
 transformers, open_clip ViTs), checked against each library's own attention probabilities; the
-models without one (a CNN, a Swin) refused in one sentence naming them; LOST's keys through it."""
+models without one (a CNN, a Swin) refused in one sentence naming them."""
 from __future__ import annotations
 
 import pytest
@@ -75,14 +75,3 @@ def test_models_without_attention_are_named_in_one_sentence():
         assert reason.startswith("occlusion needs a ViT's last attention block") and f"model {model.name} (" in reason
         with pytest.raises(NotApplicable, match=f"model {model.name}"):
             require_attention(model.backbone, "LOST", model.name)
-
-
-def test_lost_reads_the_keys_of_a_transformers_dinov2(hf_folders):
-    from benchmarks.discovery.keys import check_has_keys, last_block_features
-
-    backbone = build_model(f"hf:{hf_folders['dinov2_reg']}").backbone.eval()
-    check_has_keys(backbone, "LOST")  # no longer "a CNN or another architecture"
-    x = torch.randn(1, 3, 28, 42)
-    with torch.no_grad():
-        keys = last_block_features(backbone, x, "k")
-    assert keys.shape == (1, 2 * 3, 32)  # the class token and four registers dropped

@@ -12,7 +12,7 @@ from official_archives import write_coco_train2014
 
 @pytest.fixture(scope="module")
 def coco(tmp_path_factory):
-    from benchmarks.discovery.reader import read_coco20k_list
+    from harness.data.coco20k import read_coco20k_list
 
     ids = sorted(int(n.rsplit("_", 1)[-1].split(".")[0]) for n in read_coco20k_list())
     root = tmp_path_factory.mktemp("coco")

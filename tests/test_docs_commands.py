@@ -1,4 +1,5 @@
-"""The `ssl-bench ...` commands of the protocol pages (docs/protocols/*.md): each parses and names a
+"""The `ssl-bench ...` commands of the protocol pages (each protocol folder's
+README.md): each parses and names a
 registered protocol, one of its presets and a known data set (fast); the evaluations on SynthScenes
 tiny run as written, each on the set the page's own `ssl-bench data synth` line makes (slow)."""
 from __future__ import annotations
@@ -11,7 +12,8 @@ import pytest
 
 from harness.cli import build_parser, command_of, main, parse_command_line
 
-PAGES = sorted((Path(__file__).resolve().parents[1] / "docs" / "protocols").glob("*.md"))
+REPO = Path(__file__).resolve().parents[1]
+PAGES = sorted((REPO / "benchmarks").glob("*/README.md"))
 FENCE = re.compile(r"```[a-z]*\n(.*?)```", re.S)
 OPTIONAL = re.compile(r"\[--[^\]]*\]")  # `[--set a=b]`: an optional part, left out
 # The mmseg protocols train for minutes even on SynthScenes tiny: their commands are parsed only.
@@ -42,17 +44,21 @@ def _known_dataset(name: str) -> bool:
         resolve(name)
         return True
     except ConfigError:
-        from benchmarks.segmentation.layouts import ALIASES  # the mmseg protocols' own names
+        from harness.data.mmseg_layouts import ALIASES  # the names the mmseg protocols accept too
 
         return name in ALIASES
 
 
+def _label(page: Path) -> str:
+    return page.relative_to(REPO).as_posix()
+
+
 def test_pages_hold_commands():
-    counted = {page.name: len(page_commands(page)) for page in PAGES}
-    assert sum(counted.values()) > 40 and counted["depth.md"] >= 5
+    counted = {_label(page): len(page_commands(page)) for page in PAGES}
+    assert sum(counted.values()) > 40 and counted["benchmarks/depth/README.md"] >= 5
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=_label)
 def test_every_command_parses_and_names_what_exists(page):
     from harness.data.cli import synthetic_protocols
     from harness.registry import PROTOCOLS
@@ -95,7 +101,7 @@ RUN_PAGES = [p for p in PAGES if any(a[0] != "data" for a in runnable(p))]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", RUN_PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", RUN_PAGES, ids=_label)
 def test_synthscenes_commands_run_as_written(page, isolated_home, one_torch_thread):
     roots: dict[str, str] = {}
     for argv in runnable(page):

@@ -212,9 +212,10 @@ def test_two_model_names_compare_the_same_variant_and_seed(tmp_path):
 def test_a_setting_the_paper_cell_leaves_unstated_is_not_stated(tmp_path, capsys):
     """A cell without a checkpoint, a record of a patch size the table gives no input size for:
     the input size is "not stated", neither the table's nor a setting that changes the number."""
+    from harness.paper.spec import spec_path
     from harness.paths import shipped
 
-    src = shipped("configs/paper/hbird-readme.yaml")
+    src = spec_path("hbird-readme")
     table = tmp_path / "hbird-nozoo.yaml"
     table.write_text(src.read_text().replace("csv: hbird_readme.csv", "csv: hbird_nozoo.csv"))
     csv = shipped("results/paper/hbird_readme.csv").read_text().splitlines()

@@ -1,6 +1,7 @@
 """Every committed fixture says where its numbers come from and can be made again: a
 provenance block with the official repository, its full commit, the settings, the
-environment, and a generator script in tests/reference/ (tests/reference/README.md)."""
+environment, and a generator script in tests/reference/ (tests/reference/README.md) or in the
+reference/ folder of the protocol folder whose fixtures/ holds it."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,27 @@ import pytest
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
-FIXTURES = sorted((TESTS / "fixtures").glob("*.json"))
+# the generators: tests/reference/gen_*.py and a protocol folder's reference/gen_*.py (its fixtures/ beside it)
+GENERATORS = sorted([*(TESTS / "reference").glob("gen_*.py"), *ROOT.glob("benchmarks/*/reference/gen_*.py")])
+GENERATOR_PATH = re.compile(r"^(tests/reference|benchmarks/[a-z0-9_]+/reference)/gen_[A-Za-z0-9_]+\.py$")
+
+
+def fixture_folder(generator: Path) -> Path:
+    """Where a generator's fixture lives: tests/fixtures, or its protocol folder's fixtures/."""
+    return TESTS / "fixtures" if generator.parent == TESTS / "reference" else generator.parent.parent / "fixtures"
+
+
+def _written_by_a_generator() -> list[Path]:
+    """The fixtures of protocol folders that a generator writes (a folder's other fixtures carry a manifest)."""
+    out = []
+    for script in GENERATORS:
+        m = re.search(r'^FIXTURE = "([^"]+)"$', script.read_text(), re.M)
+        if m and fixture_folder(script) != TESTS / "fixtures":
+            out.append(fixture_folder(script) / m.group(1))
+    return out
+
+
+FIXTURES = sorted([*(TESTS / "fixtures").glob("*.json"), *_written_by_a_generator()])
 SHA1 = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -19,7 +40,7 @@ def test_there_are_fixtures():
     assert FIXTURES, "no tests/fixtures/*.json found"
 
 
-@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_fixture_has_provenance_and_a_generator(path):
     data = json.loads(path.read_text())
     prov = data.get("provenance")
@@ -29,7 +50,7 @@ def test_fixture_has_provenance_and_a_generator(path):
                                "")), f"{path.name}: provenance.commit {prov.get('commit')!r} is not a 40-char commit"
     assert prov.get("repository", "").startswith("https://github.com/"), f"{path.name}: provenance.repository"
     gen = prov.get("generator", "")
-    assert gen.startswith("tests/reference/gen_") and gen.endswith(".py"), f"{path.name}: provenance.generator {gen!r}"
+    assert GENERATOR_PATH.match(gen), f"{path.name}: provenance.generator {gen!r}"
     script = ROOT / gen
     assert script.is_file(), f"{path.name}: generator {gen} does not exist"
     # the generator names this fixture and this commit (what its --help shows)
@@ -45,10 +66,11 @@ def test_fixture_has_provenance_and_a_generator(path):
 
 
 def test_every_generator_has_its_fixture():
-    for script in sorted((TESTS / "reference").glob("gen_*.py")):
+    for script in GENERATORS:
         m = re.search(r'^FIXTURE = "([^"]+)"$', script.read_text(), re.M)
         assert m, f"{script.name}: no FIXTURE constant"
-        assert (TESTS / "fixtures" / m.group(1)).is_file(), f"{script.name}: tests/fixtures/{m.group(1)} missing"
+        where = fixture_folder(script) / m.group(1)
+        assert where.is_file(), f"{script.name}: {where.relative_to(ROOT)} missing"
 
 
 # The official-class parity fixtures (tests/fixtures/official/<case>/: checkpoint.pth,

@@ -8,8 +8,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = {("tests/conftest.py", None), ("tests/reference/common.py", "on_import_path"),
            ("scripts/official_parity/generate_fixtures.py", "official_on_path"),
-           ("scripts/reference/retrieval_reference.py", "official_on_path"),
-           ("scripts/reference/depth_reference.py", "official_on_path"),
+           ("benchmarks/retrieval/reference/retrieval_reference.py", "official_on_path"),
+           ("benchmarks/depth/reference/depth_reference.py", "official_on_path"),
            ("benchmarks/detection/parity/make_official_fixture.py", "official_on_path"),
            ("benchmarks/finetune/reference/official_ibot.py", "official_on_path")}
 

@@ -138,7 +138,7 @@ HARNESS_FLOORS: tuple[tuple[str, ...], ...] = (
     ("models",),
     ("features",),  # the feature contract, extraction and cache: below the protocols
     ("protocol", "method"),  # the contracts protocols and methods implement
-    ("training",),
+    ("training", "openmmlab"),  # openmmlab: what the mmseg protocols share (stack, metric, checkpoints)
     ("conformance", "context"),
     ("probes",),  # what several protocols train or search on frozen features: below the protocols
     ("paper",),  # published tables and the verdict rule

@@ -52,6 +52,8 @@ def test_the_wheel_lists_every_shipped_file_and_every_module(monkeypatch):
     # a protocol folder's tests/ is test code, not shipped
     want |= {Path(top) / rel for top in CODE_PACKAGES for rel in _files(REPO / top)
              if rel.suffix == ".py" and "tests" not in rel.parts}
+    # a protocol folder's presets and paper tables: read at run time
+    want |= {Path("benchmarks") / rel for rel in _files(REPO / "benchmarks") if rel.parent.name in ("presets", "paper")}
     # data files beside the code (templates, the HTML pages' script and style), wherever they sit
     want |= {Path("harness") / rel for rel in _files(REPO / "harness") if rel.suffix not in {".py", ".pyc"}}
     want.add(Path("run_benchmark.py"))  # the console script's module

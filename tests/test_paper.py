@@ -241,6 +241,26 @@ def test_every_table_protocol_states_tolerance_reason_and_variant(tmp_path):
         load_table(nocsv)
 
 
+def test_a_protocol_folder_paper_table_is_found_beside_configs_paper(tmp_path, monkeypatch):
+    """<protocol folder>/paper/<table>.yaml is listed and loaded by name like configs/paper's; a
+    name in both places is an error, not a silent choice."""
+    import harness.registry
+    from harness.errors import ConfigError
+    from harness.paper.spec import spec_path
+
+    folder = tmp_path / "family"
+    (folder / "paper").mkdir(parents=True)
+    own = folder / "paper" / "family-table.yaml"
+    own.write_text(spec_path("neco-readme").read_text())
+    monkeypatch.setattr(harness.registry, "protocol_folders", lambda: [folder])
+    assert "family-table" in list_tables() and "synthscenes" in list_tables()  # and configs/paper's
+    assert spec_path("family-table") == own
+    assert load_table("family-table").name == "family-table"
+    (folder / "paper" / "synthscenes.yaml").write_text(own.read_text())
+    with pytest.raises(ConfigError, match="specified twice"):
+        list_tables()
+
+
 def test_new_tables_pin_what_their_records_vary_in():
     """dinov2-imagenet / hbird-readme / neco-readme with records shaped as their protocols
     write them: every cell gets one group (never the best of several)."""

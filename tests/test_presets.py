@@ -1,12 +1,13 @@
-"""Protocol presets are data (configs/protocols/<protocol>_<preset>.yaml): every file loads
-into its protocol's PRESETS and builds a protocol whose settings fingerprint."""
+"""Protocol presets are data (<protocol folder>/presets/<protocol>_<preset>.yaml, or
+configs/protocols/): every file loads into its protocol's PRESETS and builds a protocol whose
+settings fingerprint."""
 from __future__ import annotations
+
 
 import pytest
 
-from harness.config import CONFIG_ROOT
 from harness.errors import ConfigError
-from harness.presets import load_presets
+from harness.presets import load_presets, presets_folder
 from harness.registry import PROTOCOLS
 
 BUILT_IN = ("dense_nn", "knn", "linear", "seg_linear", "segmenter")
@@ -15,7 +16,7 @@ BUILT_IN = ("dense_nn", "knn", "linear", "seg_linear", "segmenter")
 @pytest.mark.parametrize("name", BUILT_IN)
 def test_every_preset_file_is_a_preset_that_builds(name):
     cls = PROTOCOLS.get(name)
-    files = sorted((CONFIG_ROOT / "protocols").glob(f"{name}_*.yaml"))
+    files = sorted(presets_folder(name).glob(f"{name}_*.yaml"))
     assert {f.stem for f in files} == {f"{name}_{p}" for p in cls.PRESETS}
     assert cls.DEFAULT_PRESET in cls.PRESETS
     fingerprints = set()

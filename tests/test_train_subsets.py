@@ -1,5 +1,5 @@
 """Any classification protocol's training set can be a named subset (harness.data.subsets): k-NN
-and the linear probe as logistic regression (tests/test_logreg.py). The subset restricts the
+and the linear probe as logistic regression (the logreg protocol's own tests). The subset restricts the
 training split, enters the fingerprint and the record, keys the feature cache, leaves every
 request without one as it was, and a bad list is one error line with no record."""
 from __future__ import annotations

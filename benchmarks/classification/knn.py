@@ -6,12 +6,12 @@ L2-normalised; each val image takes its k most cosine-similar train images, each
 for its class with weight exp(sim / T), T = 0.07; top-1 / top-5 over class scores. One
 search for the largest k serves the whole sweep {10, 20, 100, 200}.
 
-Defined where DINO's code is not (see docs/protocols/classification.md):
+Defined where DINO's code is not (see benchmarks/classification/README.md):
 - neighbours are ordered by similarity, exactly equal similarities by the lower train
   index; class scores likewise (equal scores: lower class index first);
 - a class with no vote is never a top-5 hit (DINO's probs.sort leaves the zero-score
   classes in whatever order torch's unstable sort gives, so a zero-vote target can count
-  as a hit by accident; `tests/fixtures/knn_dino_golden.json` records how often);
+  as a hit by accident; `benchmarks/classification/fixtures/knn_dino_golden.json` records how often);
 - top-5 is reported only with at least 5 classes (DINO's narrow(…, 5) fails below);
 - any number of val images (DINO's 100 fixed chunks fail below 100);
 - k larger than the training set uses every training image (recorded as `k_used`).
@@ -272,7 +272,7 @@ class KNNProtocol(TrainSubsetSetting, Protocol):
     # ks: each k is its own result (variant), so the sweep list does not change any number.
     NOT_IN_FINGERPRINT = ("ks", "backend", "search_device", "train_chunk", "test_chunk", "batch_size", "num_workers",
                           "cache", "progress", "train_subset")
-    PRESETS = load_presets("knn")  # configs/protocols/knn_*.yaml
+    PRESETS = load_presets("knn", Path(__file__).parent / "presets")
     DEFAULT_PRESET = "dino"
 
     def search_device(self, model: ModelHandle) -> torch.device:

@@ -9,7 +9,7 @@ weights are bit-identical after a probe epoch. Validation features are determini
 (Resize -> CenterCrop), so they come from the harness.features.extract cache and are computed once
 instead of once per epoch as in the official scripts; the numbers are the same.
 
-Recipes (see docs/protocols/classification.md for the sources and every difference):
+Recipes (see benchmarks/classification/README.md for the sources and every difference):
 - dino:   one lr 0.001 x B/256, SGD momentum 0.9, wd 0, cosine per epoch over 100 epochs,
           B = 1024, RandomResizedCrop(224) + flip, val Resize(256, bicubic) + CenterCrop(224),
           init N(0, 0.01), bias 0; best val top-1 over epochs. Features by arch: ViT-S/Ti:
@@ -27,6 +27,8 @@ chosen on that holdout and the last epoch's (harness/probes/grid_selection.py).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from harness.presets import load_presets
 from harness.probes.linear_probe import LinearGridProbe
 from harness.registry import register_protocol
@@ -36,7 +38,7 @@ from harness.registry import register_protocol
 class LinearProbe(LinearGridProbe):
     CONFORMANCE_RUN = ("synth", {"dataset": "imagefolder", "cached_features": True, "epochs": 1, "progress": False},
                        "imagenet")
-    PRESETS = load_presets("linear")  # configs/protocols/linear_*.yaml
+    PRESETS = load_presets("linear", Path(__file__).parent / "presets")
     DEFAULT_PRESET = "dino"
 
 

@@ -13,7 +13,7 @@ DECLARATIONS = (
                  Metric("PCK_vp1", unit="%", direction="higher", per_image=_KIND, label="PCK vp medium"),
                  Metric("PCK_vp2", unit="%", direction="higher", per_image=_KIND, label="PCK vp large")),
         headline="PCK",
-        datasets={"spair71k": "benchmarks.correspondence.reader"},
+        datasets={"spair71k": "harness.data.spair71k"},
         per_image_kinds={_KIND: "benchmarks.correspondence.per_image_kind"},
         synthetic="benchmarks.correspondence.synthetic",
         summary="zero-shot keypoint matching of frozen patch features, SPair-71k PCK@0.1 by viewpoint (Probe3D)"),
@@ -25,7 +25,7 @@ DECLARATIONS = (
             ("recall_2cm_0_30", "recall@2cm 0-30°"), ("recall_2cm_30_60", "recall@2cm 30-60°"),
             ("recall_2cm_60_90", "recall@2cm 60-90°"), ("recall_2cm_90_120", "recall@2cm 90-120°"))),
         headline="recall_2cm",
-        datasets={"navi": "benchmarks.correspondence.reader_navi"},
+        datasets={"navi": "harness.data.navi_pairs"},
         synthetic="benchmarks.correspondence.synthetic_navi",
         summary="zero-shot multiview matching of frozen patch features, NAVI recall at 1/2/5 cm and 5/25/50 px, "
                 "2 cm by relative rotation (Probe3D)"),

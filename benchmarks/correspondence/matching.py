@@ -21,7 +21,7 @@ def select_pairs(pairs: list, category: str, viewpoint: int | None, num_instance
     """The pairs of ``category`` (with ``viewpoint`` variation, None: any), shuffled with Python's
     ``random.seed(seed)`` and cut to ``num_instances`` (None or 0: all), as SPairDataset does.
     ``pairs`` come in file-name order; Probe3D's come in ``glob.glob`` order, the directory's
-    listing order, which the shuffle then permutes (docs/protocols/correspondence.md)."""
+    listing order, which the shuffle then permutes (benchmarks/correspondence/README.md)."""
     chosen = [p for p in pairs if p.category == category]
     if viewpoint is not None:
         chosen = [p for p in chosen if p.viewpoint == viewpoint]

@@ -26,7 +26,7 @@ ANGLE_BINS = {"recall_2cm_0_30": (0, 30), "recall_2cm_30_60": (30, 60), "recall_
 
 @dataclass(frozen=True)
 class FrameNormalize:
-    """navi.py's image path after the frame is prepared (reader_navi.py): ToTensor, normalise (its
+    """navi.py's image path after the frame is prepared (harness/data/navi_pairs.py): ToTensor, normalise (its
     nearest resizes pick pixels, so normalising after them is the same); then the model wrapper's
     ``center_padding`` to a multiple of the patch size."""
 

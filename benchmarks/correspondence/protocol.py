@@ -1,6 +1,6 @@
 """Zero-shot keypoint correspondence (``correspondence``) as Probe3D evaluates SPair-71k
 (mbanani/probe3d evaluate_spair_correspondence.py with configs/spair_correspondence.yaml);
-docs/protocols/correspondence.md gives the source of each default.
+benchmarks/correspondence/README.md gives the source of each default.
 
 For each category and each viewpoint bin (small, medium, large, and all pairs), up to 200 test
 pairs are drawn (Python's random, seed 20); both images are padded to a square, resized to
@@ -23,7 +23,7 @@ import torch
 from benchmarks.correspondence.matching import (SquareResize, match_keypoints, pair_errors, patch_stride,
                                                  scaled_keypoints, select_pairs, threshold_scale, within)
 from benchmarks.correspondence.per_image_kind import category_pck_block, mean_over_categories
-from benchmarks.correspondence.reader import PairImages
+from harness.data.spair71k import PairImages
 from harness.data.io import image_size, load_rgb
 from harness.features.grid import coarse_grid_flag
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
@@ -73,8 +73,8 @@ class Config:
                 raise ValueError(msg)
 
 
-# probe3d, synth: configs/protocols/correspondence_*.yaml
-PRESETS: dict[str, dict[str, Any]] = load_presets("correspondence")
+# probe3d, synth: benchmarks/correspondence/presets/correspondence_*.yaml
+PRESETS: dict[str, dict[str, Any]] = load_presets("correspondence", Path(__file__).parent / "presets")
 
 
 @register_protocol("correspondence")

@@ -1,8 +1,8 @@
 """Zero-shot multiview correspondence on NAVI (``correspondence_navi``) as Probe3D evaluates it
 (mbanani/probe3d evaluate_navi_correspondence.py with configs/navi_correspondence.yaml and
-configs/dataset/navi.yaml); docs/protocols/correspondence.md gives the source of each default.
+configs/dataset/navi.yaml); benchmarks/correspondence/README.md gives the source of each default.
 
-Each pair is two views of one object in its wild_set (reader_navi.py: the partner drawn within 120
+Each pair is two views of one object in its wild_set (harness/data/navi_pairs.py: the partner drawn within 120
 degrees, every 4th view a first view). Both prepared 512x512 frames pass through the frozen backbone
 (last block, no final norm); the patch features are upsampled bicubically to the point grid at a
 quarter of the frame (128x128), the positions with depth are matched by nearest neighbour with
@@ -28,7 +28,7 @@ from benchmarks.correspondence.matching_navi import (ANGLE_BINS, BIN_THRESHOLD, 
                                                      FrameNormalize, angle_bin, correspondence_errors, pair_counts,
                                                      ratio_test_matches, relative_pose, rotation_angle_deg,
                                                      scaled_points)
-from benchmarks.correspondence.reader_navi import NaviImages
+from harness.data.navi_pairs import NaviImages
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from harness.examples import Example, Panel, chosen_items
 from harness.features.extract import extract_features
@@ -72,8 +72,8 @@ class Config:
                 raise ValueError(msg)
 
 
-# probe3d, synth: configs/protocols/correspondence_navi_*.yaml
-PRESETS: dict[str, dict[str, Any]] = load_presets("correspondence_navi")
+# probe3d, synth: benchmarks/correspondence/presets/correspondence_navi_*.yaml
+PRESETS: dict[str, dict[str, Any]] = load_presets("correspondence_navi", Path(__file__).parent / "presets")
 
 
 @register_protocol("correspondence_navi")

@@ -1,5 +1,5 @@
 """NAVI SynthScenes: textured ellipsoids seen from several calibrated cameras, with exact depth and
-pose, written in NAVI's layout as Probe3D reads it (reader_navi.py): per object a ``wild_set`` and a
+pose, written in NAVI's layout as Probe3D reads it (harness/data/navi_pairs.py): per object a ``wild_set`` and a
 ``multiview_00`` collection, each with annotations.json (image_size, camera focal_length, q, t in
 mm), images/<id>.jpg, images/downsampled_<id>.jpg and depth/downsampled_<id>.png (NAVI's disparity
 encoding, 65535 x 10 / depth in mm).

@@ -3,7 +3,7 @@ classifier on the patch features of a subsampled training set, evaluated on ever
 of the validation set, reported as mIoU per training fraction (1/128, 1/64, 1/8, 1/1;
 mean +- std over 5 seeds for fractions below 1).
 
-Two presets, one implementation (docs/protocols/dense_nn.md lists every difference and its source):
+Two presets, one implementation (benchmarks/dense_nn/README.md lists every difference and its source):
 
 - ``cribo``: CrIBo's text. Images only down-sampled to the closest multiple of the patch
   size (aspect kept), no bank augmentation, patch labels by majority vote (ignore pixels
@@ -137,8 +137,8 @@ class Config:
                 raise ValueError(msg)
 
 
-# cribo, hbird, hbird_synth: configs/protocols/dense_nn_*.yaml
-PRESETS: dict[str, dict[str, Any]] = load_presets("dense_nn")
+# cribo, hbird, hbird_synth: benchmarks/dense_nn/presets/dense_nn_*.yaml
+PRESETS: dict[str, dict[str, Any]] = load_presets("dense_nn", Path(__file__).parent / "presets")
 
 
 def resolve_bank_ignore(mode: str, dataset: str) -> str:

@@ -1,5 +1,5 @@
 """Monocular depth, linear probe (``depth_linear``), as dinov3/eval/depth runs it with
-configs/config-nyu.yaml (commit 6876159); docs/protocols/depth.md gives the source of each default.
+configs/config-nyu.yaml (commit 6876159); benchmarks/depth/README.md gives the source of each default.
 
 The backbone is frozen; a BatchNorm + 1x1 convolution head over its final-normed last-layer patch
 grid predicts 256 depth-bin weights (0.001-10 m, linear bins), trained with the scale-invariant
@@ -9,7 +9,7 @@ as the mean over images of each image's RMSE, AbsRel, log RMSE and delta accurac
 
 Preset dinov2_linear4 swaps in DINOv2's linear4 head (blocks.py, head.py: four intermediate blocks
 without the final norm, each with its class token, upsampled x4, no BatchNorm, bins to 80 m);
-dinov2_linear4_kitti runs it on KITTI's Eigen split (reader_kitti.py: KB crop, Garg mask, 80 m).
+dinov2_linear4_kitti runs it on KITTI's Eigen split (harness/data/kitti.py: KB crop, Garg mask, 80 m).
 
 Memory: training images are augmented and passed through the backbone one batch at a time and
 evaluation images one at a time (with their flip); no feature is kept beyond its batch.
@@ -119,8 +119,8 @@ class Config:
 
 
 # dinov3, dinov2_linear4, dinov2_linear4_kitti, synth, synth_linear4, synth_kitti:
-# configs/protocols/depth_linear_*.yaml
-PRESETS: dict[str, dict[str, Any]] = load_presets("depth_linear")
+# benchmarks/depth/presets/depth_linear_*.yaml
+PRESETS: dict[str, dict[str, Any]] = load_presets("depth_linear", Path(__file__).parent / "presets")
 
 
 class _TrainImages(Dataset):

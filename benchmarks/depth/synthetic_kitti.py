@@ -1,4 +1,4 @@
-"""Depth SynthScenes in KITTI's Eigen-split layout (benchmarks/depth/reader_kitti.py): the scenes of
+"""Depth SynthScenes in KITTI's Eigen-split layout (harness/data/kitti.py): the scenes of
 synthetic.py scaled 8 times (walls at 44-68 m, inside KITTI's 80 m), on frames of KITTI's raw
 shape / 8 (47x155, so the KB crop / 8, 44x152, and the Garg crop scale onto them), with the ground
 truth sparse as projected LiDAR is: no return in the top third of the frame, a third of the other

@@ -8,8 +8,7 @@ DECLARATIONS = (
         name="lost", module="benchmarks.discovery.protocol",
         metrics=(Metric("corloc", unit="%", direction="higher", per_image="hits", label="CorLoc"),),
         headline="corloc",
-        datasets={"voc07": "benchmarks.discovery.reader", "voc12": "benchmarks.discovery.reader",
-                  "coco20k": "benchmarks.discovery.reader"},
+        reads=("voc07", "voc12", "coco20k"),
         synthetic="benchmarks.discovery.synthetic",
         summary="unsupervised object discovery with LOST (last-block keys, seed expansion), CorLoc"),
     ProtocolDeclaration(

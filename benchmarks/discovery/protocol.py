@@ -23,9 +23,10 @@ import torchvision.transforms.functional as TF
 
 from benchmarks.discovery.keys import check_has_keys, last_block_features
 from benchmarks.discovery.lost import box_iou, corloc_hit, lost
-from benchmarks.discovery.reader import COCO20k, VOCBoxes
 from benchmarks.discovery.tokencut import tokencut
+from harness.data.coco20k import COCO20k
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from harness.data.voc_boxes import VOCBoxes
 from harness.errors import ConfigError, DataError
 from harness.features.extract import intra_op_threads
 from harness.examples import Example, Panel, chosen_items

@@ -29,7 +29,16 @@ class FinetuneConfig:
     # --imagenet_default_mean_and_std: False (the argparse default) normalises with Inception's
     # 0.5 / 0.5; run.sh's imagenet_cls passes the flag (ImageNet mean and std)
     imagenet_default_mean_and_std: bool = False
+    # mean / std by name: None follows imagenet_default_mean_and_std; "clip" is CLIP's, which SynCLR's
+    # util/datasets.py uses unless --inception_norm
+    normalization: Literal["imagenet", "inception", "clip"] | None = None
     crop_pct: float | None = None  # eval resize = input_size / crop_pct; None: 224/256 below 384, else 1.0
+    eval_interpolation: Literal["bilinear", "bicubic"] = "bilinear"  # the eval Resize's (SynCLR: bicubic)
+    # DeiT's RASampler (benchmarks.finetune.sampler): each image 3 times an epoch, floor(n / 256) x 256 entries
+    repeated_aug: bool = False
+    # the classifier's outputs: "classes" (one per class, 0-based labels) or "reader_official" (the
+    # reader's official_num_outputs and official_label_offset: iBOT's CarsDataset head)
+    head_outputs: Literal["classes", "reader_official"] = "classes"
     # ---- schedule and batch
     epochs: int = 100
     batch_size: int = 1024  # effective batch per optimisation step (official: batch_size x update_freq x GPUs)
@@ -39,10 +48,19 @@ class FinetuneConfig:
     blr: float | None = None  # or a base lr per 256 images: lr = blr x batch_size / 256 (MAE / SynCLR)
     min_lr: float = 1e-6
     warmup_epochs: int = 20
+    # "per_step": BEiT's utils.cosine_scheduler (warm-up from 0); "per_epoch": DeiT's timm cosine stepped
+    # after each epoch, warm-up from warmup_lr; "mae": MAE's per-iteration half-cycle cosine
+    # (benchmarks.finetune.schedules)
+    lr_schedule: Literal["per_step", "per_epoch", "mae"] = "per_step"
+    warmup_lr: float = 0.0  # the per_epoch schedule's start (DeiT's --warmup-lr); unused by the others
     warmup_steps: int = -1  # > 0 overrides warmup_epochs
     weight_decay: float = 0.05
     weight_decay_end: float | None = None  # None: constant weight decay
     layer_decay: float = 0.9  # 1.0: one learning rate for every layer
+    # the model's no_weight_decay() names (pos_embed, cls_token) without weight decay, as BEiT's
+    # optim_factory; False: only 1-D parameters and biases, as timm's create_optimizer on iBOT's
+    # VisionTransformer (which declares no no_weight_decay: eval_cls.py's transfer / semi recipes)
+    use_no_weight_decay_list: bool = True
     opt_eps: float = 1e-8
     opt_betas: list[float] | None = None  # None: torch's AdamW default (0.9, 0.999)
     clip_grad: float | None = None  # total gradient norm clip; None: off
@@ -96,6 +114,12 @@ class FinetuneConfig:
             raise ConfigError(f"finetune: layer_decay must be in (0, 1], found {self.layer_decay}")
         if self.finetune_head_layer < 0:
             raise ConfigError(f"finetune: finetune_head_layer must be >= 0, found {self.finetune_head_layer}")
+        if self.lr_schedule != "per_step" and self.warmup_steps > 0:
+            raise ConfigError(f"finetune: warmup_steps belongs to the per_step schedule; lr_schedule "
+                              f"{self.lr_schedule!r} warms up over warmup_epochs")
+        if self.lr_schedule == "mae" and self.epochs <= self.warmup_epochs:
+            raise ConfigError(f"finetune: the mae schedule needs epochs > warmup_epochs, found {self.epochs} and "
+                              f"{self.warmup_epochs}")
         if self.opt_betas is not None and len(self.opt_betas) != 2:
             raise ConfigError(f"finetune: opt_betas takes two numbers, found {self.opt_betas}")
 

@@ -4,11 +4,12 @@ Transforms (iBOT's ``run_class_finetuning.build_transform``, bytedance/ibot at d
 is timm's ``create_transform`` (RandomResizedCrop, flip, RandAugment ``aa``, colour jitter when no
 auto-augment, random erasing ``reprob`` / ``remode`` / ``recount``), with ``RandomCrop(padding=4)``
 in place of the resized crop at 32 px and below; evaluation is Resize(input_size / crop_pct,
-bilinear) + CenterCrop, ``crop_pct`` 224/256 below 384 px, else 1.0. Normalisation: Inception's
-0.5 / 0.5 unless ``imagenet_default_mean_and_std``.
+``eval_interpolation``) + CenterCrop, ``crop_pct`` 224/256 below 384 px, else 1.0. Normalisation: Inception's
+0.5 / 0.5 unless ``imagenet_default_mean_and_std``, or the named ``normalization``.
 
 Determinism (a difference from the official loader, which draws from each worker's own RNG): each
-sample's augmentation is seeded by (seed, epoch, index), and the epoch's order by (seed, epoch), so
+sample's augmentation is seeded by (seed, epoch, index, copy), and the epoch's order by (seed, epoch)
+(under repeated augmentation by the epoch alone, as DeiT's RASampler: benchmarks.finetune.sampler), so
 a run resumed mid-epoch and a run with another number of loader workers see the same images.
 """
 from __future__ import annotations
@@ -23,9 +24,14 @@ from harness.data.io import load_rgb
 
 IMAGENET_DEFAULT = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 INCEPTION = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+# OpenAI CLIP's, as SynCLR's util/datasets.py normalises (google-research/syn-rep-learn @ 45f451b)
+CLIP = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
+MEAN_STD = {"imagenet": IMAGENET_DEFAULT, "inception": INCEPTION, "clip": CLIP}
 
 
 def mean_std(cfg) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    if cfg.normalization is not None:
+        return MEAN_STD[cfg.normalization]
     return IMAGENET_DEFAULT if cfg.imagenet_default_mean_and_std else INCEPTION
 
 
@@ -71,15 +77,16 @@ def eval_transform(cfg):
     steps = []
     if cfg.input_size > 32:
         crop_pct = cfg.crop_pct if cfg.crop_pct is not None else (224 / 256 if cfg.input_size < 384 else 1.0)
-        steps += [transforms.Resize(int(cfg.input_size / crop_pct),
-                                    interpolation=transforms.InterpolationMode.BILINEAR),
+        mode = transforms.InterpolationMode(cfg.eval_interpolation)
+        steps += [transforms.Resize(int(cfg.input_size / crop_pct), interpolation=mode),
                   transforms.CenterCrop(cfg.input_size)]
     steps += [transforms.ToTensor(), transforms.Normalize(mean, std)]
     return transforms.Compose(steps)
 
 
-def sample_seed(seed: int, epoch: int, index: int) -> int:
-    return (seed * 1_000_003 + epoch * 10_007 + index) % (2 ** 31)
+def sample_seed(seed: int, epoch: int, index: int, repeat: int = 0) -> int:
+    """The augmentation seed of one sample (``repeat``: which copy, under repeated augmentation)."""
+    return (seed * 1_000_003 + epoch * 10_007 + index + repeat * 1_000_000_007) % (2 ** 31)
 
 
 class ImageFiles:
@@ -114,11 +121,13 @@ class TransformedImages(Dataset):
     def __len__(self) -> int:
         return len(self.labels)
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, key):
+        """``key``: an index, or (index, repeat) from a repeated-augmentation sampler."""
+        i, repeat = key if isinstance(key, tuple) else (key, 0)
         image = self.images.load_image(i)
         if not self.seeded:
             return self.transform(image), int(self.labels[i])
-        s = sample_seed(self.seed, self.epoch, i)
+        s = sample_seed(self.seed, self.epoch, i, repeat)
         py_state, np_state = random.getstate(), np.random.get_state()
         try:
             with torch.random.fork_rng(devices=[]):

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.finetune.sampler import steps_per_epoch as ra_steps
 from benchmarks.finetune.config import EXECUTION_SETTINGS, FinetuneConfig, per_device_batch
 from harness.config import fingerprint, to_dict
 from harness.data.subsets import SubsetSource, TrainSubsetSetting
@@ -47,6 +48,10 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
     PRESETS = load_presets("finetune", Path(__file__).parent / "presets")
     DEFAULT_PRESET = None
     RUNS_ON_EVERY_RANK = True  # data parallel: every process trains its share
+    # settings left out of the fingerprint at these values (a recipe without them keeps its fingerprint)
+    ABSENT_AT = {"normalization": None, "eval_interpolation": "bilinear", "repeated_aug": False,
+                 "head_outputs": "classes", "lr_schedule": "per_step", "warmup_lr": 0.0,
+                 "use_no_weight_decay_list": True}
 
     def input_sizes(self) -> dict[str, int]:
         return {"input_size": self.cfg.input_size}
@@ -68,6 +73,10 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
         if len(train) < c.batch_size:
             raise DataError(f"finetune: {c.dataset} {c.train_split!r} at {data_root} has {len(train)} images, fewer "
                             f"than one effective batch of {c.batch_size}; lower batch_size")
+        if c.repeated_aug and ra_steps(len(train), c.batch_size) == 0:
+            raise DataError(f"finetune: repeated augmentation trains on floor(n / 256) x 256 = "
+                            f"{len(train) // 256 * 256} entries an epoch of {c.dataset} {c.train_split!r} "
+                            f"({len(train)} images), fewer than one effective batch of {c.batch_size}")
         if len(val) == 0:
             raise DataError(f"finetune: {c.dataset} {c.val_split!r} at {data_root} has no images")
         return train, val
@@ -101,16 +110,18 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
         head_layers = self._head_layers(model)
         self._check_saveable(model)
         train, val = self.readers(Path(data_root))
-        val_labels = _labels_in(train, val)
-        train_set = ftdata.TransformedImages(train, train.targets, ftdata.train_transform(c), c.seed)
+        outputs, offset = head_outputs(c, train)
+        val_labels = _labels_in(train, val) + offset
+        train_labels = np.asarray(train.targets, dtype=np.int64) + offset
+        train_set = ftdata.TransformedImages(train, train_labels, ftdata.train_transform(c), c.seed)
         val_set = ftdata.TransformedImages(val, val_labels, ftdata.eval_transform(c), seeded=False)
         torch.manual_seed(c.seed)
         np.random.seed(c.seed)
-        classifier = FinetuneClassifier(model.backbone, len(train.classes), use_mean_pooling=c.use_mean_pooling,
+        classifier = FinetuneClassifier(model.backbone, outputs, use_mean_pooling=c.use_mean_pooling,
                                         init_scale=c.init_scale, drop_path=c.drop_path, seed=c.seed,
                                         head_layers=head_layers)
         folder = self._resume_folder(model, Path(data_root))
-        run = FinetuneRun(classifier, train_set, val_set, len(train.classes), c, device, folder / "resume.pt",
+        run = FinetuneRun(classifier, train_set, val_set, outputs, c, device, folder / "resume.pt",
                           self.recipe_identity(model, Path(data_root)))
         started = time.perf_counter()
         resumed = run.try_resume(Path(c.resume) if c.resume else None)
@@ -197,6 +208,22 @@ def _chance(cfg, train) -> ProtocolResult:
     return ProtocolResult(metrics={"top1_best": chance["top1"], **chance},
                           dataset=cfg.dataset, split=cfg.val_split, seed=None,
                           params={"chance": "uniform random guess", "num_classes": len(train.classes)})
+
+
+def head_outputs(cfg, train) -> tuple[int, int]:
+    """(the classifier's outputs, the offset added to every label): one output per class from 0, or
+    the numbers the reader states for its official code (``official_num_outputs``,
+    ``official_label_offset``: iBOT's CarsDataset)."""
+    if cfg.head_outputs == "classes":
+        return len(train.classes), 0
+    outputs, offset = getattr(train, "official_num_outputs", None), getattr(train, "official_label_offset", None)
+    if outputs is None or offset is None:
+        raise ConfigError(f"finetune: head_outputs 'reader_official' needs a reader that states its official head "
+                          f"(official_num_outputs, official_label_offset); {cfg.dataset} does not: use 'classes'")
+    if len(train.classes) - 1 + offset >= outputs:
+        raise DataError(f"finetune: {cfg.dataset}'s official head has {outputs} outputs, too few for labels up to "
+                        f"{len(train.classes) - 1 + offset} (the official code would fail the same way)")
+    return int(outputs), int(offset)
 
 
 def _labels_in(train, val) -> np.ndarray:

@@ -2,7 +2,8 @@
 da316d8) on the harness's device, precision and process group.
 
 AdamW over the layer-decay groups (harness.training.layer_decay), per-step cosine lr (warm-up from
-0, ``warmup_epochs x steps``, to ``min_lr``) and weight decay (``weight_decay`` to
+0, ``warmup_epochs x steps``, to ``min_lr``; or DeiT's per-epoch / MAE's schedule,
+benchmarks.finetune.schedules) and weight decay (``weight_decay`` to
 ``weight_decay_end``) from harness.schedules, SoftTargetCrossEntropy with mixup / cutmix,
 LabelSmoothingCrossEntropy without (plain cross-entropy at smoothing 0), an optional EMA of the
 weights, evaluation on the val split every ``eval_every`` epochs and after the last.
@@ -25,6 +26,8 @@ from torch.utils.data import DataLoader
 
 from benchmarks.finetune import data as ftdata
 from benchmarks.finetune import resume as resume_file
+from benchmarks.finetune import sampler as ra
+from benchmarks.finetune import schedules
 from benchmarks.finetune.config import per_device_batch
 from benchmarks.finetune.step import micro_step
 from harness.runtime import device as devices
@@ -41,9 +44,27 @@ def official_cosine(base: float, final: float, epochs: int, steps_per_epoch: int
     return cosine_schedule(base, final, total, min(warm, total) if warmup_epochs > 0 or warmup_steps > 0 else 0)
 
 
+def lr_schedule(cfg, steps_per_epoch: int) -> np.ndarray:
+    """The peak lr's schedule, one value per optimisation step, as ``cfg.lr_schedule`` names it."""
+    if cfg.lr_schedule == "per_epoch":
+        return schedules.per_epoch_schedule(cfg.peak_lr(), cfg.min_lr, cfg.warmup_lr, cfg.epochs, cfg.warmup_epochs,
+                                            steps_per_epoch)
+    if cfg.lr_schedule == "mae":
+        return schedules.mae_schedule(cfg.peak_lr(), cfg.min_lr, cfg.epochs, cfg.warmup_epochs, steps_per_epoch)
+    return official_cosine(cfg.peak_lr(), cfg.min_lr, cfg.epochs, steps_per_epoch, cfg.warmup_epochs,
+                           cfg.warmup_steps)
+
+
+def steps_per_epoch(n_images: int, cfg) -> int:
+    """Optimisation steps an epoch: ``n // batch`` (the loader's drop_last), or RASampler's
+    ``floor(n / 256) x 256 // batch`` under repeated augmentation."""
+    return ra.steps_per_epoch(n_images, cfg.batch_size) if cfg.repeated_aug else n_images // cfg.batch_size
+
+
 def build_optimizer(model, cfg) -> torch.optim.Optimizer:
     groups = parameter_groups(model, cfg.weight_decay, cfg.layer_decay,
-                              scheme=_scheme(model) if cfg.layer_decay < 1.0 else None)
+                              scheme=_scheme(model) if cfg.layer_decay < 1.0 else None,
+                              skip_list=None if cfg.use_no_weight_decay_list else ())
     betas = tuple(cfg.opt_betas) if cfg.opt_betas is not None else (0.9, 0.999)
     return torch.optim.AdamW(groups, lr=cfg.peak_lr(), weight_decay=0.0, eps=cfg.opt_eps, betas=betas)
 
@@ -150,11 +171,10 @@ class FinetuneRun:
         self.criterion = build_criterion(cfg)
         self.mixup = build_mixup(cfg, num_classes)
         self.ema = build_ema(self.classifier, cfg)
-        self.steps_per_epoch = len(train_set) // cfg.batch_size
+        self.steps_per_epoch = steps_per_epoch(len(train_set), cfg)
         self.total_steps = cfg.epochs * self.steps_per_epoch
         self.stop_step = min(self.total_steps, cfg.max_steps or self.total_steps)
-        self.lr = official_cosine(cfg.peak_lr(), cfg.min_lr, cfg.epochs, self.steps_per_epoch, cfg.warmup_epochs,
-                                  cfg.warmup_steps)
+        self.lr = lr_schedule(cfg, self.steps_per_epoch)
         wd_end = cfg.weight_decay if cfg.weight_decay_end is None else cfg.weight_decay_end
         self.wd = official_cosine(cfg.weight_decay, wd_end, cfg.epochs, self.steps_per_epoch)
         self.progress = Progress()
@@ -197,8 +217,12 @@ class FinetuneRun:
     def loader(self, epoch: int, start_micro: int) -> DataLoader:
         cfg = self.cfg
         self.train_set.set_epoch(epoch)
-        batches = ftdata.epoch_micro_batches(len(self.train_set), cfg.batch_size, cfg.update_freq, cfg.seed, epoch)
-        mine = [ftdata.rank_share(b, self.rank, self.world) for b in batches[start_micro:]]
+        if cfg.repeated_aug:
+            batches = ra.micro_batches(len(self.train_set), cfg.batch_size, cfg.update_freq, epoch)
+            mine = [ra.rank_share(b, self.rank, self.world) for b in batches[start_micro:]]
+        else:
+            batches = ftdata.epoch_micro_batches(len(self.train_set), cfg.batch_size, cfg.update_freq, cfg.seed, epoch)
+            mine = [ftdata.rank_share(b, self.rank, self.world) for b in batches[start_micro:]]
         return DataLoader(self.train_set, batch_sampler=mine, num_workers=cfg.num_workers,
                           pin_memory=devices.pin_memory(self.device),
                           generator=torch.Generator().manual_seed(cfg.seed + epoch))

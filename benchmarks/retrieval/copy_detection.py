@@ -9,7 +9,7 @@ and the distractors, mAP of the top-20 lists; reported on the "strong" block, as
 - L2 normalisation, cosine similarity, top 20, the Holidays AP.
 
 The script skips a whitening or distractor folder that does not exist; here a folder that is
-set must exist (null skips it). docs/protocols/retrieval.md gives the source of every default.
+set must exist (null skips it). benchmarks/retrieval/README.md gives the source of every default.
 """
 from __future__ import annotations
 
@@ -22,10 +22,11 @@ import numpy as np
 
 from benchmarks.retrieval.chance import expected_random_ap
 from benchmarks.retrieval.common import extract_kwargs, patch_size, search_device, under_root
-from benchmarks.retrieval.copydays import BLOCKS, STRONG, Copydays, block_aps
 from benchmarks.retrieval.features import SquareBicubic, Whitening, gem, l2n
-from benchmarks.retrieval.reader import ImageList, image_folder
+from benchmarks.retrieval.holidays_ap import block_aps
 from benchmarks.retrieval.search import Bank, top_k
+from harness.data.copydays import BLOCKS, STRONG, Copydays
+from harness.data.image_list import ImageList, image_folder
 from harness.errors import ConfigError
 from harness.features.extract import extract_features
 from harness.models.handle import ModelHandle
@@ -68,7 +69,7 @@ class Config:
                 raise ValueError(msg)
 
 
-PRESETS: dict[str, dict[str, Any]] = load_presets("copy_detection")
+PRESETS: dict[str, dict[str, Any]] = load_presets("copy_detection", Path(__file__).parent / "presets")
 
 
 @register_protocol("copy_detection")

@@ -3,7 +3,7 @@ image retrieval and Copydays copy detection."""
 from harness.declaration import ProtocolDeclaration
 from harness.metrics import Metric
 
-_READERS = "benchmarks.retrieval.reader"
+_READERS = "harness.data.revisited"
 
 DECLARATIONS = (
     ProtocolDeclaration(
@@ -19,7 +19,7 @@ DECLARATIONS = (
         name="copy_detection", module="benchmarks.retrieval.copy_detection",
         metrics=(Metric("mAP_strong", unit="%", direction="higher", per_image=("means",), label="mAP strong"),),
         headline="mAP_strong", variant_labels={"imsize": "{}px"},
-        datasets={"copydays": "benchmarks.retrieval.copydays"},
+        datasets={"copydays": "harness.data.copydays"},
         synthetic="benchmarks.retrieval.synthetic",
         summary="Copydays copy detection, [CLS] + GeM features whitened, mAP on strong (DINO)"),
 )

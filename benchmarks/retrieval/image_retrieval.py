@@ -12,7 +12,7 @@ Hard setups of revisitop. By default as DINO's ``eval_image_retrieval.py`` does 
 - ``distractors``: the +1M option (revisitop1m's layout, or any image folder), an extension:
   the script has none.
 
-docs/protocols/retrieval.md gives the source line of every default.
+benchmarks/retrieval/README.md gives the source line of every default.
 """
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ import numpy as np
 from benchmarks.retrieval.chance import expected_random_ap
 from benchmarks.retrieval.common import extract_kwargs, patch_size, search_device, under_root
 from benchmarks.retrieval.features import MULTISCALES, ThumbnailScale, combine_scales, l2n
-from benchmarks.retrieval.reader import ImageList, RevisitedDataset, image_folder
 from benchmarks.retrieval.revisitop import DIFFICULTIES, difficulty_gnd, mean_ap, query_ap
 from benchmarks.retrieval.search import Bank, labelled_ranks
+from harness.data.image_list import ImageList, image_folder
+from harness.data.revisited import RevisitedDataset
 from harness.errors import ConfigError
 from harness.features.extract import extract_features
 from harness.models.handle import ModelHandle
@@ -68,7 +69,7 @@ class Config:
             raise ValueError("max_distractors needs distractors (a folder)")
 
 
-PRESETS: dict[str, dict[str, Any]] = load_presets("image_retrieval")
+PRESETS: dict[str, dict[str, Any]] = load_presets("image_retrieval", Path(__file__).parent / "presets")
 
 
 @register_protocol("image_retrieval")

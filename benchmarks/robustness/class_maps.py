@@ -24,7 +24,7 @@ from harness.errors import DataError
 # same blob, 34d3fab, as bytedance/ibot analysis/backgrounds_challenge/in_to_in9.json @ da316d8),
 # written as runs (first ImageNet index, last index, IN-9 class); every index outside a run maps
 # to -1. IN-9 classes in folder order: 0 dog, 1 bird, 2 wheeled vehicle, 3 reptile, 4 carnivore,
-# 5 insect, 6 musical instrument, 7 primate, 8 fish. tests/test_robustness.py checks the runs
+# 5 insect, 6 musical instrument, 7 primate, 8 fish. benchmarks/robustness/tests/test_robustness.py checks the runs
 # against the file's mapping as the fixture robustness_in9.json records it.
 IN9_RUNS = (
     (0, 6, 8), (7, 24, 1), (33, 68, 3), (87, 100, 1), (127, 146, 1), (151, 170, 0), (173, 268, 0),

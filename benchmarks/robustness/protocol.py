@@ -14,7 +14,7 @@ its recipe selects is scored on shifted sets, each one result (variant ``shift``
 The head (analysis/README.md, combine_ckpt.py): of the recipe's learning-rate grid, the head with
 the best top-1 on the validation split (``best_acc_hidx``) with its weights at the evaluation that
 reached it (eval_linear_multi.py saves only then; ties: the later epoch, the last head). Each set's transform is its
-official script's (docs/protocols/robustness.md). Relative set paths are under the data root.
+official script's (benchmarks/robustness/README.md). Relative set paths are under the data root.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD, ResizeCenterCro
 from harness.errors import ConfigError
 from harness.features.extract import batch_features, extract_features
 from harness.per_image import accuracy_percent, hits_block
-from harness.presets import load_presets
+from harness.presets import load_presets, presets_folder
 from harness.protocol import Protocol, ProtocolResult
 from harness.registry import register_protocol
 from harness.runtime.device import module_device
@@ -106,10 +106,11 @@ class RobustnessConfig(LinearConfig):
 
 
 def _presets() -> dict[str, dict]:
-    """configs/protocols/robustness_*.yaml, each on top of the linear recipe it names (``recipe``)."""
+    """benchmarks/robustness/presets/robustness_*.yaml, each on top of the linear recipe it names (``recipe``)."""
     out = {}
-    linear = load_presets("linear")  # the linear protocol's recipes, read as data (no import of its folder)
-    for name, values in load_presets("robustness").items():
+    # the linear protocol's recipes, read as data (found through its declaration, not an import of its folder)
+    linear = load_presets("linear", presets_folder("linear"))
+    for name, values in load_presets("robustness", Path(__file__).parent / "presets").items():
         recipe = values.get("recipe")
         if recipe not in linear:
             raise ConfigError(f"robustness preset {name!r}: recipe {recipe!r} is no linear preset")

@@ -3,7 +3,7 @@ with its own lr sweep and head).
 
 Sources of every default (CrIBo = github.com/tileb1/CrIBo @ 311f569, segmentation/ and
 eval_launcher.py; mmseg = mmsegmentation 1.2.2 configs/_base_ and configs/segmenter;
-docs/protocols/segmentation.md gives file and line for each):
+README.md gives file and line for each):
 - data pipelines, test scales, sliding-window test: mmseg's dataset configs (as CrIBo's);
 - normalisation mean = std = 127.5 (RGB): mmseg's Segmenter model config, kept by CrIBo
   although its backbones were pretrained with ImageNet mean/std -- configurable here;
@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from benchmarks.segmentation.layouts import mmseg_layout
+from benchmarks.segmentation.layouts import seg_sizes
 
 # CrIBo's eval_launcher.py --mmseg_lr default (its update_cfg writes it over the configs' 1e-3).
 LAUNCHER_LR = 0.01
@@ -77,7 +77,7 @@ class SegConfig:
     launcher: Literal["auto", "none", "pytorch", "slurm"] = "auto"
 
     def __post_init__(self):
-        spec = mmseg_layout(self.dataset)
+        spec = seg_sizes(self.dataset)
         problems = []
         named_iters = {"long": spec.long_iters, "short": spec.short_iters}
         self.schedule, self.iters = _resolve_named(
@@ -112,11 +112,11 @@ class SegConfig:
     def scale(self) -> tuple[int, int]:
         if self.img_scale is not None:
             return tuple(self.img_scale)
-        rw, rh = mmseg_layout(self.dataset).scale_ratio
+        rw, rh = seg_sizes(self.dataset).scale_ratio
         return (round(rw * self.crop_size), round(rh * self.crop_size))
 
     def train_crop(self) -> int:
-        return round(mmseg_layout(self.dataset).train_crop_ratio * self.crop_size)
+        return round(seg_sizes(self.dataset).train_crop_ratio * self.crop_size)
 
     def stride(self) -> int:
         return self.slide_stride or round(self.crop_size * 480 / 512)

@@ -37,7 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.segmentation import mmseg_bridge as mb
+from benchmarks.segmentation.mmseg_config import head_config
+from benchmarks.segmentation.sweep import prepare_data, run_sweep
 from harness.errors import ConfigError, NotApplicable
 from harness.models.handover import Handover
 
@@ -190,13 +191,13 @@ def feature_backbone_config(key: str, frozen: bool) -> dict:
 def run_feature_seg_protocol(backbone: nn.Module, key: str, cfg: SegConfig, data_root: str | Path,
                              work_dir: str | Path, *, head: str, frozen: bool, protocol: str) -> list[dict]:
     """The protocol on a feature-contract backbone: every lr of ``cfg.lrs``, one dict per lr
-    (the sweep of mmseg_bridge.run_sweep, shared with the ViT path)."""
+    (the sweep of sweep.run_sweep, shared with the ViT path)."""
     check_applicable(backbone, cfg, protocol)
-    data = mb.prepare_data(cfg, data_root)
+    data = prepare_data(cfg, data_root)
     register_feature_backbone()
     width = int(backbone.embed_dim)
     heads = mask_heads(backbone, width)[0]
-    decode_head = mb.head_config(head, width, heads, data.num_classes)
+    decode_head = head_config(head, width, heads, data.num_classes)
     with handed_over(key, backbone):
-        return mb.run_sweep(cfg, data, work_dir, backbone=feature_backbone_config(key, frozen),
+        return run_sweep(cfg, data, work_dir, backbone=feature_backbone_config(key, frozen),
                             decode_head=decode_head, head=head)

@@ -10,7 +10,7 @@ in eval mode once, and mmengine's ``model.train()`` turns the backbone's DropPat
 in its model config) back on, so the head learns from stochastic-depth features; "eval"
 gives deterministic features. Everything else -- data, schedule, sweep, records -- is shared
 with segmenter.py in this folder: config.py (settings), seg_protocol.py (records, protocol base),
-mmseg_bridge.py (mmseg config and run); docs/protocols/segmentation.md lists the
+mmseg_config.py and sweep.py (mmseg config and run); README.md lists the
 sources and differences.
 
     ssl-bench eval --protocol seg_linear --dataset ade20k --data-root DIR --checkpoint CKPT
@@ -18,6 +18,7 @@ sources and differences.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar, Literal
 
 from benchmarks.segmentation.config import SegConfig
@@ -47,5 +48,5 @@ class SegLinear(SegProtocolBase, Protocol):
     Config = SegLinearConfig
     HEAD = "linear"
     FROZEN = True
-    PRESETS = load_presets("seg_linear")  # configs/protocols/seg_linear_*.yaml
+    PRESETS = load_presets("seg_linear", Path(__file__).parent / "presets")
     DEFAULT_PRESET = "paper"

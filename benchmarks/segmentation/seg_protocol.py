@@ -1,11 +1,11 @@
 """What ``seg_linear`` and ``segmenter`` share as protocols: the result records and the
 protocol base; their settings are ``SegConfig`` (benchmarks/segmentation/config.py, with the
-source of every default). Both run through mmseg: benchmarks/segmentation/mmseg_bridge.py
-builds the mmengine config from these settings and runs it.
+source of every default). Both run through mmseg: mmseg_config.py builds the mmengine config
+from these settings and sweep.py runs it.
 
 Two backbone paths, one sweep: a ViT whose weights mmseg's ``VisionTransformer`` computes
 exactly (the harness ViT of every method and zoo checkpoint, a plain timm ViT) is rebuilt as
-that ViT (mmseg_bridge.py); any other model keeps its own module, wrapped as an mmseg backbone
+that ViT (vit_weights.py, mmseg_vit.py); any other model keeps its own module, wrapped as an mmseg backbone
 that returns its patch grid (mmseg_adapted.py). The second path's head spec (how the features
 reach the head, the mask transformer's head count) is the model's (``model_settings``): records keep
 it in their model block (``protocol_settings``), and the fingerprint is the protocol's, one for
@@ -21,11 +21,14 @@ import torch
 
 from benchmarks.segmentation.config import EXECUTION_ONLY, SegConfig
 from benchmarks.segmentation import mmseg_adapted
-from benchmarks.segmentation.mmseg_bridge import (MASK_DROP_PATH, MASK_LAYERS, MMSEG_VERSION, read_per_image_file,
-                                                  run_seg_protocol, vit_mismatch)
+from benchmarks.segmentation.mmseg_config import MASK_DROP_PATH, MASK_LAYERS
+from benchmarks.segmentation.sweep import run_seg_protocol
+from benchmarks.segmentation.vit_weights import vit_mismatch
 from harness.config import fingerprint
 from harness.errors import ConfigError, NotApplicable
 from harness.models.feature_backbone import is_adapted
+from harness.openmmlab.per_image_io import read_per_image_file
+from harness.openmmlab.stack import MMSEG_VERSION
 
 
 # ============================================================================ which backbone path
@@ -110,7 +113,7 @@ class SegProtocolBase:
     def conformance_check(cls, model, exported: dict, data_root: Path) -> dict:
         """mmseg trains too long for the conformance suite: the exported backbone must pass
         the bridge's strict key map into mmseg's VisionTransformer."""
-        from benchmarks.segmentation.mmseg_bridge import convert_state_dict
+        from benchmarks.segmentation.vit_weights import convert_state_dict
 
         return {"mmseg_keys": len(convert_state_dict(exported))}
 

@@ -8,14 +8,15 @@ iters/10 (the last one reported); schedule ``long`` (160k / 80k; ``short``: CrIB
 configs) and lr sweep {8e-5, 3e-5, 1e-5, 8e-6} from the paper's text (``lr_sweep:
 launcher_default``: CrIBo's launcher default 0.01), best mIoU reported and every lr kept as
 its own record. Shared machinery in this folder: config.py (settings), seg_protocol.py (records,
-protocol base), mmseg_bridge.py (mmseg config and run); sources and differences in
-docs/protocols/segmentation.md.
+protocol base), mmseg_config.py and sweep.py (mmseg config and run); sources and differences in
+README.md.
 
     ssl-bench eval --protocol segmenter --dataset ade20k --data-root DIR --checkpoint CKPT
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from benchmarks.segmentation.config import SegConfig
@@ -40,5 +41,5 @@ class Segmenter(SegProtocolBase, Protocol):
     Config = SegmenterConfig
     HEAD = "mask"
     FROZEN = False
-    PRESETS = load_presets("segmenter")  # configs/protocols/segmenter_*.yaml
+    PRESETS = load_presets("segmenter", Path(__file__).parent / "presets")
     DEFAULT_PRESET = "paper"

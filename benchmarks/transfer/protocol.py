@@ -77,7 +77,7 @@ class TransferProtocol(Protocol):
     Config = TransferConfig
     NOT_IN_FINGERPRINT = ("batch_size", "num_workers", "cache", "progress")
     ABSENT_AT = {"zero_variance": "refuse"}  # records made before the guard are the refusing default's
-    PRESETS = load_presets("transfer")  # configs/protocols/transfer_*.yaml
+    PRESETS = load_presets("transfer", Path(__file__).parent / "presets")
     DEFAULT_PRESET = "synclr"
 
     def transform(self) -> ResizeCenterCrop:

@@ -1,6 +1,7 @@
 """What ``upernet`` registers into mmseg 1.2.2: the multi-level backbone around any front-door
-model, the layer-decay optimizer-wrapper constructor, and the IoU metric that also keeps each
-validation image's areas. Only torch is imported at module level; :func:`register` imports mmseg.
+model and the layer-decay optimizer-wrapper constructor, beside the core's IoU metric that also keeps
+each validation image's areas (harness.openmmlab.metric). Only torch is imported at module level;
+:func:`register` imports mmseg.
 
 - ``SslBenchMultiLevel``: a deep copy of the handed-over model (:func:`handed_over`; mmengine
   builds from config dicts), its drop path set as the official configs' ``drop_path_rate``
@@ -15,19 +16,17 @@ validation image's areas. Only torch is imported at module level; :func:`registe
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import torch
 from torch import nn
 
 from harness.models.handover import Handover
 from harness.models.multilevel import MultiLevelBackbone
+from harness.openmmlab.metric import register_metric
 from harness.training.drop_path import set_drop_path
 
 BACKBONE = "SslBenchMultiLevel"
 CONSTRUCTOR = "SslBenchLayerDecayConstructor"
-METRIC = "SslBenchUperNetIoU"
-HISTORY_HOOK = "SslBenchUperNetValidations"
 # where the front-door model sits inside the mmseg model (backbone -> MultiLevelBackbone.model)
 MODEL_PREFIX = "backbone.model."
 
@@ -113,60 +112,4 @@ def register() -> None:
 
     MODELS.register_module(name=BACKBONE, module=SslBenchMultiLevel, force=True)
     OPTIM_WRAPPER_CONSTRUCTORS.register_module(name=CONSTRUCTOR, module=SslBenchLayerDecayConstructor, force=True)
-    _register_metric()
-
-
-def write_per_image(path: Path, results: list) -> None:
-    """The ``areas`` block (harness.per_image) of one validation: per image and class mmseg's
-    intersection, union and label areas, whose sums IoUMetric turns into mIoU, aAcc and mAcc."""
-    import numpy as np
-
-    from harness.io_utils import atomic_write_json
-    from harness.per_image import areas_block
-
-    inter, union, label = (np.rint(np.stack([r[i].cpu().numpy() for r in results])).astype(np.int64)
-                           for i in (0, 1, 3))
-    atomic_write_json(path, areas_block(inter, union, label, count_absent_classes=False, extra_terms=0,
-                                        accuracy_metric="aAcc", class_accuracy_metric="mAcc"))
-
-
-def _register_metric() -> None:
-    from mmengine.hooks import Hook
-    from mmseg.evaluation import IoUMetric
-    from mmseg.registry import HOOKS, METRICS
-
-    class SslBenchUperNetIoU(IoUMetric):
-        def __init__(self, per_image_path: str | None = None, **kwargs):
-            super().__init__(**kwargs)
-            self.per_image_path = per_image_path
-
-        def compute_metrics(self, results: list) -> dict:
-            metrics = super().compute_metrics(results)
-            if self.per_image_path:
-                write_per_image(Path(self.per_image_path), results)
-            return metrics
-
-    class SslBenchUperNetValidations(Hook):
-        """Every validation's metrics by iteration, in memory."""
-        priority = "VERY_LOW"
-
-        def __init__(self):
-            self.history: dict[int, dict[str, float]] = {}
-
-        def after_val_epoch(self, runner, metrics=None) -> None:
-            self.history[int(runner.iter)] = {k: round(float(v), 2) for k, v in (metrics or {}).items()
-                                              if isinstance(v, (int, float)) or getattr(v, "ndim", None) == 0}
-
-    METRICS.register_module(name=METRIC, module=SslBenchUperNetIoU, force=True)
-    HOOKS.register_module(name=HISTORY_HOOK, module=SslBenchUperNetValidations, force=True)
-
-
-def read_per_image_file(path: str | Path | None) -> dict | None:
-    """The block the last validation wrote, or None when it is missing or unreadable."""
-    import json
-
-    try:
-        block = json.loads(Path(path).read_text()) if path else None
-    except (OSError, ValueError):
-        return None
-    return block if isinstance(block, dict) else None
+    register_metric()

@@ -72,9 +72,10 @@ class UperNet(Protocol):
 
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
         from benchmarks.upernet import mmseg_parts, runner
+        from harness.openmmlab.stack import require_mmseg
 
         rescales = self.check(model)
-        runner.require_mmseg()
+        require_mmseg()
         import mmseg.datasets  # noqa: F401  (registers datasets, transforms)
         import mmseg.evaluation  # noqa: F401
 
@@ -87,7 +88,7 @@ class UperNet(Protocol):
         return [self.result(run, data, rescales)]
 
     def result(self, run: dict, data, rescales: list[float]) -> ProtocolResult:
-        from benchmarks.upernet.mmseg_parts import read_per_image_file
+        from harness.openmmlab.per_image_io import read_per_image_file
 
         c = self.cfg
         return ProtocolResult(

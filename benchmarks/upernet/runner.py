@@ -9,7 +9,6 @@ apex fp16 -> AmpOptimWrapper; evaluation(metric='mIoU') -> IoUMetric(iou_metrics
 """
 from __future__ import annotations
 
-import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +18,12 @@ import torch
 
 from benchmarks.upernet import mmseg_parts as parts
 from benchmarks.upernet.config import UperNetConfig
-from harness.errors import ConfigError, DataError, MissingDependencyError
+from harness.data.mmseg_layouts import resolve_data
+from harness.errors import ConfigError
+from harness.openmmlab.launcher import resolve_launcher, world_size
+from harness.openmmlab.metric import METRIC, VALIDATION_HOOK, validation_history
+from harness.openmmlab.per_image_io import PER_IMAGE_FILE
 
-MMSEG_VERSION = "1.2.2"
-PER_IMAGE_FILE = "per_image.json"
 
 
 @dataclass
@@ -32,39 +33,16 @@ class AdeData:
     num_classes: int
 
 
-def require_mmseg() -> None:
-    try:
-        import mmcv
-        import mmseg
-        import mmseg.models  # noqa: F401
-    except (ImportError, OSError, AssertionError) as exc:
-        raise MissingDependencyError(
-            f"upernet needs mmcv 2.1 with compiled ops, mmengine 0.10.7 and mmsegmentation {MMSEG_VERSION} "
-            f"(importing them failed: {type(exc).__name__}: {exc}); install them with "
-            f"`python scripts/install_mmcv.py`") from exc
-    if mmseg.__version__ != MMSEG_VERSION or not mmcv.__version__.startswith("2.1."):
-        raise MissingDependencyError(f"found mmseg {mmseg.__version__} / mmcv {mmcv.__version__}; upernet is "
-                                     f"pinned to mmseg {MMSEG_VERSION} / mmcv 2.1.x")
-
-
 def resolve_ade(dataset: str, data_root: str | Path) -> AdeData:
-    """The ADE20K layout under ``data_root`` (images/ and annotations/ of training and validation,
-    checked by the harness's reader), with SynthScenes' class names where its meta.json says so."""
-    from harness.data.io import find_synth_meta
+    """The ADE20K layout under ``data_root`` as mmseg reads it, with SynthScenes' class names where its
+    meta.json says so (harness.data.mmseg_layouts), and every image of both splits with its annotation
+    (the harness's reader)."""
     from harness.data.segmentation import ADE20KSegmentation
 
-    train = ADE20KSegmentation(Path(data_root).expanduser().resolve(), "training")
-    ADE20KSegmentation(train.root, "validation")
-    meta = find_synth_meta(train.root, levels=2)
-    if dataset == "synth_ade" and not meta:
-        raise DataError(f"dataset 'synth_ade' is SynthScenes' ADE20K layout, but {train.root} has no SynthScenes "
-                        f"meta.json; generate one with `ssl-bench data synth --out DIR` or use dataset ade20k")
-    if meta:
-        names = (meta.get("classes") or {}).get("ade20k")
-        if not names:
-            raise DataError(f"{train.root} is a SynthScenes root without an ade20k class list")
-        return AdeData(train.root, tuple(names), len(names))
-    return AdeData(train.root, None, 150)
+    data = resolve_data(dataset, data_root)
+    for split in ("training", "validation"):
+        ADE20KSegmentation(data.root, split)
+    return AdeData(data.root, data.classes, data.num_classes)
 
 
 def _dataset(cfg: UperNetConfig, data: AdeData, split: str, pipeline: list[dict]) -> dict:
@@ -143,18 +121,6 @@ def schedule_config(cfg: UperNetConfig) -> dict:
         val_cfg=dict(type="ValLoop"))
 
 
-def resolve_launcher(launcher: str) -> str:
-    if launcher != "auto":
-        return launcher
-    return "pytorch" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "none"
-
-
-def world_size(launcher: str) -> int:
-    if launcher == "slurm":
-        return int(os.environ.get("SLURM_NTASKS", "1"))
-    return int(os.environ.get("WORLD_SIZE", "1")) if launcher != "none" else 1
-
-
 def build_config(cfg: UperNetConfig, data: AdeData, *, backbone_key: str, embed_dim: int,
                  rescales: list[float], work_dir: Path) -> Any:
     from mmengine.config import Config
@@ -187,8 +153,8 @@ def build_config(cfg: UperNetConfig, data: AdeData, *, backbone_key: str, embed_
         val_dataloader=dict(batch_size=1, num_workers=nw, persistent_workers=nw > 0,
                             sampler=dict(type="DefaultSampler", shuffle=False),
                             dataset=_dataset(cfg, data, "validation", test_pipe)),
-        val_evaluator=dict(type=parts.METRIC, iou_metrics=["mIoU"], per_image_path=str(work_dir / PER_IMAGE_FILE)),
-        custom_hooks=[dict(type=parts.HISTORY_HOOK)],
+        val_evaluator=dict(type=METRIC, iou_metrics=["mIoU"], per_image_path=str(work_dir / PER_IMAGE_FILE)),
+        custom_hooks=[dict(type=VALIDATION_HOOK)],  # in memory only: upernet never resumes
         model_wrapper_cfg=dict(type="MMDistributedDataParallel", find_unused_parameters=True),
     )
     return Config(d, format_python_code=False)
@@ -205,8 +171,7 @@ def train(cfg: UperNetConfig, data: AdeData, backbone: torch.nn.Module, key: str
                               rescales=rescales, work_dir=work_dir)
         runner = Runner.from_cfg(mm_cfg)
         runner.train()
-    hook = next(h for h in runner.hooks if type(h).__name__ == parts.HISTORY_HOOK)
-    history = dict(sorted(hook.history.items()))
+    history = dict(sorted(validation_history(runner).items()))
     return {"metrics": history[max(history)], "reported_iter": max(history),
             "validations": [[it, m.get("mIoU")] for it, m in history.items()],
             "per_image": str(work_dir / PER_IMAGE_FILE), "work_dir": str(work_dir)}

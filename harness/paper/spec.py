@@ -1,5 +1,6 @@
 """Paper tables as data: the published numbers (results/paper/*.csv) and the table specs
-(configs/paper/<table>.yaml) that say how to reproduce them from zoo checkpoints.
+(configs/paper/<table>.yaml, or ``paper/<table>.yaml`` in the protocol folder whose protocols
+the table measures alone) that say how to reproduce them from zoo checkpoints.
 
 A spec names, per protocol, its preset and settings, the tolerance of the verdict rule with
 its reason (harness.paper.verdict), and the variant its records must carry; per dataset, its
@@ -108,9 +109,27 @@ class Table:
     rows: pd.DataFrame  # the paper numbers
 
 
+FOLDER_TABLES = "paper"  # a protocol folder's own paper tables: <folder>/paper/<table>.yaml
+
+
+def table_files() -> dict[str, Path]:
+    """Table name -> its spec: configs/paper/*.yaml and every protocol folder's paper/*.yaml. A
+    name found twice is an error (a table is named by its file, in suites and on the command line)."""
+    from harness.registry import protocol_folders  # torch-free: the folders only
+
+    found: dict[str, Path] = {}
+    for folder in [TABLES_DIR, *(f / FOLDER_TABLES for f in protocol_folders())]:
+        for path in sorted(folder.glob("*.yaml")):
+            if path.stem in found:
+                raise ConfigError(f"paper table {path.stem!r} is specified twice: {found[path.stem]} and {path}; "
+                                  f"rename one of them")
+            found[path.stem] = path
+    return found
+
+
 def list_tables() -> list[str]:
-    """The names of the shipped paper tables (configs/paper/*.yaml)."""
-    return sorted(p.stem for p in TABLES_DIR.glob("*.yaml"))
+    """The names of the shipped paper tables (configs/paper/*.yaml, <protocol folder>/paper/*.yaml)."""
+    return sorted(table_files())
 
 
 def spec_path(table: str | Path) -> Path:
@@ -118,10 +137,10 @@ def spec_path(table: str | Path) -> Path:
     p = Path(table)
     if p.suffix in (".yaml", ".yml") and p.is_file():
         return p
-    cand = TABLES_DIR / f"{table}.yaml"
-    if cand.is_file():
-        return cand
-    known = list_tables()
+    files = table_files()
+    if str(table) in files:
+        return files[str(table)]
+    known = sorted(files)
     if not known:
         raise ConfigError(f"no paper table in {TABLES_DIR}: the configs that ship with ssl-bench are "
                           f"missing; reinstall it (or give the path of a table YAML)")
@@ -277,7 +296,7 @@ def tolerance_for(ps, metric: str) -> float | None:
     return (getattr(ps, "metric_tolerances", None) or {}).get(metric, ps.tolerance)
 
 
-__all__ = ["PAPER_DIR", "TABLES_DIR", "CSV_COLUMNS", "Passes", "pass_count", "ProtocolSpec", "DatasetSpec",
-           "TableSpec", "Table", "list_tables", "spec_path", "read_paper_csv", "paper_numbers", "load_table",
-           "same_variant_value", "matching_settings", "settings_of", "settings_groups", "variant_matches",
-           "tolerance_for"]
+__all__ = ["PAPER_DIR", "TABLES_DIR", "FOLDER_TABLES", "table_files", "CSV_COLUMNS", "Passes", "pass_count",
+           "ProtocolSpec", "DatasetSpec", "TableSpec", "Table", "list_tables", "spec_path", "read_paper_csv",
+           "paper_numbers", "load_table", "same_variant_value", "matching_settings", "settings_of", "settings_groups",
+           "variant_matches", "tolerance_for"]

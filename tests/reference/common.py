@@ -43,15 +43,18 @@ for _p in (ROOT, ROOT / "tests"):
     on_import_path(_p)
 
 
-def parse_args(doc: str, fixture: str, repository: str, commit: str, threads: int = 2, *,
-               positional: bool = False, extra=None, argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(doc: str, fixture: str | Path, repository: str, commit: str, threads: int = 2, *,
+               positional: bool = False, extra=None, argv: list[str] | None = None,
+               fixtures: Path = FIXTURES) -> argparse.Namespace:
     """``--official PATH`` (a checkout of ``repository``), ``--out`` (default: the committed
-    fixture), ``--commit`` (only needed when the checkout is not a git work tree).
+    fixture: ``fixture`` in tests/fixtures, or a path in a protocol folder's fixtures/), ``--commit``
+    (only needed when the checkout is not a git work tree).
     ``commit`` is the one the committed fixture was made from, shown in the help. ``threads``:
     the default torch thread count, 2 (the committed numbers were made on a 2-core machine with
     torch's default; BatchNorm statistics in a head move in the last digit with another count).
     ``positional``: the checkout may also be given as the first argument (the end-to-end
-    generators' command line); ``extra(parser)`` adds a generator's own options."""
+    generators' command line); ``extra(parser)`` adds a generator's own options. ``fixtures``: the
+    folder of the committed fixture (a protocol folder's ``fixtures/``; default tests/fixtures)."""
     parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0],
                                      epilog=f"Official code: {repository} at commit {commit}.")
     if positional:
@@ -61,8 +64,8 @@ def parse_args(doc: str, fixture: str, repository: str, commit: str, threads: in
     else:
         parser.add_argument("--official", required=True, type=Path,
                             help=f"a checkout of {repository} (commit {commit})")
-    parser.add_argument("--out", type=Path, default=FIXTURES / fixture,
-                        help=f"where to write the fixture (default: tests/fixtures/{fixture})")
+    parser.add_argument("--out", type=Path, default=fixtures / fixture,
+                        help=f"where to write the fixture (default: {_shown(fixtures / fixture)})")
     parser.add_argument("--commit", default=None,
                         help="the checkout's full 40-character commit, if it is not a git work tree "
                              "(read with `git rev-parse HEAD` otherwise)")
@@ -91,8 +94,18 @@ def parse_args(doc: str, fixture: str, repository: str, commit: str, threads: in
                      "elsewhere (only the numbers are committed, never the official code)")
     args.commit, args.git_checkout = official_commit(args.official, args.commit, parser)
     args.repository = repository
-    args.fixture = FIXTURES / fixture
+    args.fixture = fixtures / fixture
     return args
+
+
+def _shown(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+
+
+def load_folder_generator_helpers(generator: str) -> None:
+    """For a generator kept in a protocol folder (``benchmarks/<folder>/reference/gen_X.py``): its
+    folder's tests/ on the import path, for the seeded inputs its tests and it share."""
+    on_import_path(Path(generator).resolve().parents[1] / "tests")
 
 
 def official_commit(path: Path, given: str | None, parser: argparse.ArgumentParser) -> tuple[str, bool]:
@@ -254,7 +267,7 @@ def compare_with_committed(new: dict, committed_path: Path, skip: tuple[str, ...
 
 def finish(args: argparse.Namespace, data: dict, skip: tuple[str, ...] = ("provenance", "how"),
            unpack=None) -> None:
-    """Compare with the fixture in tests/fixtures (before overwriting it), then write ``--out``.
+    """Compare with the committed fixture (before overwriting it), then write ``--out``.
     ``skip``: top-level keys not compared (provenance, descriptions, timings)."""
     compare_with_committed(data, args.fixture, skip, unpack)
     write_fixture(args.out, data)

@@ -2,7 +2,7 @@
 
 Runs mbanani/probe3d's ``evals.datasets.navi.NAVI`` unmodified (image_mean imagenet, augment_train
 False, bbox_crop True, its fixed 512 x 512 frames) on the NAVI-layout part of probe3d SynthScenes
-tiny (benchmarks/probe3d/synthetic.py, seed 0, written to a temporary folder): for splits
+tiny (harness/data/synthetic_probe3d.py, seed 0, written to a temporary folder): for splits
 ``trainval`` and ``test``, the instances drawn and, per frame, the normalised image, the depth and
 the surface normals computed from the depth of the first three frames (sums, sums of squares and
 128 sampled values).
@@ -44,7 +44,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from benchmarks.probe3d.synthetic import generate
+    from harness.data.synthetic_probe3d import generate
 
     navi = common.import_official(args.official, "evals.datasets.navi")
     navi.glob = types.SimpleNamespace(glob=lambda pattern: sorted(_glob.glob(pattern)))

@@ -127,7 +127,7 @@ def _no_records(home: Path) -> bool:
     return not runs.exists() or not any(runs.rglob("*.json"))
 
 
-@pytest.mark.parametrize("case", ["batch", "split", "blocks", "resume"])
+@pytest.mark.parametrize("case", ["batch", "split", "blocks", "resume", "ra_epoch", "head"])
 def test_bad_input_is_one_error_line_and_no_record(case, root, isolated_home, capsys):
     model_args, sets, expected = ["--random-init", "vit_cpu_tiny"], {}, ""
     data = root
@@ -137,6 +137,10 @@ def test_bad_input_is_one_error_line_and_no_record(case, root, isolated_home, ca
         sets, expected = {"val_split": "test"}, "needs the 'test' split"
     elif case == "blocks":
         model_args, expected = ["--model", "timm:resnet18,weights=random"], "layer_decay=1.0"
+    elif case == "ra_epoch":  # RASampler keeps floor(24 / 256) x 256 = 0 entries an epoch
+        sets, expected = {"repeated_aug": True}, "fewer than one effective batch"
+    elif case == "head":  # an image folder states no official head
+        sets, expected = {"head_outputs": "reader_official"}, "official_num_outputs"
     else:
         foreign = isolated_home / "resume.pt"
         torch.save({"identity": "0" * 40}, foreign)

@@ -41,7 +41,10 @@ def test_a_swapped_fixture_is_refused(tmp_path, monkeypatch):
     checked("ibot_param_groups.json")  # the others still read
 
 
-@pytest.mark.parametrize("name", [n for n in sorted(manifest()["sha256"]) if n.endswith(".json")])
+MADE_BY = manifest().get("made_by", {})  # fixtures of make_recipe_fixtures.py (several official checkouts)
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(manifest()["sha256"]) if n.endswith(".json") and n not in MADE_BY])
 def test_provenance(name):
     prov = json.loads((FIXTURES / name).read_text())["provenance"]
     assert prov["repository"] == "https://github.com/bytedance/ibot"
@@ -54,3 +57,15 @@ def test_provenance(name):
     for key in ("python", "torch", "timm", "numpy", "platform", "date", "torch_threads"):
         assert key in prov["environment"], key
     assert prov["hyperparameters"]
+
+
+@pytest.mark.parametrize("name", sorted(MADE_BY))
+def test_provenance_of_the_recipe_fixtures(name):
+    prov = json.loads((FIXTURES / name).read_text())["provenance"]
+    made = MADE_BY[name]
+    assert prov["generator"] == made["generator"] and (ROOT / prov["generator"]).is_file()
+    assert prov["commits"] and all(prov["commits"][k] == made["commits"][k] for k in prov["commits"])
+    for key, commit in prov["commits"].items():
+        assert SHA1.match(commit) and commit in prov["command"] and prov["repositories"][key] in prov["command"]
+    assert prov["official_files"] and all(SHA1.match(b) for b in prov["official_files"].values())
+    assert prov["hyperparameters"] and {"torch", "timm"} <= set(prov["environment"])

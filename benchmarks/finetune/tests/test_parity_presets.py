@@ -14,7 +14,9 @@ PRESETS = {"vit_small": "ibot_vits16", "vit_base": "ibot_vitb16", "vit_large": "
 README_GPUS = 8
 # how a run executes, not what it computes (the protocol's EXECUTION_SETTINGS, and the seed a
 # run takes from its own settings): the official values are the 8-GPU launch's
-NOT_COMPARED = {"num_workers", "device", "seed"}
+# run_class_finetuning.py parses --warmup_lr (1e-6) and never reads it (its warm-up starts at 0); the
+# project's warmup_lr is the per_epoch schedule's start only
+NOT_COMPARED = {"num_workers", "device", "seed", "warmup_lr"}
 
 
 def _config(preset):

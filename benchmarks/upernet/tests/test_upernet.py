@@ -13,6 +13,8 @@ from harness.errors import ConfigError, NotApplicable
 from harness.models.backbone import create_backbone
 from harness.models.handle import ModelHandle
 from harness.models.multilevel import MultiLevelBackbone
+from harness.openmmlab.metric import METRIC
+from harness.openmmlab.per_image_io import read_per_image_file
 
 
 class _Segmentor(nn.Module):
@@ -133,12 +135,12 @@ def test_position_table_resized_once_to_the_crop_grid():
     assert not resize_pos_embed(vit, 128)
 
 
-FIXTURE = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "upernet_layer_decay.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "upernet_layer_decay.json"
 
 
 @pytest.mark.parametrize("arch,preset", [("vit_small", "ibot_vit_s16"), ("vit_base", "ibot_vit_b16")])
 def test_layer_ids_and_counts_match_the_official_constructor(arch, preset):
-    """tests/reference/gen_upernet_layer_decay.py ran iBOT's segmentation constructor on the
+    """reference/gen_upernet_layer_decay.py ran iBOT's segmentation constructor on the
     official model; the same rule here on the harness ViT at 512 (built on the meta device)."""
     import json
 
@@ -196,12 +198,12 @@ def test_miou_is_mmseg_iou_metric_and_its_per_image_areas(tmp_path):
                            torch.randint(0, 6, (24, 32), generator=gen))
         results.append(IoUMetric.intersect_and_union(pred, label, 6, 255))
     classes = dict(classes=tuple(f"c{i}" for i in range(6)))
-    ours = METRICS.build(dict(type=mmseg_parts.METRIC, per_image_path=str(tmp_path / "p.json")))
+    ours = METRICS.build(dict(type=METRIC, per_image_path=str(tmp_path / "p.json")))
     theirs = IoUMetric()
     ours.dataset_meta = theirs.dataset_meta = classes
     got, want = ours.compute_metrics(list(results)), theirs.compute_metrics(list(results))
     assert got == want
-    stats = read_per_image(mmseg_parts.read_per_image_file(tmp_path / "p.json"))
+    stats = read_per_image(read_per_image_file(tmp_path / "p.json"))
     for metric in ("mIoU", "aAcc", "mAcc"):
         again = float(stats.metric_of_weights(np.ones((1, stats.images)), metric)[0])
         assert again == pytest.approx(want[metric], abs=0.006), metric

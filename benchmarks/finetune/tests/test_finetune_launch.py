@@ -1,0 +1,91 @@
+"""'finetune' through the submitit launcher (harness.running.launch) with submitit's real local
+executor: the job process imports this checkout, writes where the parent reads, sees the GPUs the
+parent gives it; a suite's fine-tuning entry run as a job gives the in-process record."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.cli import main
+
+pytest.importorskip("submitit")
+
+TINY_FINETUNE = {"name": "finetune", "preset": "synth", "dataset": "imagefolder", "data_root": "{synth}/imagenet",
+                 "set": {"epochs": 1, "batch_size": 8, "input_size": 32, "eval_batch_size": 64, "progress": False,
+                         "save_checkpoint": True, "num_workers": 0}}
+RANDOM_INIT = {"name": "random_init", "random_init": {"arch": "vit_cpu_tiny", "seed": 0}}
+
+
+def _job_environment():
+    """What a job process sees (pickled by value: it runs in the job's interpreter)."""
+    import os
+
+    import benchmarks.finetune
+    import harness
+
+    return {key: os.environ.get(key) for key in ("PYTHONPATH", "SSL_BENCH_HOME", "SSL_BENCH_RESULTS",
+                                                 "CUDA_VISIBLE_DEVICES")} | {
+        "harness": harness.__file__, "finetune": benchmarks.finetune.__file__}
+
+
+@pytest.mark.slow  # a real job process: ~20 s on 2 cores
+def test_a_local_job_imports_this_checkout_and_writes_where_the_parent_reads(tmp_path, monkeypatch):
+    import cloudpickle
+
+    from harness.paths import REPO_ROOT
+    from harness.running.launch import LaunchOptions, make_executor
+
+    monkeypatch.setenv("SSL_BENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SSL_BENCH_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU for this parent: none for its jobs
+    executor = make_executor(LaunchOptions(cluster="local", job_dir=tmp_path / "jobs", time_min=10),
+                             name="ssl-bench-finetune")
+    assert executor.cluster == "local"
+    cloudpickle.register_pickle_by_value(__import__(__name__))  # this module is not importable in the job
+    try:
+        got = executor.submit(_job_environment).result()
+    finally:
+        cloudpickle.unregister_pickle_by_value(__import__(__name__))
+    assert got["PYTHONPATH"].split(":")[0] == str(REPO_ROOT)
+    assert Path(got["harness"]).resolve().is_relative_to(REPO_ROOT)
+    assert Path(got["finetune"]).resolve().is_relative_to(REPO_ROOT)
+    assert (got["SSL_BENCH_HOME"], got["SSL_BENCH_RESULTS"]) == (str(tmp_path / "home"), str(tmp_path / "results"))
+    assert got["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def _run_cli(argv: list[str], base: Path) -> tuple[int, str]:
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        mp.setenv("SSL_BENCH_HOME", str(base / "home"))
+        mp.setenv("SSL_BENCH_RESULTS", str(base / "results"))
+        rc = main(argv)
+    return rc, out.getvalue()
+
+
+def _records(base: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((base / "results" / "runs").glob("*.json"))]
+
+
+@pytest.mark.slow  # a real job process (~20 s on 2 cores) and the same suite in process
+def test_a_finetune_entry_launched_as_a_local_job_gives_the_in_process_record(tmp_path, synth_tiny):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"synth": {"preset": "tiny", "seed": 0, "root": str(synth_tiny)},
+                                     "pretrain_data": "{synth}", "models": [RANDOM_INIT],
+                                     "protocols": [TINY_FINETUNE]}))
+    rc, out = _run_cli(["run", str(suite), "--launcher", "local", "--no-progress", "--job-dir",
+                        str(tmp_path / "jobs")], tmp_path / "launched")
+    assert rc == 0, out
+    jobs = [line for line in out.splitlines() if line.startswith("job ") and "; log " in line]
+    assert len(jobs) == 1 and Path(jobs[0].rsplit("; log ", 1)[1]).is_file(), out
+    rc_in, out_in = _run_cli(["run", str(suite), "--no-progress"], tmp_path / "inprocess")
+    assert rc_in == 0, out_in
+    [launched], [in_process] = _records(tmp_path / "launched"), _records(tmp_path / "inprocess")
+    assert launched["protocol"]["name"] == "finetune" and launched["metrics"] == in_process["metrics"]
+    assert launched["protocol"]["fingerprint"] == in_process["protocol"]["fingerprint"]
+    checkpoint = Path(launched["protocol"]["params"]["checkpoint"])
+    assert checkpoint.is_file() and checkpoint.is_relative_to(tmp_path / "launched" / "results")
