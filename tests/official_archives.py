@@ -12,6 +12,7 @@ keys, JSON keys and .mat fields) and are packed as the official archives are:
 - Stanford Cars: cars_train.tgz (cars_train/NNNNN.jpg), cars_test.tgz, car_devkit.tgz
   (devkit/{cars_meta.mat, cars_train_annos.mat, cars_test_annos.mat}), cars_test_annos_withlabels.mat
   (struct array ``annotations``: bbox_x1, bbox_y1, bbox_x2, bbox_y2, class, fname).
+- COCO 2017 instances: train2017/, val2017/ and annotations/instances_<split>.json (write_coco2017).
 
 Each writer returns what a test compares against (labels, md5s); every draw is seeded.
 """
@@ -242,6 +243,49 @@ def write_coco_train2014(root: Path, ids: list[int], seed: int = 0) -> dict[int,
         {"info": {"year": 2014}, "licenses": [], "images": images, "annotations": annotations,
          "categories": categories}))
     return boxes
+
+
+# COCO's 80 category ids: 1..90 without the ten ids the 2014 paper's list left unused
+COCO_CATEGORY_IDS = tuple(c for c in range(1, 91) if c not in (12, 26, 29, 30, 45, 66, 68, 69, 71, 83))
+LINKS = 60_000
+
+
+def write_coco2017(root: Path, sizes: dict[str, int], seed: int = 0) -> dict[str, list[Path]]:
+    """COCO 2017 as extracted from train2017.zip, val2017.zip and annotations_trainval2017.zip:
+    <split>/<12-digit id>.jpg (hard links of a small JPEG, a fresh one every LINKS images: the layout,
+    not the pixels, is under test) and annotations/instances_<split>.json with the official keys (info,
+    licenses, images with id, file_name, width, height, license, coco_url, date_captured, flickr_url;
+    annotations with id, image_id, category_id, bbox [x, y, w, h], area, iscrowd, segmentation;
+    categories with id, name, supercategory: COCO's 80 ids). ``sizes``: split -> number of images. Returns each split's
+    image files."""
+    import os
+
+    rng = np.random.default_rng(seed)
+    (root / "annotations").mkdir(parents=True, exist_ok=True)
+    categories = [{"id": c, "name": f"category {c}", "supercategory": "thing"} for c in COCO_CATEGORY_IDS]
+    files, first_id = {}, 1
+    for split, n in sizes.items():
+        folder = root / split
+        folder.mkdir(parents=True, exist_ok=True)
+        ids = list(range(first_id, first_id + n))
+        first_id += n
+        files[split] = [folder / f"{i:012d}.jpg" for i in ids]
+        for k, f in enumerate(files[split]):
+            if k % LINKS == 0:  # a file takes at most 65,000 links (ext4)
+                base = f
+                Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(f)
+            else:
+                os.link(base, f)
+        images = [{"id": i, "file_name": f.name, "width": 8, "height": 8, "license": 1, "coco_url": "",
+                   "date_captured": "", "flickr_url": ""} for i, f in zip(ids, files[split])]
+        annotations = [{"id": k + 1, "image_id": i, "category_id": COCO_CATEGORY_IDS[k % 80],
+                        "bbox": [1.0, 1.0, 4.0, 3.0], "area": 12.0, "iscrowd": 0,
+                        "segmentation": [[1.0, 1.0, 5.0, 1.0, 5.0, 4.0, 1.0, 4.0]]}
+                       for k, i in enumerate(ids[:3])]
+        (root / "annotations" / f"instances_{split}.json").write_text(json.dumps(
+            {"info": {"year": 2017, "version": "1.0"}, "licenses": [], "images": images,
+             "annotations": annotations, "categories": categories}))
+    return files
 
 
 def _rle(mask: np.ndarray) -> dict:

@@ -26,7 +26,8 @@ def test_every_registered_reader_is_a_layout_of_one_catalogued_data_set():
     registered = {name for name in readers if DATASETS.known(name)}
     assert sorted(declared - set(readers)) == []
     assert sorted({"voc", "ade20k", "imagenet", "imagefolder", "nyu", "davis2017"} - registered) == []
-    assert len(registered) == len(readers) == 47  # 41 + the fine-tuning sets (CIFAR x2, iNat x2, Flowers, Cars)
+    # 41 + the fine-tuning sets (CIFAR x2, iNat x2, Flowers, Cars) + COCO instances
+    assert len(registered) == len(readers) == 48
 
 
 @pytest.mark.slow

@@ -14,5 +14,5 @@ DECLARATIONS = (
                  Metric("mask_AP75", unit="%", label="mask AP75")),
         headline="box_AP",
         summary="Cascade Mask R-CNN fine-tuning on a multi-level backbone (mmdetection), COCO box / mask AP",
-        synthetic="benchmarks.detection.synthetic"),
+        synthetic="benchmarks.detection.synthetic", reads=("coco_instances",)),
 )

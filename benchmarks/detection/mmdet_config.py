@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.detection.coco_reader import CocoSplit
+from harness.data.coco_instances import CocoSplit
 from benchmarks.detection.config import DetConfig
 from benchmarks.detection.mmdet_modules import BACKBONE, CONSTRUCTOR, KEEP_METRICS
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.detection import coco_reader
 from benchmarks.detection.config import EXECUTION_ONLY, DetConfig
 from benchmarks.detection.mmdet_stack import MMDET_VERSION, check_ops_for_device, require_mmdet
+from harness.data import coco_instances as coco_reader
 from harness.errors import ConfigError, NotApplicable
 from harness.models.multilevel import check_multilevel
 from harness.presets import load_presets

@@ -1,4 +1,5 @@
-"""Catalogue entries (harness.data.catalogue) of the shifted ImageNet sets with layouts of their own. Torch-free."""
+"""Catalogue entries (harness.data.catalogue) of the shifted ImageNet sets with layouts of their own, in the
+order `ssl-bench data list` shows them; their readers are harness.data.imagenet_shifts. Torch-free."""
 from harness.data.catalogue import DataSet, Layout, Split
 
 CATALOGUE = (

@@ -5,20 +5,19 @@
   logits restricted to those 200 classes, in sorted-wnid order. The mask is derived here from the
   set's folder names against the training classes.
 - ImageNetV2: class folders named by the class index 0..999 (the published layout), not by wnid.
-- ImageNet-ReaL: ``real.json`` (google-research/reassessed-imagenet README): entry i lists the
-  valid labels of ``ILSVRC2012_val_{i+1:08d}.JPEG``; an empty list leaves the image out; a
-  prediction counts when it is in the list.
+- ImageNet-ReaL: ``real.json`` (google-research/reassessed-imagenet README; read by
+  harness.data.imagenet_real): an empty list leaves the image out; a prediction counts when it is
+  in the list.
 - Backgrounds challenge (IN-9): the 1000-way argmax mapped to 9 classes (in_to_in9.json), classes
   outside the 9 mapped to -1 and so always wrong (tools/model_utils.py ``eval_model``).
 """
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 
 import numpy as np
 
+from harness.data.imagenet_real import read_real
 from harness.errors import DataError
 
 # in_to_in9.json of MadryLab/backgrounds_challenge @ 46d224bb02a296681eddbae44a49da9abb5ba038 (the
@@ -43,7 +42,6 @@ IN9_RUNS = (
     (889, 889, 6),
 )
 IN9_NUM_IMAGENET = 1000
-_VAL_NAME = re.compile(r"ILSVRC2012_val_(\d{8})")
 
 
 def in9_table() -> np.ndarray:
@@ -91,32 +89,11 @@ def v2_labels(folder_names: list[str], folder_targets: list[int], num_classes: i
 
 
 def read_real_labels(path: Path) -> list[list[int]]:
+    """real.json (harness.data.imagenet_real), its absence naming this protocol's option."""
     if not path.is_file():
         raise DataError(f"ImageNet-ReaL labels {path} not found; put real.json of google-research/"
                         f"reassessed-imagenet there, or set real_labels")
-    try:
-        labels = json.loads(path.read_text())
-    except ValueError as exc:
-        raise DataError(f"{path}: not JSON ({exc}); expected real.json's list of label lists") from None
-    if not isinstance(labels, list) or not all(isinstance(x, list) for x in labels):
-        raise DataError(f"{path}: expected a list of label lists (one per validation image), found "
-                        f"{type(labels).__name__}")
-    return labels
-
-
-def real_label_sets(image_paths: list[Path], labels: list[list[int]], where: str) -> list[list[int]]:
-    """The ReaL label list of each validation image, found by its file name's number."""
-    out = []
-    for p in image_paths:
-        m = _VAL_NAME.search(p.name)
-        if not m:
-            raise DataError(f"{where}: {p.name} is not an ILSVRC2012_val_NNNNNNNN file; ReaL labels are "
-                            f"matched by that number")
-        k = int(m.group(1)) - 1
-        if not 0 <= k < len(labels):
-            raise DataError(f"{where}: {p.name} has no entry in real.json ({len(labels)} entries)")
-        out.append(labels[k])
-    return out
+    return read_real(path)
 
 
 def real_hits(pred: np.ndarray, label_sets: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:

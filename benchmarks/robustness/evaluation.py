@@ -10,8 +10,9 @@ import numpy as np
 import torch
 
 from benchmarks.robustness import class_maps, corruption
-from benchmarks.robustness.readers import BackgroundsChallenge, ImageNetC, ImageNetV2
 from harness.data.classification import ImageFolderDataset
+from harness.data.imagenet_real import real_label_sets
+from harness.data.imagenet_shifts import BackgroundsChallenge, ImageNetC, ImageNetV2
 from harness.errors import DataError
 from harness.per_image import accuracy_percent, hits_block, means_block
 from harness.protocol import ProtocolResult
@@ -64,7 +65,7 @@ def score_v2(scorer: Scorer, root: Path, transform) -> ProtocolResult:
 
 
 def score_real(scorer: Scorer, val, transform, labels_path: Path) -> ProtocolResult:
-    sets = class_maps.real_label_sets(val.image_paths, class_maps.read_real_labels(labels_path), str(labels_path))
+    sets = real_label_sets(val.image_paths, class_maps.read_real_labels(labels_path), str(labels_path))
     kept, hits = class_maps.real_hits(_argmax(scorer.logits(val, transform, "real")), sets)
     return scorer.result("real", hits, "imagenet_real", "val", n_without_labels=int((~kept).sum()))
 

@@ -17,7 +17,7 @@ def _others(shifts: list[str], leave_out: str) -> str:
 def check_native_sizes(model, root: Path, variants: list[str], shifts: list[str]) -> None:
     """Each backgrounds variant's first image (the release's are all one size) against the
     model's stride: a size it cannot take is one error line naming what to set."""
-    from benchmarks.robustness.readers import BackgroundsChallenge
+    from harness.data.imagenet_shifts import BackgroundsChallenge
 
     stride = getattr(model.backbone, "patch_size", None)
     if not isinstance(stride, int) or stride <= 1:

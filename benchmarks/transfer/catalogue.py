@@ -1,5 +1,6 @@
 """Catalogue entries (harness.data.catalogue) of the transfer data sets, in the layouts SynCLR's
-downstream loaders read (benchmarks/transfer/README.md). Torch-free. Sizes are the official splits';
+downstream loaders read (benchmarks/transfer/README.md), in the order `ssl-bench data list` shows
+them; their readers are harness/data's (one module per data set). Torch-free. Sizes are the official splits';
 None where SynCLR's own scripts draw the split."""
 from harness.data.catalogue import DataSet, ExtraLayout, Layout, Split
 

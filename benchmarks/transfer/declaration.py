@@ -5,7 +5,6 @@ top-1, mean per-class accuracy, or VOC2007's 11-point mAP; a record holds the on
 from harness.declaration import ProtocolDeclaration
 from harness.metrics import Metric
 
-_READERS = "benchmarks.transfer.readers"
 DATASET_NAMES = ("dtd", "pets", "flowers", "aircraft", "caltech101", "voc2007", "food", "sun397", "cars",
                  "eurosat", "resisc45", "kitti_distance", "country211", "gtsrb", "mnist")
 
@@ -16,7 +15,7 @@ DECLARATIONS = (
                  Metric("mean_per_class", unit="%", per_image="class_hits", label="mean per-class acc."),
                  Metric("mAP", unit="%", per_image="voc11", label="11-point mAP")),
         headline="top1",
-        datasets={name: _READERS for name in DATASET_NAMES},
+        reads=DATASET_NAMES,  # readers: harness/data; split plans: benchmarks.transfer.splits
         per_image_kinds={"class_hits": "benchmarks.transfer.per_image_kind",
                          "voc11": "benchmarks.transfer.per_image_kind"},
         synthetic="benchmarks.transfer.synthetic",

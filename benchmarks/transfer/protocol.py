@@ -17,6 +17,7 @@ from typing import Literal
 
 import numpy as np
 
+from harness.data.official_split import OfficialSplit
 from harness.data.transforms import ResizeCenterCrop
 from harness.errors import ConfigError, DataError
 from harness.features.extract import extract_features
@@ -28,7 +29,6 @@ from harness.registry import DATASETS, register_protocol
 
 from benchmarks.transfer import metrics as transfer_metrics
 from benchmarks.transfer import recipe, splits
-from benchmarks.transfer.layout import TransferImages
 from benchmarks.transfer.per_image_kind import class_hits_block, voc11_block
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -96,25 +96,25 @@ class TransferProtocol(Protocol):
     def arrays(self, model: ModelHandle, data_root: Path) -> tuple[splits.Arrays, object]:
         """The recipe's four sets from the data set's splits, and the base split's reader."""
         c = self.cfg
-        reader = self._reader()
-        base = reader(data_root, reader.BASE_SPLIT)
-        test = reader(data_root, reader.TEST_SPLIT)
-        parts = {"base": (base, base.BASE_SPLIT), "test": (test, test.TEST_SPLIT)}
-        if reader.VAL_SPLIT:
-            parts["val"] = (reader(data_root, reader.VAL_SPLIT), reader.VAL_SPLIT)
+        reader, plan = self._reader(), self.plan()
+        base = reader(data_root, plan.base_split)
+        test = reader(data_root, plan.test_split)
+        parts = {"base": (base, plan.base_split), "test": (test, plan.test_split)}
+        if plan.val_split:
+            parts["val"] = (reader(data_root, plan.val_split), plan.val_split)
         got = {k: (self._features(model, src, split)[0], labels_of(src, base)) for k, (src, split) in parts.items()}
-        if reader.VAL_SPLIT:
-            return splits.own_validation(got["base"], got["val"], got["test"], reader.VAL_SPLIT), base
-        return splits.carved_validation(got["base"], got["test"], reader.BASE_SPLIT, c.valid_size, c.split_seed), base
+        if plan.val_split:
+            return splits.own_validation(got["base"], got["val"], got["test"], plan.val_split), base
+        return splits.carved_validation(got["base"], got["test"], plan.base_split, c.valid_size, c.split_seed), base
 
     def chance_results(self, data_root: Path) -> list[ProtocolResult]:
         """The chance row (harness.context.chance) on the test split: a uniform random class (top-1 and
         mean per class: 1 / classes); for mAP, random scores, the mean AP over ``CHANCE_DRAWS`` seeded
         draws scored by the metric's own code (an estimate, stated in the record)."""
         c = self.cfg
-        reader = self._reader()
-        base, test = reader(data_root, reader.BASE_SPLIT), reader(data_root, reader.TEST_SPLIT)
-        metric = c.metric or base.METRIC
+        reader, plan = self._reader(), self.plan()
+        base, test = reader(data_root, plan.base_split), reader(data_root, plan.test_split)
+        metric = c.metric or plan.metric
         check_metric(metric, base)
         n_classes = len(base.classes)
         params = {"num_classes": n_classes, "n_test": len(test)}
@@ -129,14 +129,22 @@ class TransferProtocol(Protocol):
         else:
             value = 100.0 / n_classes
             params.update(chance="uniform random class (expected)")
-        return [ProtocolResult(metrics={metric: value}, dataset=c.dataset, split=base.TEST_SPLIT, seed=c.split_seed,
+        return [ProtocolResult(metrics={metric: value}, dataset=c.dataset, split=plan.test_split, seed=c.split_seed,
                                params=params)]
 
-    def _reader(self):
-        reader = DATASETS.get(self.cfg.dataset)
-        if not (isinstance(reader, type) and issubclass(reader, TransferImages)):
+    def plan(self) -> splits.Plan:
+        """The data set's split plan and published metric (benchmarks.transfer.splits.PLANS)."""
+        if self.cfg.dataset not in splits.PLANS:
             raise ConfigError(f"dataset {self.cfg.dataset!r} is no linear-transfer data set; choose one of "
-                              f"{', '.join(sorted(self.declaration().datasets))}")
+                              f"{', '.join(sorted(splits.PLANS))}")
+        return splits.PLANS[self.cfg.dataset]
+
+    def _reader(self):
+        self.plan()
+        reader = DATASETS.get(self.cfg.dataset)
+        if not (isinstance(reader, type) and issubclass(reader, OfficialSplit)):
+            raise ConfigError(f"dataset {self.cfg.dataset!r} is read by {reader!r}, not by a reader of official "
+                              f"split files")
         return reader
 
     def input_sizes(self) -> dict[str, int]:
@@ -154,7 +162,7 @@ class TransferProtocol(Protocol):
         t0 = time.perf_counter()
         data, base = self.arrays(model, data_root)
         t_feat = time.perf_counter() - t0
-        metric = c.metric or base.METRIC
+        metric = c.metric or self.plan().metric
         check_metric(metric, base)
         check_fit_labels(metric, data, c.dataset)
         t1 = time.perf_counter()
@@ -168,7 +176,7 @@ class TransferProtocol(Protocol):
         final = recipe.fit_and_score(xs["trainval"], data.trainval[1], xs["test"], data.test[1], sel.c, metric, **kw)
         t_fit = time.perf_counter() - t1
         return [ProtocolResult(
-            metrics={metric: final.score}, dataset=c.dataset, split=base.TEST_SPLIT, seed=c.split_seed,
+            metrics={metric: final.score}, dataset=c.dataset, split=self.plan().test_split, seed=c.split_seed,
             per_image=per_image_block(metric, data.test[1], final.predictions, len(base.classes), c.ap_curve),
             params={"C": sel.c, "val_score": sel.val_score, "val_curve": [[cv, s] for cv, s in sel.curve],
                     "validation": data.val_source, "metric": metric, "n_train": len(data.train[0]),

@@ -2,7 +2,10 @@
 on the data set's own validation split where it has one (Aircraft, DTD, Flowers, VOC2007: "val";
 Country211: "valid") and the final fit uses train + val; otherwise ``valid_size`` (0.2) of the
 training split is held out: ``np.random.seed(seed); np.random.shuffle(indices)`` over range(n), the
-first floor(0.2 n) indices are val and the rest train, and the final fit uses the whole split."""
+first floor(0.2 n) indices are val and the rest train, and the final fit uses the whole split.
+
+``PLANS``: each data set's plan and published metric (``LINEAR_DATASETS``), by the reader key the
+protocol reads it with (the readers: harness/data)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,6 +19,27 @@ def carve_validation(n: int, valid_size: float = 0.2, seed: int = 0) -> tuple[np
     np.random.RandomState(seed).shuffle(indices)  # the legacy global stream np.random.seed(seed) gives
     split = int(np.floor(valid_size * n))
     return np.asarray(indices[split:], dtype=np.int64), np.asarray(indices[:split], dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """``metric``: "top1", "mean_per_class" or "mAP"; ``val_split``: the data set's own validation
+    split, or None (then ``valid_size`` of ``base_split`` is held out for choosing C, and the final
+    fit uses all of ``base_split``); ``base_split``: the training split; ``test_split``."""
+
+    metric: str = "top1"
+    val_split: str | None = None
+    base_split: str = "train"
+    test_split: str = "test"
+
+
+PLANS = {
+    "dtd": Plan(val_split="val"), "pets": Plan("mean_per_class", base_split="trainval"),
+    "flowers": Plan("mean_per_class", val_split="val"), "aircraft": Plan("mean_per_class", val_split="val"),
+    "caltech101": Plan("mean_per_class"), "voc2007": Plan("mAP", val_split="val"), "food": Plan(),
+    "sun397": Plan(), "cars": Plan(), "eurosat": Plan(), "resisc45": Plan(), "kitti_distance": Plan(),
+    "country211": Plan(val_split="valid"), "gtsrb": Plan(), "mnist": Plan(),
+}
 
 
 @dataclass

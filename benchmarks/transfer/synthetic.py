@@ -19,9 +19,8 @@ import numpy as np
 from PIL import Image
 
 from harness.data.generated import write_once
+from harness.data.voc2007 import VOC_CLASSES
 from harness.errors import ConfigError
-
-from benchmarks.transfer.readers import VOC_CLASSES
 
 VERSION = 1
 GENERATOR = "synthscenes-transfer"

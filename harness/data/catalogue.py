@@ -2,10 +2,11 @@
 classes), where the official files come from, the docs section with the layout, and its named
 layouts (each read by one registered reader key).
 
-Entries live beside their readers: ``harness.data.core_catalogue`` for the readers of
-``harness/data``, and a torch-free ``catalogue.py`` in any sub-folder of the packages the
-``ssl_bench.protocol_packages`` entry points name (``CATALOGUE``: a tuple of :class:`DataSet` and
-:class:`ExtraLayout`; an ExtraLayout adds a folder's own layout to a data set declared elsewhere).
+Entries live in ``harness.data.core_catalogue`` and in a torch-free ``catalogue.py`` in any
+sub-folder of the packages the ``ssl_bench.protocol_packages`` entry points name (``CATALOGUE``: a
+tuple of :class:`DataSet` and :class:`ExtraLayout`; an ExtraLayout adds a layout to a data set
+declared elsewhere): a folder lists the data sets it reads, whether their readers live in
+``harness/data`` or in the folder, in the order `ssl-bench data list` shows them.
 The protocols that read a data set come from the protocol declarations (``datasets`` and ``reads``),
 so the core lists none.
 

@@ -83,16 +83,21 @@ CATALOGUE = (
                         splits=(Split("train", 4_996, classes=59), Split("val", 5_104, classes=59))))),
     DataSet(
         key="coco", title="MS-COCO (2014 / 2017 images)",
-        source="cocodataset.org: train2014.zip, annotations_trainval2014.zip; train2017.zip, val2017.zip and "
-               "stuffthingmaps_trainval2017.zip (converted by mmseg's tools/dataset_converters/coco_stuff164k.py)",
-        docs="benchmarks/segmentation/README.md; docs/DATASETS.md, Detection boxes",
+        source="cocodataset.org: train2014.zip, annotations_trainval2014.zip; train2017.zip, val2017.zip, "
+               "annotations_trainval2017.zip and stuffthingmaps_trainval2017.zip (converted by mmseg's "
+               "tools/dataset_converters/coco_stuff164k.py)",
+        docs="benchmarks/segmentation/README.md; docs/DATASETS.md, Detection boxes; docs/DATASETS.md, COCO instances",
         layouts=(Layout("stuff164k", "coco_stuff164k", "images/{train2017,val2017} + annotations/*_labelTrainIds.png",
                         checks="harness.data.prepare_coco_stuff", prepare="harness.data.prepare_coco_stuff",
                         splits=(Split("train2017", 118_287, classes=171, reader_split="train"),
                                 Split("val2017", 5_000, classes=171, reader_split="val"))),
                  Layout("coco20k", "coco20k", "train2014/ + annotations/instances_train2014.json, "
                         "restricted to LOST's list", docs="docs/DATASETS.md, Reader API, Detection boxes",
-                        splits=(Split("train", 19_817, classes=80),)))),
+                        splits=(Split("train", 19_817, classes=80),)),
+                 Layout("instances", "coco_instances", "{train2017,val2017}/ + annotations/instances_{train2017,"
+                        "val2017}.json (as released; mmdet's CocoDataset reads it)",
+                        docs="docs/DATASETS.md, COCO instances (detection)",
+                        splits=(Split("train2017", 118_287, classes=80), Split("val2017", 5_000, classes=80))))),
     DataSet(
         key="cifar10", title="CIFAR-10",
         source="cs.toronto.edu/~kriz/cifar-10-python.tar.gz (the python pickles)",

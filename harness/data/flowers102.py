@@ -1,10 +1,11 @@
-"""Oxford Flowers-102 split as iBOT's Table 7 fine-tunes on it (bytedance/ibot @ da316d8,
+"""Oxford Flowers-102 (data set key ``flowers``): its three published splits in torchvision's layout
+(reader ``flowers``), and the split as iBOT's Table 7 fine-tunes on it (bytedance/ibot @ da316d8,
 ``evaluation/eval_cls.py`` ``FlwrsDataset``): training on ``trnid`` + ``valid`` of ``setid.mat``
 (2,040 images, in that order), testing on ``tstid`` (6,149); labels ``imagelabels.mat`` - 1.
 
 The files are the official release (``102flowers.tgz``'s ``jpg/``, ``imagelabels.mat``, ``setid.mat``);
-the same files as the transfer protocol's ``flowers`` reader reads, which serves the three published
-splits separately (SynCLR's linear recipe picks C on ``val``): this reader's ``trainval`` is their union.
+the same files as the ``flowers`` reader reads, which serves the three published splits separately
+(SynCLR's linear recipe picks C on ``val``): ``flowers102``'s ``trainval`` is their union.
 The official class names an image by position in the sorted listing of ``jpg/`` (image id k is the k-th
 file): with the complete folder that is ``image_{k:05d}.jpg``; a folder with other files would shift every
 label, so it is refused here. The root is the folder holding ``jpg/`` (iBOT's ``data/flwrs``) or one
@@ -55,3 +56,21 @@ class Flowers102TrainVal(OfficialSplit):
         targets = [int(labels[i - 1]) - 1 for i in ids]
         return [str(k) for k in range(num_classes)], [jpg / listing[i - 1] for i in ids], targets
 
+
+@register_dataset("flowers")
+class Flowers102(OfficialSplit):
+    name, SPLITS = "flowers", ("train", "val", "test")
+    LAYOUT = ("<root>/flowers-102/{imagelabels.mat,setid.mat} and <root>/flowers-102/jpg/image_NNNNN.jpg "
+              "(torchvision Flowers102)")
+    _SETID = {"train": "trnid", "val": "valid", "test": "tstid"}
+
+    def read(self):
+        from scipy.io import loadmat
+
+        base = self.root / "flowers-102"
+        setid = loadmat(self.require(base / "setid.mat"), squeeze_me=True)
+        ids = np.atleast_1d(setid[self._SETID[self.split]]).tolist()
+        all_labels = loadmat(self.require(base / "imagelabels.mat"), squeeze_me=True)["labels"]
+        labels = [int(all_labels[i - 1]) - 1 for i in ids]
+        classes = [str(k) for k in range(int(np.max(all_labels)))]
+        return classes, [base / "jpg" / f"image_{i:05d}.jpg" for i in ids], labels

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from harness.config import fingerprint as _fingerprint
 from harness.data.classification import LabelledImages
 from harness.errors import DataError
@@ -15,12 +17,14 @@ from harness.errors import DataError
 class OfficialSplit(LabelledImages):
     """One split of a data set read from its official files. Class attributes: ``name`` (the
     registry name), ``SPLITS`` (the split names ``read`` accepts), ``LAYOUT`` (the layout in one
-    line, for error messages)."""
+    line, for error messages). A multi-label set's ``read`` sets ``label_matrix`` (N, C) 0/1 and
+    returns no labels; its ``targets`` are then the image indices."""
 
     name = "?"
     SPLITS: tuple[str, ...] = ("train", "test")
     LAYOUT = ""
     thread_safe = True
+    label_matrix: np.ndarray | None = None
 
     def __init__(self, root: str | Path, split: str):
         self.root, self.split = Path(root), split
@@ -31,8 +35,10 @@ class OfficialSplit(LabelledImages):
         self.classes, self.image_paths, labels = self.read()
         if not self.image_paths:
             raise DataError(f"{self.name} split {split!r} under {self.root} lists no images; expected {self.LAYOUT}")
+        if self.label_matrix is not None:
+            labels = range(len(self.image_paths))  # unused for a multi-label set
         self.targets = [int(t) for t in labels]
-        bad = [t for t in self.targets if not 0 <= t < len(self.classes)]
+        bad = [] if self.label_matrix is not None else [t for t in self.targets if not 0 <= t < len(self.classes)]
         if bad:
             raise DataError(f"{self.name} split {split!r}: label {bad[0]} is out of range for its "
                             f"{len(self.classes)} classes; the annotation files under {self.root} do not "
@@ -55,12 +61,17 @@ class OfficialSplit(LabelledImages):
             raise DataError(f"{self.name}: {path} not found; expected {self.LAYOUT}")
         return path
 
+    def lines(self, path: Path) -> list[str]:
+        """The non-blank lines of a required text file."""
+        return [ln for ln in self.require(path).read_text().splitlines() if ln.strip()]
+
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(root={str(self.root)!r}, split={self.split!r}, n={len(self)}, "
                 f"num_classes={self.num_classes})")
 
     def fingerprint(self) -> str:
         """Hash of the root-relative file list, the labels, the classes and the split name."""
+        labels = self.targets if self.label_matrix is None else self.label_matrix.astype(int).tolist()
         return _fingerprint({"dataset": self.name, "split": self.split, "classes": list(self.classes),
                              "files": [p.relative_to(self.root).as_posix() for p in self.image_paths],
-                             "labels": self.targets})
+                             "labels": labels})

@@ -17,27 +17,16 @@ of val images, and every listed training image that is absent from ``train/``.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+from harness.data.imagenet_real import read_real
 from harness.data.prepare import Steps
 from harness.errors import DataError
 
 REAL = "real.json"
 SUBSETS = {"1percent.txt": "imagenet_1pct", "10percent.txt": "imagenet_10pct"}  # SimCLRv2 file -> known name
 SHOWN = 3
-
-
-def read_real(path: Path) -> list[list[int]]:
-    try:
-        labels = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path} is not JSON ({exc}); expected ReaL's real.json (a list of label lists)") from None
-    if not isinstance(labels, list) or not all(isinstance(x, list) and all(isinstance(k, int) for k in x)
-                                               for x in labels):
-        raise DataError(f"{path} is not a list of lists of class indices (ReaL's real.json)")
-    return labels
 
 
 def real_problems(labels: list[list[int]], val_images: int, classes: int) -> list[str]:

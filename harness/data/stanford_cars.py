@@ -1,10 +1,11 @@
-"""Stanford Cars in the layout iBOT's Table 7 fine-tunes on (bytedance/ibot @ da316d8,
+"""Stanford Cars (data set key ``cars``): the devkit release in torchvision's layout (reader ``cars``),
+and the layout iBOT's Table 7 fine-tunes on (bytedance/ibot @ da316d8,
 ``evaluation/eval_cls.py`` ``CarsDataset``): the release of all 16,185 images in one folder with one
 annotation file, ``<root>/car_ims/NNNNNN.jpg`` and ``<root>/cars_annos.mat`` (struct array
 ``annotations`` with ``relative_im_path``, ``bbox_x1..bbox_y2``, ``class`` (1-based), ``test`` (0/1),
 and ``class_names``). ``test == 0`` is the training split (8,144 images), ``test == 1`` the test split
 (8,041): the published split, the same images as the devkit layout (``cars_train/``, ``cars_test/``)
-that the transfer protocol's ``cars`` reader reads.
+that the ``cars`` reader reads.
 
 Labels here are ``class - 1`` over the 196 classes. The official class differs in two ways, kept as
 data for a protocol that reproduces it (``official_label_offset``, ``official_num_outputs``): it keeps
@@ -50,3 +51,22 @@ class StanfordCarsAnnos(OfficialSplit):
         paths = [self.root / str(np.asarray(r["relative_im_path"]).squeeze()) for r in keep]
         labels = [int(np.asarray(r["class"]).squeeze()) - 1 for r in keep]
         return classes, paths, labels
+
+
+@register_dataset("cars")
+class StanfordCars(OfficialSplit):
+    name = "cars"
+    LAYOUT = ("<root>/stanford_cars/{cars_train,cars_test}/<file>, devkit/{cars_meta.mat,cars_train_annos.mat} and "
+              "cars_test_annos_withlabels.mat (torchvision StanfordCars)")
+
+    def read(self):
+        from scipy.io import loadmat
+
+        base = self.root / "stanford_cars"
+        annos = (base / "devkit" / "cars_train_annos.mat" if self.split == "train"
+                 else base / "cars_test_annos_withlabels.mat")
+        rows = np.atleast_1d(loadmat(self.require(annos), squeeze_me=True)["annotations"])
+        classes = [str(c) for c in loadmat(self.require(base / "devkit" / "cars_meta.mat"),
+                                           squeeze_me=True)["class_names"].tolist()]
+        folder = base / f"cars_{self.split}"
+        return classes, [folder / str(r["fname"]) for r in rows], [int(r["class"]) - 1 for r in rows]

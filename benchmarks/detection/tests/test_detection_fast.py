@@ -14,7 +14,8 @@ import pytest
 import torch
 from torch import nn
 
-from benchmarks.detection import coco_reader, mmdet_stack
+from benchmarks.detection import mmdet_stack
+from harness.data import coco_instances as coco_reader
 from benchmarks.detection.mmdet_modules import MODEL_PREFIX, detector_groups
 from harness.training.drop_path import set_drop_path
 from benchmarks.detection.synthetic import instances, rle_counts
@@ -75,7 +76,10 @@ def test_a_missing_annotation_file_and_other_categories_are_refused(tmp_path):
         coco_reader.check_split(tmp_path, "val2017")
     _coco(tmp_path, "train2017", IMAGES, [], CATS)
     _coco(tmp_path, "val2017", IMAGES, [], CATS[:1])
-    with pytest.raises(DataError, match="different categories"):
+    with pytest.raises(DataError, match="different categories.*ssl-bench data check coco:instances"):
+        coco_reader.check_pair(tmp_path, "train2017", "val2017")
+    (tmp_path / "annotations" / "instances_val2017.json").unlink()
+    with pytest.raises(DataError, match="no annotation file.*ssl-bench data check coco:instances --data-root"):
         coco_reader.check_pair(tmp_path, "train2017", "val2017")
 
 

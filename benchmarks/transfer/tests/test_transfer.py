@@ -16,10 +16,12 @@ from benchmarks.transfer import metrics as M
 from benchmarks.transfer import recipe
 from benchmarks.transfer.per_image_kind import ClassHitsStats, Voc11Stats, class_hits_block, voc11_block
 from benchmarks.transfer.protocol import TransferProtocol
-from benchmarks.transfer.readers import DTD, VOC2007, OxfordPets
-from benchmarks.transfer.splits import carve_validation
+from benchmarks.transfer.splits import PLANS, carve_validation
 from benchmarks.transfer.synthetic import generate
 from harness.cli import main
+from harness.data.dtd import DTD
+from harness.data.oxford_pets import OxfordPets
+from harness.data.voc2007 import VOC2007
 from harness.errors import ConfigError, DataError
 from harness.models.handle import ModelHandle
 from harness.registry import declaration
@@ -50,16 +52,18 @@ def test_declaration_states_each_metric_its_kind_and_the_readers():
     assert {m.name: (m.direction, m.per_image) for m in decl.metrics} == {
         "top1": ("higher", ("hits",)), "mean_per_class": ("higher", ("class_hits",)), "mAP": ("higher", ("voc11",))}
     assert set(decl.per_image_kinds) == {"class_hits", "voc11"}
-    assert {"dtd", "pets", "flowers", "aircraft", "voc2007", "caltech101", "eurosat"} <= set(decl.datasets)
+    assert {"dtd", "pets", "flowers", "aircraft", "voc2007", "caltech101", "eurosat"} <= set(decl.reads)
+    assert set(PLANS) == set(decl.reads) and not decl.datasets  # every read set has its plan; readers: harness/data
 
 
 def test_synthscenes_sets_read_through_the_published_layouts(synth_tiny):
     assert generate(synth_tiny, preset="tiny", seed=0) == synth_tiny  # idempotent
     dtd = DTD(synth_tiny, "train")
-    assert len(dtd) == 48 and len(dtd.classes) == 6 and (DTD.VAL_SPLIT, DTD.METRIC) == ("val", "top1")
+    assert len(dtd) == 48 and len(dtd.classes) == 6 and (PLANS["dtd"].val_split, PLANS["dtd"].metric) == ("val", "top1")
     pets = OxfordPets(synth_tiny, "trainval")
     assert len(pets) == 240 and pets.classes[0] == "Disc Stripes0" and sorted(set(pets.targets)) == list(range(8))
-    assert (OxfordPets.VAL_SPLIT, OxfordPets.BASE_SPLIT, OxfordPets.METRIC) == (None, "trainval", "mean_per_class")
+    assert (PLANS["pets"].val_split, PLANS["pets"].base_split, PLANS["pets"].metric) == (None, "trainval",
+                                                                                          "mean_per_class")
     voc = VOC2007(synth_tiny, "test")
     assert voc.label_matrix.shape == (30, 20) and voc.label_matrix.sum(0).min() >= 1
     assert set(np.unique(voc.raw_labels)) == {-1, 1} and voc.load_image(0).size == (64, 64)
@@ -130,8 +134,14 @@ def _write_layouts(root: Path) -> None:
 
 
 def test_published_layouts_of_the_other_readers(tmp_path):
-    from benchmarks.transfer import readers as R
+    from types import SimpleNamespace
 
+    from harness.data import caltech101, fgvc_aircraft, flowers102, folder_splits, food101, gtsrb, stanford_cars, sun397
+
+    R = SimpleNamespace(Flowers102=flowers102.Flowers102, FGVCAircraft=fgvc_aircraft.FGVCAircraft,
+                        StanfordCars=stanford_cars.StanfordCars, Food101=food101.Food101, SUN397=sun397.SUN397,
+                        Caltech101=caltech101.Caltech101, GTSRB=gtsrb.GTSRB, Country211=folder_splits.Country211,
+                        EuroSAT=folder_splits.EuroSAT)
     _write_layouts(tmp_path)
     fl = R.Flowers102(tmp_path, "train")
     assert fl.targets == [0, 1] and fl.image_paths[1].name == "image_00002.jpg"
@@ -146,7 +156,7 @@ def test_published_layouts_of_the_other_readers(tmp_path):
     cal = R.Caltech101(tmp_path, "train")
     assert cal.targets == [1, 0] and cal.classes == ["BACKGROUND_Google", "Faces"]
     assert R.GTSRB(tmp_path, "test").targets == [3]
-    assert R.Country211(tmp_path, "valid").classes == ["AD"] and R.Country211.VAL_SPLIT == "valid"
+    assert R.Country211(tmp_path, "valid").classes == ["AD"] and PLANS["country211"].val_split == "valid"
     with pytest.raises(DataError, match="cars_train_annos.mat"):
         R.StanfordCars(tmp_path, "train")
     with pytest.raises(DataError, match=r"eurosat.*train"):
@@ -160,7 +170,7 @@ def _idx(path: Path, array: np.ndarray) -> None:
 
 
 def test_mnist_reads_the_idx_files(tmp_path):
-    from benchmarks.transfer.readers import MNIST
+    from harness.data.mnist import MNIST
 
     raw = tmp_path / "MNIST" / "raw"
     digits = np.arange(3 * 28 * 28).reshape(3, 28, 28) % 251

@@ -1,6 +1,8 @@
-"""Readers of the shifted sets' published layouts (ImageFolder order: classes by sorted folder
-name, files sorted). ImageNet-A, ImageNet-R and ImageNet-Sketch are plain ImageFolders of wnid
-folders (``imagefolder`` with the set's folder as root); these three have layouts of their own."""
+"""Readers of ImageNet's shifted sets in their released layouts (data set keys ``imagenet_v2``,
+``imagenet_c``, ``backgrounds_challenge``; ImageFolder order: classes by sorted folder name, files
+sorted). ImageNet-A, ImageNet-R and ImageNet-Sketch are plain ImageFolders of wnid folders
+(``imagefolder`` with the set's folder as root); these three have layouts of their own. How each
+set's labels meet the 1000 training classes is the reading protocol's business."""
 from __future__ import annotations
 
 from pathlib import Path

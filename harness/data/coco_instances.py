@@ -1,4 +1,5 @@
-"""COCO instances in their published layout, checked before mmdet reads them:
+"""COCO instances (data set key ``coco``, layout ``instances``: COCO 2017's train2017 / val2017) in their
+published layout, checked before a reader (mmdet's, the registered ``coco_instances``) takes them:
 
     <root>/annotations/instances_<split>.json   images, annotations, categories
     <root>/<split>/<file_name>                  every image the JSON lists
@@ -7,7 +8,8 @@ mmdet's ``CocoDataset`` reads the same files; it silently drops annotations whos
 JSON image has and fails late (in a data-loader worker) on a missing image file. Here each such
 mismatch is one :class:`DataError` line naming the file, the first offending ids and the count.
 The class names handed to mmdet are the JSON's categories in id order, as mmdet's COCO class
-list is (80 classes for COCO 2017; SynthScenes' own otherwise).
+list is (80 classes for COCO 2017; SynthScenes' own otherwise). ``coco_instances`` serves one checked
+split's images for ``ssl-bench data check coco:instances`` (counts, categories, ``--deep`` decoding).
 """
 from __future__ import annotations
 
@@ -15,9 +17,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.data.classification import LabelledImages
 from harness.errors import DataError
+from harness.registry import register_dataset
 
 SHOWN = 3  # offending ids named in an error
+LAYOUT_KEY = "coco:instances"  # the catalogue's name of this layout
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,7 @@ class CocoSplit:
     classes: tuple[str, ...]
     num_images: int
     num_annotations: int
+    image_files: tuple[Path, ...] = ()
 
 
 def _first(ids) -> str:
@@ -41,8 +47,8 @@ def _first(ids) -> str:
 
 def _load(ann_file: Path) -> dict:
     if not ann_file.is_file():
-        raise DataError(f"COCO: no annotation file {ann_file}; expected <root>/annotations/instances_<split>.json "
-                        f"beside the image folder <root>/<split>/")
+        raise DataError(f"COCO: no annotation file {ann_file} (not found); expected "
+                        f"<root>/annotations/instances_<split>.json beside the image folder <root>/<split>/")
     try:
         data = json.loads(ann_file.read_text())
     except (OSError, ValueError) as exc:
@@ -82,13 +88,39 @@ def check_split(root: str | Path, split: str) -> CocoSplit:
         raise DataError(f"COCO: {len(absent)} image(s) of {ann_file} are missing from {image_dir} (image id(s) "
                         f"{_first(absent)}); the JSON does not match the images")
     classes = tuple(str(c.get("name")) for c in sorted(data["categories"], key=lambda c: c["id"]))
-    return CocoSplit(root, split, ann_file, image_dir, classes, len(image_ids), len(data["annotations"]))
+    files = tuple(image_dir / str(im["file_name"]) for im in data["images"])
+    return CocoSplit(root, split, ann_file, image_dir, classes, len(image_ids), len(data["annotations"]), files)
 
 
 def check_pair(root: str | Path, train_split: str, val_split: str) -> tuple[CocoSplit, CocoSplit]:
-    """Both splits, checked, with the same categories (a model trains and is scored on one label space)."""
-    train, val = check_split(root, train_split), check_split(root, val_split)
+    """Both splits, checked, with the same categories (a model trains and is scored on one label space).
+    The error ends with the `data check` command of this layout (the data set key alone names another)."""
+    from harness.data.check import hint
+
+    try:
+        train, val = check_split(root, train_split), check_split(root, val_split)
+    except DataError as exc:
+        raise DataError(f"{exc}; {hint(LAYOUT_KEY, root)}") from None
     if train.classes != val.classes:
         raise DataError(f"COCO: {train.ann_file} and {val.ann_file} declare different categories "
-                        f"({len(train.classes)} vs {len(val.classes)}); both splits need the same list")
+                        f"({len(train.classes)} vs {len(val.classes)}); both splits need the same list; "
+                        f"{hint(LAYOUT_KEY, root)}")
     return train, val
+
+
+@register_dataset("coco_instances")
+class CocoInstances(LabelledImages):
+    """One checked split (``train2017``, ``val2017``, ...): its images in the JSON's order, ``classes``
+    the categories in id order; the boxes and masks stay in the JSON for the detector's own reader.
+    Every image's target is 0: a detection split has no image label."""
+
+    name = "coco_instances"
+    thread_safe = True
+
+    def __init__(self, root: str | Path, split: str = "val2017"):
+        self.root, self.split = Path(root), split
+        checked = check_split(self.root, split)
+        self.classes, self.image_paths = list(checked.classes), list(checked.image_files)
+        self.num_annotations = checked.num_annotations
+        self.targets = [0] * len(self.image_paths)
+        self.samples = list(zip(self.image_paths, self.targets))
