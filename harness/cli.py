@@ -127,16 +127,13 @@ def cmd_eval(args) -> int:
     from harness.running.evaluate import check_input_sizes, evaluate
     from harness.results.leaderboard import build_leaderboard, format_console
 
-    from harness.data.catalogue import reader_key
-
     model = _model(args)
-    values = {"dataset": reader_key(args.dataset), **_values(args.set)}
+    values = {"dataset": args.dataset, **_values(args.set)}  # KEY:LAYOUT: the protocol reads its layout
     if args.lr:  # the mmseg protocols' learning-rate sweep, one or several values
         values["lrs"] = args.lr
     protocol = build_protocol(args.protocol, args.preset, values)
     if not Path(args.data_root).exists():
         raise SslBenchError(f"data root {args.data_root} does not exist")
-    _note_old_dataset_key(args.dataset)
     check_input_sizes(protocol, model)  # before the data is stamped or earlier records are looked up
     records, skipped = evaluate(model, protocol, Path(args.data_root), preset=args.preset, force=args.force)
     if skipped:
@@ -152,6 +149,7 @@ def cmd_features(args) -> int:
     from harness.registry import DATASETS
 
     model = _model(args)
+    _note_old_dataset_key(args.dataset)
     dataset = DATASETS.get(reader_key(args.dataset))(args.data_root, args.split)
     if args.transform == "center_crop":
         transform = ResizeCenterCrop(resize=args.resize, crop=args.crop)
@@ -223,7 +221,6 @@ SUBCOMMAND_MODULES = {
 
 def cmd_show(args) -> int:
     from harness.paths import results_dir
-    from harness.data.catalogue import reader_key
     from harness.protocol_info import build_protocol
     from harness.running.evaluate import check_input_sizes
     from harness.running.show import show_examples
@@ -231,7 +228,7 @@ def cmd_show(args) -> int:
     if args.count < 1:
         raise SslBenchError(f"--count must be at least 1, found {args.count}")
     model = _model(args)
-    protocol = build_protocol(args.protocol, args.preset, {"dataset": reader_key(args.dataset), **_values(args.set)})
+    protocol = build_protocol(args.protocol, args.preset, {"dataset": args.dataset, **_values(args.set)})
     if not Path(args.data_root).exists():
         raise SslBenchError(f"data root {args.data_root} does not exist")
     check_input_sizes(protocol, model)

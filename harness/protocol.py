@@ -1,6 +1,7 @@
 """The Protocol contract every evaluation protocol (built-in or plugin) follows."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,29 @@ from harness.paths import results_dir
 # without it.
 OMITTED_WHEN_EMPTY = ("train_subset", "selection_holdout", "selection_seed")
 _NOTED: set[tuple[str, str]] = set()  # (protocol, old setting name) a note was printed for
+_NOTED_KEYS: set[str] = set()  # data set names a process checked for an old key
+
+
+def _served_dataset(cfg):
+    """``cfg`` with its data set named by the reader key that serves it: ``KEY:LAYOUT`` (one key per
+    data set, harness.data.catalogue) becomes that layout's reader key, the name the fingerprint
+    and the records keep; an old key (a layout's reader key) stays, with one line on stderr."""
+    name = getattr(cfg, "dataset", None)
+    if not isinstance(name, str):
+        return cfg
+    from harness.data.catalogue import alias_note, reader_key
+
+    if ":" in name:
+        return dataclasses.replace(cfg, dataset=reader_key(name))
+    if name not in _NOTED_KEYS:
+        _NOTED_KEYS.add(name)
+        try:
+            note = alias_note(name)
+        except ConfigError:  # a protocol's own name for a data set (not catalogued)
+            note = None
+        if note:
+            print(note, file=sys.stderr)
+    return cfg
 
 
 @dataclass
@@ -107,7 +131,7 @@ class Protocol:
     def __init__(self, cfg=None, source: str = "<defaults>"):
         if cfg is None or isinstance(cfg, dict):
             cfg = from_dict(self.Config, self._renamed(cfg or {}, source), source)
-        self.cfg = cfg
+        self.cfg = _served_dataset(cfg)
 
     @classmethod
     def _renamed(cls, values: dict[str, Any], source: str) -> dict[str, Any]:
