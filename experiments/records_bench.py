@@ -100,7 +100,8 @@ def skip_if_done(folder: Path) -> tuple[float, int, int]:
         handle = SimpleNamespace(name=model["name"], device=SimpleNamespace(type=device),
                                  record_info=lambda model=model: model)
         protocol = SimpleNamespace(registry_name=proto["name"])
-        identity = SimpleNamespace(fingerprint=proto["fingerprint"], request=proto.get("request"), data=data)
+        identity = SimpleNamespace(fingerprint=proto["fingerprint"], request=proto.get("request"), data=data,
+                                   model_settings=model.get("protocol_settings") or {})
         found += len(already_done(handle, protocol, identity, folder))
     return time.perf_counter() - t0, len(pairs), found
 

@@ -175,7 +175,8 @@ def cmd_leaderboard(args) -> int:
         return 1
     from harness.results.pair_status import read_pairs  # the last run's pairs: why an overview cell is empty
 
-    pairs = read_pairs((runs or results.runs_dir()).parent / "pairs.json")
+    # the last run's pairs, and the records' parts without a number (a null metric: "n/a")
+    pairs = read_pairs((runs or results.runs_dir()).parent / "pairs.json") + table.no_number
     paths = write_leaderboard(table, Path(args.out) if args.out else results_dir(), pairs=pairs)
     print(format_console(table))
     for kind, p in paths.items():
