@@ -409,8 +409,11 @@ def table_of_folder(folder: str | Path) -> RunTable:
     kept = kept_table.load(index.path.parent, key) if not index.in_memory else None
     no_number = parts_of(index.parts(served))
     if kept is not None:
-        return RunTable(**kept, messages=[conflict_message(c) for c in kept["conflicts"]], source=source,
-                        no_number=no_number)
+        intervals = kept.pop("bootstrapped")
+        table = RunTable(**kept, messages=[conflict_message(c) for c in kept["conflicts"]], source=source,
+                         no_number=no_number)
+        table.__dict__["bootstrapped"] = intervals  # the cached property's value, as kept
+        return table
     rows, _ = index.numbers(served)
     table = table_of_numbers(numbers_frame(rows), source)
     if not index.in_memory:
