@@ -122,6 +122,9 @@ def _note_old_dataset_key(name: str) -> None:
         print(note, file=sys.stderr)
 
 
+DATASET_HELP = "a data set key, or KEY:LAYOUT for one of its layouts (voc, voc:aug, nyu:probe3d: `ssl-bench data list`)"
+
+
 def cmd_eval(args) -> int:
     from harness.protocol_info import build_protocol
     from harness.running.evaluate import check_input_sizes, evaluate
@@ -311,7 +314,8 @@ def _add_eval_parser(sub) -> None:
     e = sub.add_parser("eval", help="run one protocol on one model")
     e.add_argument("--protocol", required=True)
     e.add_argument("--preset", default=None)
-    e.add_argument("--dataset", required=True, help="voc, ade20k, imagenet/imagefolder, ...")
+    e.add_argument("--dataset", required=True,
+                   help=DATASET_HELP)
     e.add_argument("--data-root", required=True)
     _model_args(e)
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -327,7 +331,8 @@ def _add_show_parser(sub) -> None:
                                     "into the report's folder")
     s.add_argument("protocol")
     s.add_argument("--preset", default=None)
-    s.add_argument("--dataset", required=True)
+    s.add_argument("--dataset", required=True,
+                   help=DATASET_HELP)
     s.add_argument("--data-root", required=True)
     _model_args(s)
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="protocol setting")
@@ -339,7 +344,8 @@ def _add_show_parser(sub) -> None:
 
 def _add_features_parser(sub) -> None:
     f = sub.add_parser("features", help="extract (and cache) features")
-    f.add_argument("--dataset", required=True)
+    f.add_argument("--dataset", required=True,
+                   help=DATASET_HELP)
     f.add_argument("--data-root", required=True)
     f.add_argument("--split", required=True)
     _model_args(f)
