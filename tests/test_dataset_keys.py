@@ -61,3 +61,12 @@ def test_shipped_suites_name_no_old_key():
         entries = [e for e in (text or {}).get("protocols", []) if isinstance(e, dict)]
         found = {e.get("dataset") for e in entries} & old
         assert not found, f"{path.name} names old keys {sorted(found)}"
+
+
+def test_the_data_check_hint_names_the_one_key():
+    from harness.data.check import hint
+
+    assert "data check nyu:probe3d --data-root R" in hint("nyu_probe3d", "R")
+    assert "data check voc2007:classification --data-root" in hint("voc2007", "R")  # the transfer reader
+    assert "data check voc2007:boxes --data-root" in hint("voc07", "R")
+    assert "data check nyu --data-root" in hint("nyu", "R")
