@@ -53,10 +53,11 @@ def test_the_old_name_still_works_with_a_note(name, capsys):
 def test_feature_paths_name_it_final_norm():
     from harness.features.cache import feature_key
     from harness.features.extract import batch_features, extract_features
+    from harness.context.pixels import PixelBackbone
     from harness.models.backbone import ViTBackbone
     from harness.models.feature_backbone import AdaptedBackbone
 
     for fn in (extract_features, batch_features, feature_key, ViTBackbone.get_features,
-               AdaptedBackbone.get_features):
+               AdaptedBackbone.get_features, PixelBackbone.get_features):
         params = inspect.signature(fn).parameters
         assert "final_norm" in params and "norm" not in params, fn.__qualname__
