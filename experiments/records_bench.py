@@ -12,6 +12,9 @@ record, and the time per record over the smallest size's (1.00: flat).
     python -m experiments.records_bench                            # 10,000 and 100,000 records
     python -m experiments.records_bench --sizes 1000 --keep DIR    # keep the folders
     python -m experiments.records_bench --report-max 10000         # the report only up to 10,000
+    python -m experiments.records_bench --warm-calls 5 --compare-code BASE   # five warm calls, median and
+        # range, each followed by one of the checkout BASE (`git archive main | tar -x -C BASE`) on a
+        # copy of the folder (its own index): the two codes side by side, in the same minutes
 """
 from __future__ import annotations
 
@@ -72,9 +75,9 @@ def write_records(records: list[dict], folder: Path) -> float:
     return time.perf_counter() - t0
 
 
-def timed_cli(args: list[str]) -> float:
+def timed_cli(args: list[str], code: Path = REPO) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(REPO / "run_benchmark.py"), *args], cwd=REPO,
+    proc = subprocess.run([sys.executable, str(code / "run_benchmark.py"), *args], cwd=code,
                           capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
@@ -100,17 +103,47 @@ def skip_if_done(folder: Path) -> tuple[float, int, int]:
         handle = SimpleNamespace(name=model["name"], device=SimpleNamespace(type=device),
                                  record_info=lambda model=model: model)
         protocol = SimpleNamespace(registry_name=proto["name"])
-        identity = SimpleNamespace(fingerprint=proto["fingerprint"], request=proto.get("request"), data=data)
+        identity = SimpleNamespace(fingerprint=proto["fingerprint"], request=proto.get("request"), data=data,
+                                   model_settings=model.get("protocol_settings") or {})
         found += len(already_done(handle, protocol, identity, folder))
     return time.perf_counter() - t0, len(pairs), found
 
 
-def measure(templates: list[dict], n: int, root: Path, report: bool) -> dict[str, float]:
+def warm_series(folder: Path, out: Path, calls: int, compare_code: Path | None) -> dict[str, float]:
+    """``calls`` more warm leaderboard calls (median, min, max); with ``compare_code`` each is
+    followed by one of that checkout on a copy of the folder (made and warmed first: an index of
+    another schema would be rebuilt in place), and the ratio of the two medians."""
+    import shutil
+    import statistics
+
+    lb = lambda runs, o, code=REPO: timed_cli(["leaderboard", "--runs", str(runs), "--out", str(o)], code)  # noqa: E731
+    other = folder.with_name(folder.name + "_compare")
+    if compare_code is not None:
+        shutil.rmtree(other, ignore_errors=True)
+        shutil.copytree(folder, other)
+        lb(other, out.with_name(out.name + "_compare"), compare_code)  # its index and kept table
+    ours, theirs = [], []
+    for _ in range(calls):
+        ours.append(lb(folder, out))
+        if compare_code is not None:
+            theirs.append(lb(other, out.with_name(out.name + "_compare"), compare_code))
+    found = {"warm median": statistics.median(ours), "warm min": min(ours), "warm max": max(ours)}
+    if theirs:
+        found.update({"compare median": statistics.median(theirs), "compare min": min(theirs),
+                      "compare max": max(theirs)})
+        found["ratio"] = found["warm median"] / found["compare median"]
+    return found
+
+
+def measure(templates: list[dict], n: int, root: Path, report: bool, warm_calls: int = 1,
+            compare_code: Path | None = None) -> dict[str, float]:
     """The seconds of each step over ``n`` records (a folder written first)."""
     folder, out = root / f"runs_{n}", root / f"out_{n}"
     times = {"write": write_records(synthetic_records(templates, n), folder)}
     times["leaderboard, first"] = timed_cli(["leaderboard", "--runs", str(folder), "--out", str(out)])
     times["leaderboard, warm"] = timed_cli(["leaderboard", "--runs", str(folder), "--out", str(out)])
+    if warm_calls > 1 or compare_code is not None:
+        times.update(warm_series(folder, out, warm_calls, compare_code))
     if report:
         times["report"] = timed_cli(["report", "--runs", str(folder), "--out", str(out / "report.html")])
     skip_s, pairs, found = skip_if_done(folder)
@@ -121,7 +154,7 @@ def measure(templates: list[dict], n: int, root: Path, report: bool) -> dict[str
 
 def print_table(rows: list[tuple[int, dict[str, float]]]) -> None:
     """Seconds, ms per record, and the time per record over the smallest size's."""
-    steps = list(dict.fromkeys(k for _, t in rows for k in t))
+    steps = [k for k in dict.fromkeys(k for _, t in rows for k in t) if k != "ratio"]
     base_n, base = rows[0]
     print("\n| records | " + " | ".join(f"{s} (s) | ms/record | ratio" for s in steps) + " |")
     print("|---:|" + "---:|---:|---:|" * len(steps))
@@ -144,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", default=None, help="folder to keep the record folders in (default: a temp dir)")
     ap.add_argument("--report-max", type=int, default=10_000,
                     help="time `ssl-bench report` only up to this many records (it reads every record)")
+    ap.add_argument("--warm-calls", type=int, default=1, help="warm leaderboard calls to time (median and range)")
+    ap.add_argument("--compare-code", default=None,
+                    help="another checkout (e.g. main's) whose leaderboard is timed beside each warm call")
     args = ap.parse_args(argv)
     from harness.results.records import runs_dir
 
@@ -154,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
           f"folders under {root}")
     rows = []
     for n in sizes:
-        times = measure(templates, n, root, report=n <= args.report_max)
+        times = measure(templates, n, root, report=n <= args.report_max, warm_calls=args.warm_calls,
+                        compare_code=Path(args.compare_code).resolve() if args.compare_code else None)
         rows.append((n, times))
         print(f"{n:>7} records: " + " | ".join(f"{k} {v:.1f} s" for k, v in times.items())
               + f" | load {os.getloadavg()[0]:.1f}", flush=True)

@@ -122,21 +122,21 @@ def _note_old_dataset_key(name: str) -> None:
         print(note, file=sys.stderr)
 
 
+DATASET_HELP = "a data set key, or KEY:LAYOUT for one of its layouts (voc, voc:aug, nyu:probe3d: `ssl-bench data list`)"
+
+
 def cmd_eval(args) -> int:
     from harness.protocol_info import build_protocol
     from harness.running.evaluate import check_input_sizes, evaluate
     from harness.results.leaderboard import build_leaderboard, format_console
 
-    from harness.data.catalogue import reader_key
-
     model = _model(args)
-    values = {"dataset": reader_key(args.dataset), **_values(args.set)}
+    values = {"dataset": args.dataset, **_values(args.set)}  # KEY:LAYOUT: the protocol reads its layout
     if args.lr:  # the mmseg protocols' learning-rate sweep, one or several values
         values["lrs"] = args.lr
     protocol = build_protocol(args.protocol, args.preset, values)
     if not Path(args.data_root).exists():
         raise SslBenchError(f"data root {args.data_root} does not exist")
-    _note_old_dataset_key(args.dataset)
     check_input_sizes(protocol, model)  # before the data is stamped or earlier records are looked up
     records, skipped = evaluate(model, protocol, Path(args.data_root), preset=args.preset, force=args.force)
     if skipped:
@@ -152,6 +152,7 @@ def cmd_features(args) -> int:
     from harness.registry import DATASETS
 
     model = _model(args)
+    _note_old_dataset_key(args.dataset)
     dataset = DATASETS.get(reader_key(args.dataset))(args.data_root, args.split)
     if args.transform == "center_crop":
         transform = ResizeCenterCrop(resize=args.resize, crop=args.crop)
@@ -177,7 +178,8 @@ def cmd_leaderboard(args) -> int:
         return 1
     from harness.results.pair_status import read_pairs  # the last run's pairs: why an overview cell is empty
 
-    pairs = read_pairs((runs or results.runs_dir()).parent / "pairs.json")
+    # the last run's pairs, and the records' parts without a number (a null metric: "n/a")
+    pairs = read_pairs((runs or results.runs_dir()).parent / "pairs.json") + table.no_number
     paths = write_leaderboard(table, Path(args.out) if args.out else results_dir(), pairs=pairs)
     print(format_console(table))
     for kind, p in paths.items():
@@ -223,7 +225,6 @@ SUBCOMMAND_MODULES = {
 
 def cmd_show(args) -> int:
     from harness.paths import results_dir
-    from harness.data.catalogue import reader_key
     from harness.protocol_info import build_protocol
     from harness.running.evaluate import check_input_sizes
     from harness.running.show import show_examples
@@ -231,7 +232,7 @@ def cmd_show(args) -> int:
     if args.count < 1:
         raise SslBenchError(f"--count must be at least 1, found {args.count}")
     model = _model(args)
-    protocol = build_protocol(args.protocol, args.preset, {"dataset": reader_key(args.dataset), **_values(args.set)})
+    protocol = build_protocol(args.protocol, args.preset, {"dataset": args.dataset, **_values(args.set)})
     if not Path(args.data_root).exists():
         raise SslBenchError(f"data root {args.data_root} does not exist")
     check_input_sizes(protocol, model)
@@ -313,7 +314,8 @@ def _add_eval_parser(sub) -> None:
     e = sub.add_parser("eval", help="run one protocol on one model")
     e.add_argument("--protocol", required=True)
     e.add_argument("--preset", default=None)
-    e.add_argument("--dataset", required=True, help="voc, ade20k, imagenet/imagefolder, ...")
+    e.add_argument("--dataset", required=True,
+                   help=DATASET_HELP)
     e.add_argument("--data-root", required=True)
     _model_args(e)
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -329,7 +331,8 @@ def _add_show_parser(sub) -> None:
                                     "into the report's folder")
     s.add_argument("protocol")
     s.add_argument("--preset", default=None)
-    s.add_argument("--dataset", required=True)
+    s.add_argument("--dataset", required=True,
+                   help=DATASET_HELP)
     s.add_argument("--data-root", required=True)
     _model_args(s)
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="protocol setting")
@@ -341,7 +344,8 @@ def _add_show_parser(sub) -> None:
 
 def _add_features_parser(sub) -> None:
     f = sub.add_parser("features", help="extract (and cache) features")
-    f.add_argument("--dataset", required=True)
+    f.add_argument("--dataset", required=True,
+                   help=DATASET_HELP)
     f.add_argument("--data-root", required=True)
     f.add_argument("--split", required=True)
     _model_args(f)

@@ -1,6 +1,8 @@
 """The Protocol contract every evaluation protocol (built-in or plugin) follows."""
 from __future__ import annotations
 
+import dataclasses
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,6 +17,30 @@ from harness.paths import results_dir
 # gains one (a training subset, a selection holdout) keeps the requests, and so the records, it had
 # without it.
 OMITTED_WHEN_EMPTY = ("train_subset", "selection_holdout", "selection_seed")
+_NOTED: set[tuple[str, str]] = set()  # (protocol, old setting name) a note was printed for
+_NOTED_KEYS: set[str] = set()  # data set names a process checked for an old key
+
+
+def _served_dataset(cfg):
+    """``cfg`` with its data set named by the reader key that serves it: ``KEY:LAYOUT`` (one key per
+    data set, harness.data.catalogue) becomes that layout's reader key, the name the fingerprint
+    and the records keep; an old key (a layout's reader key) stays, with one line on stderr."""
+    name = getattr(cfg, "dataset", None)
+    if not isinstance(name, str):
+        return cfg
+    from harness.data.catalogue import alias_note, reader_key
+
+    if ":" in name:
+        return dataclasses.replace(cfg, dataset=reader_key(name))
+    if name not in _NOTED_KEYS:
+        _NOTED_KEYS.add(name)
+        try:
+            note = alias_note(name)
+        except ConfigError:  # a protocol's own name for a data set (not catalogued)
+            note = None
+        if note:
+            print(note, file=sys.stderr)
+    return cfg
 
 
 @dataclass
@@ -72,6 +98,10 @@ class Protocol:
     # records measured: left out of the fingerprint and the request hash while at them, so that the
     # old records stay its records.
     ABSENT_AT: ClassVar[dict[str, Any]] = {}
+    # Settings renamed after records were written under their first name: field -> that first
+    # name, which the fingerprint, the request hash and the records keep (the records stay this
+    # protocol's), and which presets, suites and --set may still give, with a one-line note.
+    RECORDED_AS: ClassVar[dict[str, str]] = {}
     # Named recipes: preset name -> config values (e.g. dense_nn "cribo" / "hbird",
     # linear "dino" / "ibot" / "synclr"). The CLI's --preset picks one.
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
@@ -100,8 +130,24 @@ class Protocol:
 
     def __init__(self, cfg=None, source: str = "<defaults>"):
         if cfg is None or isinstance(cfg, dict):
-            cfg = from_dict(self.Config, cfg or {}, source)
-        self.cfg = cfg
+            cfg = from_dict(self.Config, self._renamed(cfg or {}, source), source)
+        self.cfg = _served_dataset(cfg)
+
+    @classmethod
+    def _renamed(cls, values: dict[str, Any], source: str) -> dict[str, Any]:
+        """``values`` with each old name of a renamed setting (``RECORDED_AS``) given its field's
+        name, and one line on stderr per old name a process reads."""
+        for new, old in cls.RECORDED_AS.items():
+            if old not in values:
+                continue
+            if new in values:
+                raise ConfigError(f"{source}: give {new!r} or its old name {old!r}, not both")
+            values = {(new if k == old else k): v for k, v in values.items()}
+            if (cls.registry_name, old) not in _NOTED:
+                _NOTED.add((cls.registry_name, old))
+                print(f"note: {cls.registry_name}'s setting {old!r} is named {new!r}; the old name keeps "
+                      "working for a release", file=sys.stderr)
+        return values
 
     @classmethod
     def from_preset(cls, preset: str | None = None, values: dict[str, Any] | None = None,
@@ -113,8 +159,8 @@ class Protocol:
             if preset not in cls.PRESETS:
                 raise ConfigError(f"unknown preset {preset!r} for protocol {cls.registry_name!r}; "
                                   f"known presets: {', '.join(sorted(cls.PRESETS)) or '(none)'}")
-            base = dict(cls.PRESETS[preset])
-        return cls({**base, **(values or {})}, source)
+            base = cls._renamed(dict(cls.PRESETS[preset]), f"preset {preset!r}")
+        return cls({**base, **cls._renamed(values or {}, source)}, source)
 
     @classmethod
     def conformance_check(cls, model: ModelHandle, exported: dict, data_root: Path) -> dict | None:
@@ -126,7 +172,10 @@ class Protocol:
         return cls.from_preset(preset, values).run(model, Path(data_root) / folder)[0].metrics
 
     def _without_absent(self, d: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in d.items() if k not in self.ABSENT_AT or v != self.ABSENT_AT[k]}
+        """The settings as records keep them: none at its ``ABSENT_AT`` value, each under the name
+        it is recorded as (``RECORDED_AS``), in the config's order."""
+        return {self.RECORDED_AS.get(k, k): v for k, v in d.items()
+                if k not in self.ABSENT_AT or v != self.ABSENT_AT[k]}
 
     def settings(self) -> dict[str, Any]:
         d = self._without_absent(to_dict(self.cfg))

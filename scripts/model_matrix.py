@@ -40,7 +40,7 @@ def build():
                          nn.Conv2d(32, 48, 3, 2, 1))
 
 
-def features(model, x, n_last_blocks, norm):
+def features(model, x, n_last_blocks, final_norm):
     fmap = model(x)
     return fmap.mean(dim=(2, 3))[:, None], fmap.permute(0, 2, 3, 1)[:, None]
 '''

@@ -28,7 +28,7 @@ def test_feature_api_shapes_any_multiple_of_patch():
     tokens = b(x)
     assert torch.allclose(f.cls[:, -1], tokens[:, 0], atol=1e-6)
     assert torch.allclose(f.patches[:, -1].reshape(2, 60, 64), tokens[:, 1:], atol=1e-6)
-    raw = b.get_features(x, norm=False)
+    raw = b.get_features(x, final_norm=False)
     assert not torch.allclose(raw.cls, f.cls[:, -1:])
 
 

@@ -287,7 +287,7 @@ class KNNProtocol(TrainSubsetSetting, Protocol):
         c = self.cfg
         splits = self.restrict_train(load_splits(c.dataset, data_root, c.train_split, c.val_split))
         tf = self.transform()
-        kw = dict(n_last_blocks=c.n_last_blocks, norm=True, batch_size=c.batch_size, num_workers=c.num_workers,
+        kw = dict(n_last_blocks=c.n_last_blocks, final_norm=True, batch_size=c.batch_size, num_workers=c.num_workers,
                   cache=c.cache, progress=c.progress, precision=c.precision)
         f_train = extract_features(model, splits.train, tf, desc="knn train", **kw)
         f_val = extract_features(model, splits.val, tf, desc="knn val", **kw)

@@ -49,7 +49,7 @@ class Config:
     instance_seed: int = 20                # SPairDataset: random.seed(20)
     alpha: float = 0.1                     # main(): thresh = 0.10 of the target box's longer side
     categories: list[str] | None = None    # eval_class "all": every category of the split
-    backbone_norm: bool = False            # Probe3D's wrappers return block outputs before the final norm
+    final_norm: bool = False               # Probe3D's wrappers return block outputs before the final norm
     pad_value: int = 255                   # spair.py get_image: np.pad(..., constant_values=255)
     norm_mean: list[float] = field(default_factory=lambda: list(IMAGENET_MEAN))  # image_mean: imagenet
     norm_std: list[float] = field(default_factory=lambda: list(IMAGENET_STD))
@@ -83,6 +83,7 @@ class Correspondence(Protocol):
     PRESETS = PRESETS
     DEFAULT_PRESET = "probe3d"
     NOT_IN_FINGERPRINT = ("batch_size", "num_workers", "threads", "progress")
+    RECORDED_AS = {"final_norm": "backbone_norm"}  # its records' name
 
     def check_model(self, backbone) -> int:
         return patch_stride(backbone, "correspondence", "image_size", self.cfg.image_size)
@@ -106,7 +107,7 @@ class Correspondence(Protocol):
     def features(self, model, data, images: list[tuple[str, str]], patch: int):
         cfg = self.cfg
         return extract_features(model, PairImages(data, images), self.transform(patch), n_last_blocks=1,
-                                norm=cfg.backbone_norm,
+                                final_norm=cfg.final_norm,
                                 patches=True, patch_dtype=cfg.patch_dtype, batch_size=cfg.batch_size,
                                 num_workers=cfg.num_workers, progress=cfg.progress, precision=cfg.precision,
                                 threads=cfg.threads, desc="correspondence images")

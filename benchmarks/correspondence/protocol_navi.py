@@ -51,7 +51,7 @@ class Config:
     num_corr: int = 1000                   # navi_correspondence.yaml num_corr
     max_angle: float = 120.0               # NAVI(max_angle=120): a partner's largest relative rotation
     pair_seed: int = 8                     # generate_instance_pairs: torch.manual_seed(8)
-    backbone_norm: bool = False            # Probe3D's wrappers return block outputs before the final norm
+    final_norm: bool = False               # Probe3D's wrappers return block outputs before the final norm
     norm_mean: list[float] = field(default_factory=lambda: list(IMAGENET_MEAN))  # navi.yaml image_mean
     norm_std: list[float] = field(default_factory=lambda: list(IMAGENET_STD))
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"
@@ -82,6 +82,7 @@ class CorrespondenceNAVI(Protocol):
     PRESETS = PRESETS
     DEFAULT_PRESET = "probe3d"
     NOT_IN_FINGERPRINT = ("batch_size", "num_workers", "threads", "progress")
+    RECORDED_AS = {"final_norm": "backbone_norm"}  # its records' name
 
     def check_model(self, backbone) -> int:
         return patch_stride(backbone, "correspondence_navi", "frame_size", self.cfg.frame_size)
@@ -95,7 +96,7 @@ class CorrespondenceNAVI(Protocol):
         cfg = self.cfg
         return extract_features(model, NaviImages(data, data.views),
                                 FrameNormalize(patch, tuple(cfg.norm_mean), tuple(cfg.norm_std)), n_last_blocks=1,
-                                norm=cfg.backbone_norm, patches=True, patch_dtype=cfg.patch_dtype,
+                                final_norm=cfg.final_norm, patches=True, patch_dtype=cfg.patch_dtype,
                                 batch_size=cfg.batch_size, num_workers=cfg.num_workers, progress=cfg.progress,
                                 precision=cfg.precision, threads=cfg.threads, desc="NAVI frames")
 

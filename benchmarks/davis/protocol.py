@@ -200,7 +200,7 @@ class VideoSegmentation(Protocol):
                 x = torch.stack([frames.frame_tensor(ds.frame(seq, k), geo.frame, c.norm_mean, c.norm_std)
                                  for k in range(t, stop)]).to(dev)
                 with devices.autocast(dev, c.precision):
-                    p = backbone.get_features(x, n_last_blocks=1, norm=True).patches
+                    p = backbone.get_features(x, n_last_blocks=1, final_norm=True).patches
                 p = p[:, 0].float()
                 for k in range(t, stop):
                     cache[k] = p[k - t].reshape(-1, p.shape[-1])

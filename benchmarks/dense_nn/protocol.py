@@ -77,7 +77,7 @@ class Config:
     norm_mean: list[float] = field(default_factory=lambda: list(IMAGENET_MEAN))
     norm_std: list[float] = field(default_factory=lambda: list(IMAGENET_STD))
     n_last_blocks: int = 1               # patch tokens of the last n blocks, concatenated
-    feature_norm: bool = True            # final LayerNorm on the tokens
+    final_norm: bool = True              # final LayerNorm on the tokens
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"  # feature extraction (harness.runtime.device)
     # --- memory bank
     bank_augment: Literal["none", "hbird"] = "none"
@@ -261,6 +261,7 @@ class DenseNN(Protocol):
     PRESETS = PRESETS
     DEFAULT_PRESET = "cribo"
     CONFORMANCE_RUN = ("cribo", {"dataset": "voc", "fractions": ["1/1"], "seeds": [42], "progress": False}, ".")
+    RECORDED_AS = {"final_norm": "feature_norm"}  # its records' name
     NOT_IN_FINGERPRINT = ("batch_size", "num_workers", "search_chunk", "search_device", "threads", "memory_budget_gb",
                           "artifacts_dir", "write_subsets", "progress")
 
@@ -298,7 +299,7 @@ class DenseNN(Protocol):
         from harness.features.extract import extract_features
 
         cfg = self.cfg
-        return extract_features(model, source, transform, n_last_blocks=cfg.n_last_blocks, norm=cfg.feature_norm,
+        return extract_features(model, source, transform, n_last_blocks=cfg.n_last_blocks, final_norm=cfg.final_norm,
                                 patches=True, patch_dtype=cfg.bank_dtype, batch_size=cfg.batch_size,
                                 num_workers=cfg.num_workers, progress=cfg.progress, desc=desc,
                                 precision=cfg.precision)

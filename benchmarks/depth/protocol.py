@@ -48,7 +48,7 @@ class Config:
     # --- features (config-nyu.yaml decoder_head)
     layers: int = 1                        # the last n blocks (backbone_out_layers LAST = 1)
     blocks: Literal["last", "dinov2"] = "last"           # which blocks: benchmarks/depth/blocks.py
-    backbone_norm: bool = True             # use_backbone_norm
+    final_norm: bool = True                # use_backbone_norm
     cls_token: bool = False                # use_cls_token
     batchnorm: bool = True                 # use_batchnorm
     pad_to_patch: Literal["center", "none"] = "center"   # adapt_to_patch_size CENTER_PADDING
@@ -178,6 +178,7 @@ class DepthLinear(Protocol):
     PRESETS = PRESETS
     DEFAULT_PRESET = "dinov3"
     NOT_IN_FINGERPRINT = ("num_workers", "progress")
+    RECORDED_AS = {"final_norm": "backbone_norm"}  # its records' name
     # the linear4 and KITTI settings, at the values the dinov3 preset's records were measured with
     ABSENT_AT = {"blocks": "last", "upsample": 1, "conv_init": "normal", "bins_max_depth": None,
                  "kb_crop": [352, 1216], "eval_crop": "full"}
@@ -241,12 +242,12 @@ class DepthLinear(Protocol):
         if cfg.pad_to_patch == "center":
             x = center_pad(x, stride)
         if cfg.blocks == "last" or cfg.layers == 1:
-            f = backbone.get_features(x, n_last_blocks=cfg.layers, norm=cfg.backbone_norm)
+            f = backbone.get_features(x, n_last_blocks=cfg.layers, final_norm=cfg.final_norm)
             kept = range(f.patches.shape[1])
         else:
             n = _n_blocks(backbone)
             wanted = block_indices(cfg.blocks, cfg.layers, n)
-            f = backbone.get_features(x, n_last_blocks=n - wanted[0], norm=cfg.backbone_norm)
+            f = backbone.get_features(x, n_last_blocks=n - wanted[0], final_norm=cfg.final_norm)
             kept = [i - wanted[0] for i in wanted]
         patches = [f.patches[:, i].permute(0, 3, 1, 2).float() for i in kept]
         return patches, [f.cls[:, i].float() for i in kept]

@@ -44,7 +44,7 @@ DEFAULT_SPLITS = {"voc07": "trainval", "voc12": "trainval", "coco20k": "train"}
 
 @dataclass
 class DiscoveryConfig:
-    dataset: str = "voc07"              # voc07 | voc12 | coco20k (or another box reader)
+    dataset: str = "voc2007:boxes"      # voc2007:boxes | voc:boxes | coco:coco20k (or another box reader)
     split: str | None = None            # None: LOST's (DEFAULT_SPLITS: VOC trainval, COCO20k train)
     preset: str | None = None
     which_features: Literal["k", "q", "v"] = "k"  # main_lost.py / main_tokencut.py --which_features

@@ -103,7 +103,7 @@ class FinetuneClassifier(nn.Module):
         return set()
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.backbone.get_features(x, 1, norm=not self.use_mean_pooling)
+        out = self.backbone.get_features(x, 1, final_norm=not self.use_mean_pooling)
         if self.use_mean_pooling:
             patches = out.patches[:, -1]
             return self.fc_norm(patches.flatten(1, 2).mean(1))

@@ -100,7 +100,7 @@ class LogRegProtocol(SelectionHoldoutSetting, TrainSubsetSetting, Protocol):
         c = self.cfg
         splits = load_splits(c.dataset, data_root, c.train_split, c.val_split)
         self.restrict_train(splits)
-        kw = dict(n_last_blocks=c.n_last_blocks, norm=True, batch_size=c.batch_size, num_workers=c.num_workers,
+        kw = dict(n_last_blocks=c.n_last_blocks, final_norm=True, batch_size=c.batch_size, num_workers=c.num_workers,
                   cache=c.cache, progress=c.progress, precision=c.precision)
         out = []
         for split, source in (("train", splits.train), ("val", splits.val)):

@@ -82,7 +82,7 @@ class CopyDetection(Protocol):
     def features(self, model: ModelHandle, source, patch: int, desc: str) -> np.ndarray:
         """(N, 2d): [CLS] and GeM-pooled patch tokens, unnormalised."""
         c = self.cfg
-        fs = extract_features(model, source, SquareBicubic(c.imsize, patch), n_last_blocks=1, norm=True,
+        fs = extract_features(model, source, SquareBicubic(c.imsize, patch), n_last_blocks=1, final_norm=True,
                               patches=True, desc=desc, **extract_kwargs(c))
         pooled = np.stack([gem(fs.patches(i)[0], c.gem_p) for i in range(len(fs))])
         return np.concatenate([np.asarray(fs.cls[:, 0], dtype=np.float32), pooled], axis=1)

@@ -91,7 +91,7 @@ class ImageRetrieval(Protocol):
         c = self.cfg
         scales = MULTISCALES if c.multiscale else (1.0,)
         per_scale = [extract_features(model, source, ThumbnailScale(c.imsize, s, patch), n_last_blocks=1,
-                                      norm=True, desc=f"{desc} x{s:.2f}", **extract_kwargs(c)).cls[:, 0]
+                                      final_norm=True, desc=f"{desc} x{s:.2f}", **extract_kwargs(c)).cls[:, 0]
                      for s in scales]
         return combine_scales(per_scale) if c.multiscale else l2n(per_scale[0])
 

@@ -220,7 +220,7 @@ class Robustness(LinearGridProbe):
         @torch.no_grad()
         def of_source(source, transform, desc):
             keep = c.cache and (c.cache_shifted or desc in ("clean", "real"))  # the clean split's: the linear run's
-            f = extract_features(model, source, transform, n_last_blocks=n_blocks, norm=True,
+            f = extract_features(model, source, transform, n_last_blocks=n_blocks, final_norm=True,
                                  batch_size=c.feature_batch_size, num_workers=c.num_workers,
                                  cache=keep,
                                  progress=c.progress, precision=c.precision, desc=f"robustness {desc}")

@@ -5,7 +5,7 @@ layer scale).
 
 ``SslBenchFeatureBackbone`` wraps the already-built backbone (harness.models.feature_backbone:
 an adapter, or the harness ViT) and returns its patch grid of the last block, final-normed
-(``get_features(x, 1, norm=True).patches``), as one NCHW feature map: what mmseg's ViT returns
+(``get_features(x, 1, final_norm=True).patches``), as one NCHW feature map: what mmseg's ViT returns
 on the other path. mmengine builds models from config dicts, so the module object is handed
 over in-process (:func:`handed_over`, keyed by the model's cache key) and each build takes a
 deep copy: every learning rate starts from the same weights, and the caller's model stays

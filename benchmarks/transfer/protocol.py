@@ -88,8 +88,9 @@ class TransferProtocol(Protocol):
 
     def _features(self, model: ModelHandle, source, name: str) -> tuple[np.ndarray, bool]:
         c = self.cfg
-        fs = extract_features(model, source, self.transform(), n_last_blocks=1, norm=True, batch_size=c.batch_size,
-                              num_workers=c.num_workers, cache=c.cache, progress=c.progress, precision=c.precision,
+        fs = extract_features(model, source, self.transform(), n_last_blocks=1, final_norm=True,
+                              batch_size=c.batch_size, num_workers=c.num_workers, cache=c.cache,
+                              progress=c.progress, precision=c.precision,
                               desc=f"transfer {c.dataset} {name}")
         return np.asarray(fs.cls[:, -1], dtype=np.float32), fs.from_cache
 

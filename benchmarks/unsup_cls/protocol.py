@@ -151,7 +151,7 @@ class UnsupClsProtocol(Protocol):
         reader, labels, num_classes = self.split(data_root)
         head = self.head(model, num_classes) if "head" in c.assignments else None
         t0 = time.perf_counter()
-        feats = extract_features(model, reader, self.transform(), n_last_blocks=1, norm=True,
+        feats = extract_features(model, reader, self.transform(), n_last_blocks=1, final_norm=True,
                                  batch_size=c.batch_size, num_workers=c.num_workers, cache=c.cache,
                                  progress=c.progress, desc="unsup_cls", precision=c.precision)
         cls = np.asarray(feats.cls[:, -1], dtype=np.float32)

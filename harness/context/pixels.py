@@ -41,7 +41,7 @@ class PixelBackbone(nn.Module):
         self.blocks = nn.ModuleList([nn.Identity()])
         self.num_blocks = 1
 
-    def get_features(self, x: torch.Tensor, n_last_blocks: int = 1, norm: bool = True) -> BackboneFeatures:
+    def get_features(self, x: torch.Tensor, n_last_blocks: int = 1, final_norm: bool = True) -> BackboneFeatures:
         if n_last_blocks != 1:
             raise ConfigError(f"the raw-pixel baseline has one feature level; n_last_blocks must be 1, "
                               f"found {n_last_blocks}")

@@ -204,7 +204,7 @@ def describe(ds: DataSet) -> list[str]:
     lines.append(f"  read by: {', '.join(readers) or '(no declared protocol)'}")
     for lay in ds.layouts:
         alias = "" if lay.reader == ds.key else f"  (old key {lay.reader!r})"
-        lines.append(f"  layout {lay.name}: {lay.description}{alias}")
+        lines.append(f"  layout {lay.name} (--dataset {ds.key}:{lay.name}): {lay.description}{alias}")
         splits = ds.splits_of(lay)
         if splits:
             lines.append(f"    splits: {'; '.join(_fmt_split(s) for s in splits)}")

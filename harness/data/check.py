@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.data.catalogue import DataSet, Layout, Split, alias_note, resolve
+from harness.data.catalogue import DataSet, Layout, Split, alias_note, catalogue, resolve
 from harness.errors import SslBenchError
 
 SHOWN = 5  # names listed per problem
@@ -267,5 +267,9 @@ def _synth_hint(layout: Layout) -> str:
 
 
 def hint(dataset: str, root: str | Path) -> str:
-    """What a protocol's data error ends with: the command that explains it."""
+    """What a protocol's data error ends with: the command that explains it, naming the data set
+    by its one key (``KEY:LAYOUT`` for a layout other than the key's own reader)."""
+    found = catalogue().readers().get(dataset) if ":" not in dataset else None
+    if found is not None and (found[0].key != dataset or found[0].layout(None) is not found[1]):  # not the key's own
+        dataset = f"{found[0].key}:{found[1].name}"
     return f"check the root with `ssl-bench data check {dataset} --data-root {root}`"

@@ -123,7 +123,7 @@ def last_block_qkv(backbone: nn.Module, x: torch.Tensor, what: str = "this proto
     caught: dict[str, torch.Tensor] = {}
     hooks = _hooks(found, caught)
     try:
-        backbone.get_features(x, n_last_blocks=1, norm=True)
+        backbone.get_features(x, n_last_blocks=1, final_norm=True)
     finally:
         for h in hooks:
             h.remove()

@@ -16,7 +16,7 @@ from harness.runtime import device as devices
 CACHE_VERSION = 1
 
 
-def feature_key(model: ModelHandle, source: ImageSource, transform, n_last_blocks: int, norm: bool,
+def feature_key(model: ModelHandle, source: ImageSource, transform, n_last_blocks: int, final_norm: bool,
                 patches: bool, patch_dtype: str, precision: str = "fp32") -> str:
     # A GPU's kernels round differently from the CPU's: features from each are kept apart;
     # so are those computed with TF32 matmuls (fp32 on CUDA is strict unless something set TF32).
@@ -25,7 +25,7 @@ def feature_key(model: ModelHandle, source: ImageSource, transform, n_last_block
     return fingerprint({
         "v": CACHE_VERSION, "weights": model.cache_key, "data": source.fingerprint(),
         "data_stamp": content_stamp(source),
-        "transform": transform.fingerprint(), "n_last_blocks": n_last_blocks, "norm": norm,
+        "transform": transform.fingerprint(), "n_last_blocks": n_last_blocks, "norm": final_norm,
         "patches": patches, "patch_dtype": patch_dtype, "precision": precision,
         "pos_interp": model.backbone.pos_interp_id,
         **({"device": device_type} if device_type != "cpu" else {}),

@@ -77,7 +77,7 @@ def _collate_list(batch):
 
 
 def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_last_blocks: int = 1,
-                     norm: bool = True, patches: bool = False, patch_dtype: str = "float32",
+                     final_norm: bool = True, patches: bool = False, patch_dtype: str = "float32",
                      batch_size: int = 64, num_workers: int = 0, cache: bool = True,
                      cache_dir: Path | None = None, progress: bool = True, desc: str = "features",
                      precision: str = "fp32", engine: Engine = "threads",
@@ -96,19 +96,19 @@ def extract_features(model: ModelHandle, source: ImageSource, transform, *, n_la
     devices.check_precision(precision, devices.module_device(model.backbone))
     if precision == "bf16":
         _warn_if_bf16_emulated(model)
-    key = feature_key(model, source, transform, n_last_blocks, norm, patches, patch_dtype, precision)
+    key = feature_key(model, source, transform, n_last_blocks, final_norm, patches, patch_dtype, precision)
     root = Path(cache_dir or feature_cache_dir())
     final = root / key
     if cache and (final / "meta.json").is_file():
         return load_feature_set(final, key)
     root.mkdir(parents=True, exist_ok=True)
     clean_stale_tempdirs(root)  # folders of killed extractions (any key); never a running one's
-    args = (model, source, transform, n_last_blocks, norm, patches, patch_dtype, batch_size, num_workers,
+    args = (model, source, transform, n_last_blocks, final_norm, patches, patch_dtype, batch_size, num_workers,
             progress, desc, precision, engine, threads)
     if dist.world_size() > 1:
         if _leading and dist.is_main():  # the other ranks wait in serve_extractions
             dist.broadcast_object(("extract", (source, transform, dict(
-                n_last_blocks=n_last_blocks, norm=norm, patches=patches, patch_dtype=patch_dtype,
+                n_last_blocks=n_last_blocks, final_norm=final_norm, patches=patches, patch_dtype=patch_dtype,
                 batch_size=batch_size, num_workers=num_workers, cache=cache, cache_dir=cache_dir,
                 progress=False, desc=desc, precision=precision, engine=engine, threads=threads))))
         return _extract_sharded(root, key, cache, args)
@@ -382,14 +382,14 @@ def _work_items(images: list[torch.Tensor], streams: int) -> list[list[int]]:
     return items
 
 
-def _forward_chunk(backbone, x: torch.Tensor, n_last_blocks, norm, precision, patches, patch_dtype,
+def _forward_chunk(backbone, x: torch.Tensor, n_last_blocks, final_norm, precision, patches, patch_dtype,
                    timed: bool):
     """One chunk of one shape: (cls, patch_mean, (h, w), patch tokens (b, h*w, n, d) or None,
     busy seconds, perf_counter at the end). Runs in a forward thread: grad mode and autocast
     are thread-local, so they are set here."""
     t0 = time.thread_time() if timed else time.perf_counter()
     with torch.inference_mode():
-        c, pm, p = _forward(backbone, x, n_last_blocks, norm, precision)
+        c, pm, p = _forward(backbone, x, n_last_blocks, final_norm, precision)
         b, n, h, w, d = p.shape
         flat = None
         if patches:
@@ -401,7 +401,7 @@ def _forward_chunk(backbone, x: torch.Tensor, n_last_blocks, norm, precision, pa
     return out + (busy, time.perf_counter())
 
 
-def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patches, patch_dtype,
+def _extract_into(out: Path, model, source, transform, n_last_blocks, final_norm, patches, patch_dtype,
                   batch_size, num_workers, progress, desc, precision, engine="threads", threads=None):
     backbone = model.backbone.eval()
     device = devices.module_device(backbone)  # the raw-pixel baseline has no parameters
@@ -433,7 +433,7 @@ def _extract_into(out: Path, model, source, transform, n_last_blocks, norm, patc
 
             def submit(images):
                 return [(idx, fwd_pool.submit(_forward_chunk, backbone, _to_device(images, idx, device),
-                                              n_last_blocks, norm, precision, patches, patch_dtype, threaded))
+                                              n_last_blocks, final_norm, precision, patches, patch_dtype, threaded))
                         for idx in _work_items(images, streams)]
 
             _pipeline(batches, submit, sink.finish, stages)
@@ -531,19 +531,19 @@ def _to_device(images: list[torch.Tensor], idx: list[int], device: torch.device)
     return x.to(device, non_blocking=True)
 
 
-def _forward(backbone, x: torch.Tensor, n_last_blocks: int, norm: bool, precision: str):
+def _forward(backbone, x: torch.Tensor, n_last_blocks: int, final_norm: bool, precision: str):
     with devices.autocast(x.device, precision):
-        f = backbone.get_features(x, n_last_blocks=n_last_blocks, norm=norm)
+        f = backbone.get_features(x, n_last_blocks=n_last_blocks, final_norm=final_norm)
     p = f.patches.float()  # (B, n, h, w, d)
     return f.cls.float(), p.mean(dim=(2, 3)), p
 
 
-def batch_features(backbone, x: torch.Tensor, *, n_last_blocks: int = 1, norm: bool = True,
+def batch_features(backbone, x: torch.Tensor, *, n_last_blocks: int = 1, final_norm: bool = True,
                    precision: str = "fp32") -> tuple[torch.Tensor, torch.Tensor]:
     """(cls, patch_mean), each (B, n_last_blocks, d), for one batch of images: exactly what
     `extract_features` stores, for protocols that must forward fresh (augmented) images
     every step, such as the linear probe. The caller owns no_grad and eval mode."""
-    c, pm, _ = _forward(backbone, x, n_last_blocks, norm, precision)
+    c, pm, _ = _forward(backbone, x, n_last_blocks, final_norm, precision)
     return c, pm
 
 

@@ -177,7 +177,7 @@ class ViTBackbone(VisionTransformer):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:  # type: ignore[override]
         return self.forward_tokens(x, mask)
 
-    def get_features(self, x: torch.Tensor, n_last_blocks: int = 1, norm: bool = True) -> BackboneFeatures:
+    def get_features(self, x: torch.Tensor, n_last_blocks: int = 1, final_norm: bool = True) -> BackboneFeatures:
         if not 1 <= n_last_blocks <= len(self.blocks):
             raise ValueError(f"n_last_blocks must be in [1, {len(self.blocks)}], found {n_last_blocks}")
         h, w = x.shape[-2] // self.patch_size, x.shape[-1] // self.patch_size
@@ -187,7 +187,7 @@ class ViTBackbone(VisionTransformer):
         for i, blk in enumerate(self.blocks):
             x = blk(x)
             if i >= first_kept:
-                outs.append(self.norm(x) if norm else x)
+                outs.append(self.norm(x) if final_norm else x)
         # (B, n, T, d); one block (the common case) is a view, not a copy
         tokens = outs[0].unsqueeze(1) if len(outs) == 1 else torch.stack(outs, dim=1)
         cls = tokens[:, :, 0]

@@ -1,6 +1,6 @@
 """The feature contract every protocol reads, and what an adapter around a foreign model adds.
 
-A backbone, whichever library built it, answers ``get_features(x, n_last_blocks, norm)`` with
+A backbone, whichever library built it, answers ``get_features(x, n_last_blocks, final_norm)`` with
 :class:`~harness.models.backbone.BackboneFeatures`: a global feature per kept block (the class
 token, or the model's own pooled feature) and a spatial grid of patch features with its
 stride (``patch_size``). ``x`` is what the protocols' transforms give: RGB normalised with
@@ -178,15 +178,15 @@ class AdaptedBackbone(nn.Module):
                       else f"{self.arch} has {self.num_blocks} blocks of width {self.embed_dim}")
             raise ConfigError(f"n_last_blocks must be in [1, {self.num_blocks}], found {n_last_blocks} ({reason})")
 
-    def get_features(self, x: torch.Tensor, n_last_blocks: int = 1, norm: bool = True):
+    def get_features(self, x: torch.Tensor, n_last_blocks: int = 1, final_norm: bool = True):
         self.check_blocks(n_last_blocks)
         if x.ndim != 4 or x.shape[1] != 3:
             raise ValueError(f"expected images (B, 3, H, W), found {tuple(x.shape)}")
         if x.shape[-2] % self.patch_size or x.shape[-1] % self.patch_size:
             raise ValueError(f"input {x.shape[-2]}x{x.shape[-1]} is not a multiple of the stride {self.patch_size}")
-        return self._features(self.input_norm(x), n_last_blocks, norm)
+        return self._features(self.input_norm(x), n_last_blocks, final_norm)
 
-    def _features(self, x: torch.Tensor, n_last_blocks: int, norm: bool):
+    def _features(self, x: torch.Tensor, n_last_blocks: int, final_norm: bool):
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -128,7 +128,7 @@ class MultiLevelBackbone(nn.Module):
     def block_features(self, x: torch.Tensor) -> list[torch.Tensor]:
         """The kept blocks' patch grids, NCHW, before the rescales."""
         first = min(self.out_indices)
-        feats = self.model.get_features(x, n_last_blocks=self.num_blocks - first, norm=self.out_with_norm)
+        feats = self.model.get_features(x, n_last_blocks=self.num_blocks - first, final_norm=self.out_with_norm)
         patches = feats.patches  # (B, n, h, w, d) for blocks first .. last
         return [patches[:, i - first].permute(0, 3, 1, 2).contiguous() for i in self.out_indices]
 

@@ -64,7 +64,7 @@ def block_features(backbone, images: torch.Tensor, blocks: list[int], readout: s
     """Four (B, C, h, w) maps: C = D (dense) or 2D (dense_cls)."""
     n = len(backbone.blocks) if hasattr(backbone, "blocks") else int(backbone.num_blocks)
     x = center_padding(images, int(backbone.patch_size))
-    f = backbone.get_features(x, n_last_blocks=n - blocks[0], norm=False)
+    f = backbone.get_features(x, n_last_blocks=n - blocks[0], final_norm=False)
     out = []
     for b in blocks:
         grid = f.patches[:, b - blocks[0]].permute(0, 3, 1, 2).float()

@@ -43,7 +43,7 @@ from harness.registry import DATASETS
 
 @dataclass
 class Config:
-    dataset: str = "nyu_probe3d"
+    dataset: str = "nyu:probe3d"            # the probe3d layout of NYUv2 (reader nyu_probe3d)
     train_split: str = "trainval"          # train_snorm.py / train_depth.py build_loader(.., "trainval")
     val_split: str = "test"
     preset: str | None = None

@@ -179,7 +179,7 @@ class LinearGridProbe(SelectionHoldoutSetting, TrainSubsetSetting, Protocol):
         was_training = backbone.training
         backbone.eval()  # frozen: no dropout / drop-path, no BN statistics updates
         try:
-            fkw = dict(n_last_blocks=n_blocks, norm=True, batch_size=c.feature_batch_size,
+            fkw = dict(n_last_blocks=n_blocks, final_norm=True, batch_size=c.feature_batch_size,
                        num_workers=c.num_workers, cache=c.cache, progress=c.progress, precision=c.precision)
 
             def probe_input(cls, patch_mean):

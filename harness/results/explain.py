@@ -24,7 +24,8 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.protocol_info import headline_metric, metric_of, setting_names
-from harness.results.records import is_record, iter_records, model_identity, runs_dir
+from harness.results.index import index_of
+from harness.results.records import is_record, model_identity, runs_dir
 from harness.text_table import text_table
 from harness.variants import variant_label
 
@@ -302,8 +303,9 @@ def resolve_sides(spec_a: str, spec_b: str, runs: str | Path | None = None, prot
         raise ConfigError("explain compares a record with a record or with a paper cell, not two paper cells")
     records = None
     sides: dict[str, Side] = {}
+    models = [what for kind, what in kinds.values() if kind == "model"]
     if kinds["A"][0] == kinds["B"][0] == "model":
-        records = [r for r in iter_records(folder) if is_record(r)]
+        records = _records_of(folder, models)
         return _model_pair(kinds["A"][1], kinds["B"][1], records, protocol, dataset, folder)
     for name in ("A", "B"):  # records first: they tell a model or a paper cell which run to take
         kind, what = kinds[name]
@@ -314,7 +316,7 @@ def resolve_sides(spec_a: str, spec_b: str, runs: str | Path | None = None, prot
         if kind != "model":
             continue
         if records is None:
-            records = [r for r in iter_records(folder) if is_record(r)]
+            records = _records_of(folder, models)
         hint = sides.get(other)
         paper = kinds[other][1] if kinds[other][0] == "paper" else None
         want_protocol = protocol or (hint.protocol if hint is not None else None)
@@ -330,9 +332,17 @@ def resolve_sides(spec_a: str, spec_b: str, runs: str | Path | None = None, prot
     return sides["A"], sides["B"]
 
 
+def _records_of(folder: Path, models: list[str]) -> list[dict]:
+    """The records of ``models`` in a records folder, looked up by model name in its index."""
+    if not folder.is_dir():
+        return []
+    index = index_of(folder)
+    return [r for m in dict.fromkeys(models) for r in index.records(model=m) if is_record(r)]
+
+
 def _found(what: str, found: list[dict], records: list[dict], folder: Path) -> list[dict]:
     if not found:
-        names = sorted({r["model"]["name"] for r in records})
+        names = sorted({r.model for r in index_of(folder).served()}) if folder.is_dir() else []
         raise ConfigError(f"{what!r} is no record file, record id, model name or paper cell (TABLE:ROW) "
                           f"under {folder}; models there: {', '.join(names) or '(none)'}")
     return found

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-SCHEMA_VERSION = 3  # 3: the numbers table (one row per number of a record)
+SCHEMA_VERSION = 4  # 3: the numbers table (one row per number of a record); 4: the parts table
 INDEX_DIR = ".index"
 INDEX_FILE = f"records-v{SCHEMA_VERSION}.sqlite"
 # A folder mtime younger than this may not yet show a write made in the same clock tick of the
@@ -59,6 +59,11 @@ CREATE TABLE IF NOT EXISTS numbers (
     metric TEXT, fingerprint TEXT, seed INTEGER, created REAL, data TEXT, value REAL, per_image INTEGER,
     PRIMARY KEY (name, pos)
 ) WITHOUT ROWID;  -- stored in (name, pos) order: read in that order without a look-up per row
+-- one row per part of a record without a number (a null metric, a flag: pair_status.record_parts)
+CREATE TABLE IF NOT EXISTS parts (
+    name TEXT NOT NULL, pos INTEGER NOT NULL, model TEXT, protocol TEXT, preset TEXT, state TEXT, reason TEXT,
+    PRIMARY KEY (name, pos)
+) WITHOUT ROWID;
 -- what rows(body=False) reads, without touching the pages that hold the files' text
 CREATE INDEX IF NOT EXISTS files_stamps ON files (status, name, mtime_ns, size, problem, protocol, fingerprint, model);
 """
@@ -91,6 +96,7 @@ class FileRow:
     model: str | None
     body: str | None
     numbers: tuple = ()  # record_numbers of a record: not a column of the files table
+    parts: tuple = ()  # its parts without a number (harness.results.pair_status.record_parts): nor this
 
 
 def record_numbers(rec: dict) -> list[tuple]:
@@ -164,10 +170,13 @@ def read_file_row(path: Path, stat: os.stat_result | None = None) -> FileRow:
         return FileRow(path.name, st.st_mtime_ns, st.st_size, "bad", why, None, None, None, None)
     if not is_record(obj):
         return FileRow(path.name, st.st_mtime_ns, st.st_size, "other", None, None, None, None, text)
+    from harness.results.pair_status import record_parts
+
     proto, model = obj["protocol"], obj["model"]
     fp = proto.get("fingerprint")
     return FileRow(path.name, st.st_mtime_ns, st.st_size, "record", None, str(proto["name"]),
-                   None if fp is None else str(fp), str(model["name"]), text, tuple(record_numbers(obj)))
+                   None if fp is None else str(fp), str(model["name"]), text, tuple(record_numbers(obj)),
+                   tuple(record_parts(obj)))
 
 
 def _listing(folder: Path) -> dict[str, tuple[int, int]]:
@@ -362,6 +371,17 @@ class RecordIndex:
             rows.sort(key=lambda r: r[0])  # stable: each file's numbers keep their order
         return rows, stamps
 
+    def parts(self, served: list[FileRow]) -> list[tuple]:
+        """The parts without a number (harness.results.pair_status.record_parts) of the records
+        ``served`` (:meth:`served` of a moment ago), in file-name order, read from the index."""
+        names = {r.name for r in served}
+        fresh = {r.name: r.parts for r in served if r.body is not None}
+        sql = "SELECT name, model, protocol, preset, state, reason FROM parts ORDER BY name, pos"
+        rows = [r for r in self._run(lambda db: db.execute(sql).fetchall()) if r[0] in names and r[0] not in fresh]
+        rows += [(name, *part) for name, parts in fresh.items() for part in parts]
+        rows.sort(key=lambda r: r[0])  # stable: each file's parts keep their order
+        return [r[1:] for r in rows]
+
     def record(self, name: str) -> Any:
         """The parsed record of one indexed file (None when the index holds no text of it)."""
         found = self._run(lambda db: db.execute("SELECT body FROM files WHERE name = ?", (name,)).fetchone())
@@ -435,6 +455,7 @@ def _stat_in(folder: int, name: str) -> os.stat_result | None:
 def _delete(db: sqlite3.Connection, names: list[str]) -> None:
     db.executemany("DELETE FROM files WHERE name = ?", [(n,) for n in names])
     db.executemany("DELETE FROM numbers WHERE name = ?", [(n,) for n in names])
+    db.executemany("DELETE FROM parts WHERE name = ?", [(n,) for n in names])
 
 
 def _write_rows(db: sqlite3.Connection, rows: list[FileRow]) -> None:
@@ -446,6 +467,9 @@ def _write_rows(db: sqlite3.Connection, rows: list[FileRow]) -> None:
     marks = ", ".join("?" * (2 + len(NUMBER_FIELDS)))
     db.executemany(f"INSERT INTO numbers VALUES ({marks})",
                    [(r.name, pos, *number) for r in rows for pos, number in enumerate(r.numbers)])
+    db.executemany("DELETE FROM parts WHERE name = ?", [(r.name,) for r in rows])
+    db.executemany("INSERT INTO parts VALUES (?, ?, ?, ?, ?, ?, ?)",
+                   [(r.name, pos, *part) for r in rows for pos, part in enumerate(r.parts)])
 
 
 def _upsert(db: sqlite3.Connection, rows: list[FileRow], begun: bool = False) -> None:

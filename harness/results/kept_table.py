@@ -6,9 +6,9 @@ is the same. It is kept in the index's folder, keyed by every served record file
 stamp (mtime, size) and by the grouping code itself: a record added, removed or rewritten, or
 another version of the code, gives another key, and the table is grouped again. What is kept is
 the grouping's output (names, column keys, the mean / std / n arrays, model facts, fingerprint
-conflicts, which cells have per-image statistics; the conflicts' messages are worded again on
-reading), as JSON and a NumPy archive: no pickle, nothing that runs code when read. A kept file
-that cannot be read is grouped again and rewritten.
+conflicts, which cells have per-image statistics and their bootstrap intervals; the conflicts'
+messages are worded again on reading), as JSON and a NumPy archive: no pickle, nothing that runs
+code when read. A kept file that cannot be read is grouped again and rewritten.
 """
 from __future__ import annotations
 
@@ -20,13 +20,14 @@ from typing import Any
 import numpy as np
 
 from harness.io_utils import atomic_write, atomic_write_text
+from harness.results.bootstrap import BootstrapInterval
 
-FORMAT = 1  # bump when table_of_numbers' output changes meaning
+FORMAT = 2  # bump when table_of_numbers' output changes meaning (2: with the bootstrap intervals)
 STEM = f"table-v{FORMAT}"
 
 
 # the code whose output is kept: another version of it groups again
-_GROUPING_CODE = ("run_table.py", "table.py", "kept_table.py", "../variants.py")
+_GROUPING_CODE = ("run_table.py", "table.py", "kept_table.py", "bootstrap.py", "../variants.py")
 
 
 def records_key(stamps: dict[str, tuple[int, int]]) -> str:
@@ -54,20 +55,28 @@ def load(folder: Path, key: str) -> dict[str, Any] | None:
             if str(arrays["key"]) != key:  # the two files were written by different calls
                 return None
             mean, std, n = arrays["mean"], arrays["std"], arrays["n"]
+            cells, bounds, how = arrays["boot_cells"], arrays["boot_bounds"], arrays["boot_how"]
         per_image = {(int(i), int(j)): (rid, file) for i, j, rid, file in meta["per_image"]}
+        intervals = {(i, j): BootstrapInterval(low, high, images, resamples, seed) for (i, j), (low, high),
+                     (images, resamples, seed) in zip(cells.tolist(), bounds.tolist(), how.tolist())}
         return dict(models=meta["models"], keys=[tuple(k) for k in meta["keys"]], mean=mean, std=std, n=n,
                     model_info=meta["model_info"], conflicts=meta["conflicts"],
-                    per_image=per_image)
+                    per_image=per_image, bootstrapped=intervals)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
 def keep(folder: Path, key: str, table) -> None:
-    """Keep ``table`` (a RunTable) under ``key``; best effort: a folder that cannot be written
-    keeps nothing, and the next call groups again."""
+    """Keep ``table`` (a RunTable, its bootstrap intervals computed here) under ``key``; best
+    effort: a folder that cannot be written keeps nothing, and the next call groups again."""
     meta = dict(key=key, models=list(table.models), keys=[list(k) for k in table.keys], model_info=table.model_info,
                 conflicts=table.conflicts,
                 per_image=[[i, j, rid, file] for (i, j), (rid, file) in table.per_image.items()])
+    found = table.bootstrapped
+    intervals = dict(boot_cells=np.array(list(found), dtype=np.int64).reshape(-1, 2),
+                     boot_bounds=np.array([(ci.low, ci.high) for ci in found.values()], dtype=float).reshape(-1, 2),
+                     boot_how=np.array([(ci.images, ci.resamples, ci.seed) for ci in found.values()],
+                                       dtype=np.int64).reshape(-1, 3))
     try:
         text = json.dumps(meta)
     except TypeError:  # a model fact JSON cannot hold: group again next time
@@ -76,7 +85,7 @@ def keep(folder: Path, key: str, table) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         def write_arrays(path: Path) -> None:
             with open(path, "wb") as f:  # a file object: savez would add ".npz" to the temp name
-                np.savez(f, key=np.array(key), mean=table.mean, std=table.std, n=table.n)
+                np.savez(f, key=np.array(key), mean=table.mean, std=table.std, n=table.n, **intervals)
 
         atomic_write(folder / f"{STEM}.npz", write_arrays)
         atomic_write_text(folder / f"{STEM}.json", text)

@@ -60,20 +60,32 @@ def undefined_parts(records: list[dict]) -> list[PairStatus]:
     pair that does not apply to the model ("not applicable: ...", e.g. occlusion without
     attention) or a number that is undefined on the data (an empty bin); and a row per flag the
     records of a pair carry (a feature grid below the protocol's minimum)."""
+    return parts_of([part for rec in records for part in record_parts(rec)])
+
+
+def record_parts(rec: dict) -> list[tuple]:
+    """One record's parts without a number, as (model, protocol, preset, state, reason) tuples: its
+    null metrics (state ``NOT_APPLICABLE`` or ``NO_VALUE``), then its flags (``FLAGGED``); what a
+    records folder's index keeps of it (harness.results.index), read back by :func:`parts_of`."""
     from harness.variants import variant_label
 
+    proto = rec.get("protocol") or {}
+    model, name, preset = rec["model"]["name"], proto.get("name", "?"), proto.get("preset")
     out = []
-    for rec in records:
-        for metric, reason in (rec.get("metrics_undefined") or {}).items():
-            proto = rec.get("protocol") or {}
-            variant = variant_label(rec.get("variant") or {})
-            state = NOT_APPLICABLE if str(reason).startswith("not applicable") else NO_VALUE
-            text = str(reason).removeprefix("not applicable: ")
-            out.append(PairStatus(rec["model"]["name"], proto.get("name", "?"), proto.get("preset"), state,
-                                  f"{variant + ' ' if variant else ''}{metric}: {text}"))
-    flagged = {(r["model"]["name"], (r.get("protocol") or {}).get("name", "?"), (r.get("protocol") or {}).get("preset"),
-                flag) for r in records for flag in r.get("flags") or []}
-    return out + [PairStatus(m, p, preset, FLAGGED, flag) for m, p, preset, flag in sorted(flagged, key=str)]
+    for metric, reason in (rec.get("metrics_undefined") or {}).items():
+        variant = variant_label(rec.get("variant") or {})
+        state = NOT_APPLICABLE if str(reason).startswith("not applicable") else NO_VALUE
+        text = str(reason).removeprefix("not applicable: ")
+        out.append((model, name, preset, state, f"{variant + ' ' if variant else ''}{metric}: {text}"))
+    return out + [(model, name, preset, FLAGGED, flag) for flag in rec.get("flags") or []]
+
+
+def parts_of(parts: list[tuple]) -> list[PairStatus]:
+    """The PairStatus rows of records' parts (:func:`record_parts`, in record order): each null
+    metric, then each distinct (model, protocol, preset, flag) once, sorted."""
+    flagged = {(m, p, preset, flag) for m, p, preset, state, flag in parts if state == FLAGGED}
+    return ([PairStatus(m, p, preset, state, reason) for m, p, preset, state, reason in parts if state != FLAGGED]
+            + [PairStatus(m, p, preset, FLAGGED, flag) for m, p, preset, flag in sorted(flagged, key=str)])
 
 
 def console_block(pairs: list[PairStatus]) -> str:

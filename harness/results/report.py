@@ -48,10 +48,10 @@ from harness.results.plots import PLOT_MODELS, axis_label, plot_selection
 from harness.metrics import Metric
 from harness.protocol_info import declared_headline, headline_metric, metric_of
 from harness.results.records import runs_dir, to_records
-from harness.results.run_table import RunTable, run_table
+from harness.results.run_table import RunTable, run_table, table_of_folder
 from harness.results.sweeps import sweeps_section
 from harness.variants import fraction_value, variant_label
-from harness.results.table import SHORT_FP, disambiguate_models, flatten_records
+from harness.results.table import SHORT_FP
 
 RANDOM_INIT = "random_init"  # ModelHandle.random_init's method: the baseline of the deltas
 esc = html.escape
@@ -473,8 +473,13 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
         records = to_records(source) if len(source) else []
     else:
         records = _record_dicts(source)
-    t = run_table(table if table is not None else build_leaderboard(records))
-    records_by_row = _records_by_row(records)
+    folder = Path(source or runs_dir()) if source is None or isinstance(source, (str, Path)) else None
+    if folder is not None and not folder.is_dir():
+        folder = None  # one record file
+    if table is None:  # a folder's table: its index's number rows, as `ssl-bench leaderboard` reads them
+        table = table_of_folder(folder) if folder is not None else build_leaderboard(records)
+    t = run_table(table)
+    records_by_row = _records_by_row(records, t)
     groups = headline_groups(t) if len(t) else []
     by_protocol: dict[str, list[Group]] = defaultdict(list)
     for g in groups:
@@ -487,8 +492,8 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
     else:
         cells = all_paper_cells(records, tables) if tables else pd.DataFrame()
     generated = generated or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    if pairs is None and (source is None or isinstance(source, (str, Path))):  # a folder: its run's pairs
-        pairs = read_pairs(Path(source or runs_dir()).parent / "pairs.json")
+    if pairs is None and folder is not None:  # a folder: its run's pairs, and its records' parts without a number
+        pairs = read_pairs(folder.parent / "pairs.json") + t.no_number
     sections, nav = _sections(t, records, by_protocol, records_by_row, cells, tables, examples_dir, pairs or [])
     overview = overview_html(build_overview(t, pairs), model_readings(records)) if len(t) else ""
     if overview:
@@ -569,16 +574,21 @@ script-src 'unsafe-inline'">
 """
 
 
-def _records_by_row(records: list[dict]) -> dict[tuple, list[dict]]:
-    """(row, protocol, dataset, split) -> the records behind it: what a row's provenance shows."""
-    flat = disambiguate_models(flatten_records(records))
-    row_of = {rid: (m, p, d, s) for rid, m, p, d, s in
-              zip(flat["id"], flat["model"], flat["protocol"], flat["dataset"], flat["split"])}
+def _records_by_row(records: list[dict], t: RunTable) -> dict[tuple, list[dict]]:
+    """(row, protocol, dataset, split) -> the records with a number behind it: what a row's
+    provenance shows. A row is the record's model name, or ``name@sha8`` where the table tells two
+    checkpoints of one name apart (harness.results.table.disambiguate_models)."""
     out: dict[tuple, list[dict]] = defaultdict(list)
     for rec in records:
-        key = row_of.get(rec.get("id"))
-        if key is not None:
-            out[key].append(rec)
+        if not rec.get("id") or not any(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                        for v in (rec.get("metrics") or {}).values()):
+            continue  # no number row: no table row (harness.results.index.record_numbers)
+        model, proto = rec["model"], rec["protocol"]
+        name = str(model["name"])
+        if name not in t.row:
+            sha = str(model.get("weights_key") or model.get("checkpoint_sha256") or "").removeprefix("weights-")
+            name = f"{name}@{sha[:SHORT_FP]}"
+        out[(name, str(proto["name"]), str(proto.get("dataset") or ""), str(proto.get("split") or ""))].append(rec)
     return out
 
 
@@ -634,16 +644,15 @@ def add_cli(subparsers) -> None:
 
 
 def cmd_report(args) -> int:
-    from harness.results.records import iter_records
+    from harness.results.index import index_of
 
-    runs = Path(args.runs) if args.runs else None
-    records = list(iter_records(runs))
-    if not records:
-        print(f"no records under {runs or runs_dir()}")
+    runs = Path(args.runs) if args.runs else runs_dir()
+    if not runs.is_dir() or not index_of(runs).served():
+        print(f"no records under {runs}")
         return 1
     tables = None if args.paper is None else ([] if args.paper == "none" else
                                               [t.strip() for t in args.paper.split(",") if t.strip()])
-    path = write_report(args.out, records, title=args.title, paper_tables=tables)
+    path = write_report(args.out, runs, title=args.title, paper_tables=tables)
     print(f"report: {path}")
     return 0
 

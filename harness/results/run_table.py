@@ -31,6 +31,7 @@ from harness.metrics import Metric
 from harness.protocol_info import headline_metric, metric_of
 from harness.results import bootstrap, kept_table
 from harness.results.index import index_of, is_record, record_numbers
+from harness.results.pair_status import parts_of, undefined_parts
 from harness.results.records import to_records
 from harness.results.table import (column_label, conflict_message, disambiguate_data, disambiguate_models,
                                    fingerprint_conflicts, flatten_records, group_ids, numbers_frame)
@@ -80,6 +81,9 @@ class RunTable:
     # per-image statistics; ``source`` tells where their blocks and kept intervals are
     per_image: dict[tuple[int, int], tuple[str, str]] = field(default_factory=dict)
     source: bootstrap.PerImageSource = field(default_factory=bootstrap.PerImageSource)
+    # the records' parts without a number (null metrics, flags) as harness.results.pair_status
+    # PairStatus rows: why a cell is empty or says little, where a run's pairs.json does not say it
+    no_number: list = field(default_factory=list)
     row: dict[str, int] = field(init=False)
     col: dict[tuple, int] = field(init=False)
 
@@ -370,6 +374,12 @@ def table_of_records(records: Iterable[dict] | pd.DataFrame, kept_in: Path | Non
     records = [r for r in records if is_record(r)]
     blocks = {row_id: r["per_image"] for r in records if r.get("per_image") is not None
               for row_id in {n[0] for n in record_numbers(r)}}
+    table = _table_of_dicts(records, blocks, kept_in)
+    table.no_number = undefined_parts(records)
+    return table
+
+
+def _table_of_dicts(records: list[dict], blocks: dict, kept_in: Path | None) -> RunTable:
     flat = flatten_records(records)
     if kept_in is None or not Path(kept_in).is_dir() or not blocks:
         return table_of_numbers(flat, bootstrap.PerImageSource(blocks=blocks))
@@ -397,12 +407,18 @@ def table_of_folder(folder: str | Path) -> RunTable:
     source = bootstrap.PerImageSource(index=index, stamps=stamps)
     key = kept_table.records_key(stamps)
     kept = kept_table.load(index.path.parent, key) if not index.in_memory else None
+    no_number = parts_of(index.parts(served))
     if kept is not None:
-        return RunTable(**kept, messages=[conflict_message(c) for c in kept["conflicts"]], source=source)
+        intervals = kept.pop("bootstrapped")
+        table = RunTable(**kept, messages=[conflict_message(c) for c in kept["conflicts"]], source=source,
+                         no_number=no_number)
+        table.__dict__["bootstrapped"] = intervals  # the cached property's value, as kept
+        return table
     rows, _ = index.numbers(served)
     table = table_of_numbers(numbers_frame(rows), source)
     if not index.in_memory:
         kept_table.keep(index.path.parent, key, table)
+    table.no_number = no_number
     return table
 
 

@@ -189,9 +189,7 @@ def model_entries(suite: SuiteConfig) -> list[ModelEntry]:
 def suite_protocol(entry: ProtocolEntry, source: str, progress: bool = True):
     """The protocol object of one suite entry (its preset, its dataset and settings). Without
     ``progress`` a protocol that draws progress bars draws none (not in any fingerprint)."""
-    from harness.data.catalogue import reader_key
-
-    protocol = build_protocol(entry.name, entry.preset, {"dataset": reader_key(entry.dataset), **entry.set}, source)
+    protocol = build_protocol(entry.name, entry.preset, {"dataset": entry.dataset, **entry.set}, source)
     if not progress and "progress" in {f.name for f in dataclasses.fields(protocol.cfg)}:
         protocol.cfg = dataclasses.replace(protocol.cfg, progress=False)
     return protocol

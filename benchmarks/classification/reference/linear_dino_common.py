@@ -160,7 +160,7 @@ def case_tokens(case: dict, image_root: Path | None = None) -> dict:
     splits = load_splits("imagefolder", image_root, "train", "val")
     out = {"train_y": splits.train_labels, "val_y": splits.val_labels}
     for split, src in (("train", splits.train), ("val", splits.val)):
-        fs = extract_features(model, src, p.val_transform(), n_last_blocks=case["n_last_blocks"], norm=True,
+        fs = extract_features(model, src, p.val_transform(), n_last_blocks=case["n_last_blocks"], final_norm=True,
                               batch_size=64, progress=False)
         out[split] = np.stack([np.asarray(fs.cls), np.asarray(fs.patch_mean)], axis=2).astype(np.float32)
     return out

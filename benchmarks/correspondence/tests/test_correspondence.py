@@ -65,7 +65,7 @@ class StandInBackbone(torch.nn.Module):
         super().__init__()
         self.anchor = torch.nn.Parameter(torch.zeros(1), requires_grad=False)  # a device to report
 
-    def get_features(self, x, n_last_blocks: int = 1, norm: bool = True) -> BackboneFeatures:
+    def get_features(self, x, n_last_blocks: int = 1, final_norm: bool = True) -> BackboneFeatures:
         f = standin_patch_features(x).permute(0, 2, 3, 1)[:, None]
         return BackboneFeatures(cls=f.mean((2, 3)), patches=f)
 

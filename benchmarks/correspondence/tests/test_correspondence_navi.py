@@ -55,7 +55,7 @@ class StandInBackbone(torch.nn.Module):
         super().__init__()
         self.anchor = torch.nn.Parameter(torch.zeros(1), requires_grad=False)
 
-    def get_features(self, x, n_last_blocks: int = 1, norm: bool = True) -> BackboneFeatures:
+    def get_features(self, x, n_last_blocks: int = 1, final_norm: bool = True) -> BackboneFeatures:
         f = torch.stack([pooled_features(im) for im in x]).permute(0, 2, 3, 1)[:, None]
         return BackboneFeatures(cls=f.mean((2, 3)), patches=f)
 

@@ -47,7 +47,7 @@ class HarnessStandIn(nn.Module):
 
     patch_size, embed_dim = PATCH, DIM
 
-    def get_features(self, x, n_last_blocks=1, norm=True):
+    def get_features(self, x, n_last_blocks=1, final_norm=True):
         t = standin_tokens(x)
         h, w = x.shape[-2] // PATCH, x.shape[-1] // PATCH
         return SimpleNamespace(cls=torch.zeros(x.shape[0], 1, DIM), patches=t.reshape(x.shape[0], 1, h, w, DIM))

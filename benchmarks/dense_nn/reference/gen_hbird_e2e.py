@@ -36,7 +36,7 @@ in the committed fixture). Its code is imported from there and run unchanged exc
   under `aug` draw from the global RNGs as the reference does.
 
 The feature function given to the reference (`ftr_extr_fn`, FeatureExtractorSimple) returns the
-harness backbone's final-normed last-block patch tokens, `get_features(x, 1, norm=True)`, the
+harness backbone's final-normed last-block patch tokens, `get_features(x, 1, final_norm=True)`, the
 features the harness's dense_nn protocol uses.
 """
 from __future__ import annotations
@@ -182,7 +182,7 @@ def replayed_draws(aug):
 
 def patch_tokens(model, imgs):
     """ftr_extr_fn for FeatureExtractorSimple: (B, N, D) patch tokens, no attention map."""
-    p = model.get_features(imgs, n_last_blocks=1, norm=True).patches  # (B, 1, h, w, D)
+    p = model.get_features(imgs, n_last_blocks=1, final_norm=True).patches  # (B, 1, h, w, D)
     b, _, h, w, d = p.shape
     return p[:, 0].reshape(b, h * w, d).float(), None
 

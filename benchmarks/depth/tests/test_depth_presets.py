@@ -69,7 +69,7 @@ def test_every_preset_loads_and_dinov3_keeps_its_fingerprint_and_request_hash():
 def test_dinov2_linear4_preset_states_what_dinov2s_head_does(linear4):
     facts = linear4[0]["head"]
     cfg = DepthLinear.from_preset("dinov2_linear4").cfg
-    assert (cfg.layers, cfg.blocks, cfg.backbone_norm, cfg.cls_token) == (4, "dinov2", False, True)
+    assert (cfg.layers, cfg.blocks, cfg.final_norm, cfg.cls_token) == (4, "dinov2", False, True)
     assert cfg.batchnorm is facts["has_batchnorm"] is False
     assert cfg.upsample == facts["upsample"] and cfg.n_bins == facts["n_bins"]
     assert cfg.bins_max_depth == facts["max_depth"] == 80 and cfg.min_depth == facts["min_depth"]
@@ -119,7 +119,7 @@ def test_features_read_dinov2s_blocks_without_the_final_norm():
     x = torch.randn(2, 3, 48, 64)
     with torch.no_grad():
         patches, cls = proto.features(model.backbone, x, 8)
-        every = model.backbone.get_features(x, n_last_blocks=3, norm=False)
+        every = model.backbone.get_features(x, n_last_blocks=3, final_norm=False)
     assert len(patches) == 2
     for got, block in zip(patches, [0, 2]):
         torch.testing.assert_close(got, every.patches[:, block].permute(0, 3, 1, 2))

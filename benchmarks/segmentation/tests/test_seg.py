@@ -316,7 +316,7 @@ def test_mmseg_features_equal_harness_patch_tokens(tmp_path):
     vit.init_weights()
     with torch.no_grad():
         ours = vit(x)[0]                                        # (B, d, h, w)
-        ref = bb.get_features(x, n_last_blocks=1, norm=True).patches[:, 0].permute(0, 3, 1, 2)
+        ref = bb.get_features(x, n_last_blocks=1, final_norm=True).patches[:, 0].permute(0, 3, 1, 2)
     assert ours.shape == (2, 64, 8, 8)
     torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
 

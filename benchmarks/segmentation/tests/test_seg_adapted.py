@@ -145,7 +145,7 @@ def test_refusals_name_the_reason(tmp_path):
         patch_size = 8
         embed_dim = 4
 
-        def get_features(self, x, n, norm):
+        def get_features(self, x, n, final_norm):
             from harness.models.backbone import BackboneFeatures
 
             return BackboneFeatures(cls=torch.zeros(1, 1, 4), patches=torch.zeros(1, 1, 1, 1, 4))

@@ -6,7 +6,7 @@ A module is read, in this order, through: the user's own feature function; timm'
 model's hidden states; the ``get_intermediate_layers`` of the DINO / iBOT / DINOv2 ViTs
 (what their hub entries return). Anything else needs a feature function, and says so.
 
-A user feature function is called as ``fn(model, x, n_last_blocks, norm)`` on
+A user feature function is called as ``fn(model, x, n_last_blocks, final_norm)`` on
 ImageNet-normalised images ``x`` (B, 3, H, W) and returns ``(cls, patches)``: cls (B, n, d),
 patches (B, n, h, w, d), for the last n blocks (n = 1 for a model with one feature level).
 """
@@ -70,14 +70,14 @@ class FunctionBackbone(AdaptedBackbone):
             raise ConfigError(f"{name}: the feature function's global feature has width {cls.shape[-1]} but its "
                               f"patch features have {self.embed_dim}")
 
-    def _features(self, x, n_last_blocks, norm):
-        cls, patches = _call_feature_fn(self.fn, self.model, x, n_last_blocks, norm, self.fn_name)
+    def _features(self, x, n_last_blocks, final_norm):
+        cls, patches = _call_feature_fn(self.fn, self.model, x, n_last_blocks, final_norm, self.fn_name)
         return BackboneFeatures(cls=cls, patches=patches)
 
 
-def _call_feature_fn(fn: FeatureFn, model: nn.Module, x: torch.Tensor, n: int, norm: bool, fn_name: str = ""):
+def _call_feature_fn(fn: FeatureFn, model: nn.Module, x: torch.Tensor, n: int, final_norm: bool, fn_name: str = ""):
     try:
-        out = fn(model, x, n, norm)
+        out = fn(model, x, n, final_norm)
     except Exception as exc:  # noqa: BLE001 - the user's code: one line that says where it failed
         raise ConfigError(f"feature function {fn_name or getattr(fn, '__name__', '?')} failed on a "
                           f"{tuple(x.shape)} input: {user_failure(exc)}") from exc
@@ -127,17 +127,17 @@ class IntermediateLayersBackbone(AdaptedBackbone):
         self.dinov2_style = dinov2_style
         self.num_reg_tokens = regs
 
-    def _features(self, x, n_last_blocks, norm):
+    def _features(self, x, n_last_blocks, final_norm):
         h, w = x.shape[-2] // self.patch_size, x.shape[-1] // self.patch_size
         if self.dinov2_style:
             outs = self.model.get_intermediate_layers(x, n_last_blocks, reshape=True, return_class_token=True,
-                                                      norm=norm)
+                                                      norm=final_norm)
             patches = torch.stack([p.permute(0, 2, 3, 1) for p, _ in outs], dim=1)
             cls = torch.stack([c for _, c in outs], dim=1)
             return BackboneFeatures(cls=cls, patches=patches)
-        if not norm:
+        if not final_norm:
             raise ConfigError(f"{self.arch}: DINO's get_intermediate_layers always applies the final norm; "
-                              f"norm=False is not available")
+                              f"final_norm=False is not available")
         tokens = torch.stack(list(self.model.get_intermediate_layers(x, n_last_blocks)), dim=1)
         b, n, t, d = tokens.shape
         prefix = t - h * w

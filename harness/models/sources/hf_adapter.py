@@ -1,7 +1,7 @@
 """A Hugging Face transformers vision model as a feature backbone, from its hidden states.
 
 Every encoder layer's output is a hidden state (B, prefix + h*w, d); the adapter keeps the
-last n, applies the model's final norm when ``norm`` is asked (Dinov2Model's and ViTModel's
+last n, applies the model's final norm when ``final_norm`` is asked (Dinov2Model's and ViTModel's
 ``layernorm``, CLIP's and SigLIP's ``post_layernorm``), splits the prefix tokens (class
 token, DINOv2's registers) from the patch grid, and reshapes the grid. The global feature is
 the class token where the model has one, else the model's own pooled output (SigLIP's
@@ -65,11 +65,11 @@ class HFBackbone(AdaptedBackbone):
         self.interpolate_kw = ({"interpolate_pos_encoding": True}
                                if "interpolate_pos_encoding" in inspect.signature(model.forward).parameters else {})
 
-    def _features(self, x: torch.Tensor, n_last_blocks: int, norm: bool) -> BackboneFeatures:
+    def _features(self, x: torch.Tensor, n_last_blocks: int, final_norm: bool) -> BackboneFeatures:
         out = self.model(pixel_values=x, output_hidden_states=True, **self.interpolate_kw)
         # hidden_states[0] is the embedding output; [i] the output of layer i
         states = list(out.hidden_states[-n_last_blocks:])
-        if norm:
+        if final_norm:
             states = [self.final_norm(s) for s in states]
         prefix = int(self.settings["prefix_tokens"])
         h, w = x.shape[-2] // self.patch_size, x.shape[-1] // self.patch_size

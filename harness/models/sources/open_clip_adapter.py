@@ -3,7 +3,7 @@
 The global feature is what ``model.encode_image`` returns: the pooled token (class token, or
 the patch mean for ``pool_type: avg``) after ``ln_post``, times the projection ``proj``. The
 patch grid is the patch tokens through the same ``ln_post`` and ``proj`` (as MaskCLIP reads
-CLIP's dense features), so both live in one space of width ``embed_dim``; ``norm=False`` leaves
+CLIP's dense features), so both live in one space of width ``embed_dim``; ``final_norm=False`` leaves
 out ``ln_post``. Each of the last n blocks is read the same way.
 
 Position embeddings: on the trained grid the tower runs exactly its own ``_embeds``; on another
@@ -63,13 +63,13 @@ class OpenClipBackbone(AdaptedBackbone):
         x = x + self._positions(h, w).to(x.dtype)
         return v.ln_pre(v.patch_dropout(x))
 
-    def _features(self, x: torch.Tensor, n_last_blocks: int, norm: bool) -> BackboneFeatures:
+    def _features(self, x: torch.Tensor, n_last_blocks: int, final_norm: bool) -> BackboneFeatures:
         v = self.model
         h, w = x.shape[-2] // self.patch_size, x.shape[-1] // self.patch_size
         _, inter = v.transformer.forward_intermediates(self._embeds(x), indices=n_last_blocks)
         cls, patches = [], []
         for tokens in inter:
-            tokens = v.ln_post(tokens) if norm else tokens
+            tokens = v.ln_post(tokens) if final_norm else tokens
             pooled, grid = v._global_pool(tokens)
             if v.proj is not None:
                 pooled, grid = pooled @ v.proj, grid @ v.proj

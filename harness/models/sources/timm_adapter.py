@@ -3,7 +3,7 @@
 One code path for every family timm implements it for: ViTs give their class token and
 patch tokens per block; CNNs and hierarchical models (ResNet, ConvNeXt, Swin, ...) give their
 last feature map as the patch grid (stride = its reduction) and the model's own pooled
-feature (``forward_head(pre_logits=True)``) as the global feature. ``norm=True`` asks timm to
+feature (``forward_head(pre_logits=True)``) as the global feature. ``final_norm=True`` asks timm to
 apply the model's final norm to the intermediates, as the harness ViT does.
 """
 from __future__ import annotations
@@ -70,17 +70,17 @@ class TimmBackbone(AdaptedBackbone):
                 and isinstance(m.fc_norm, nn.Identity) and isinstance(m.norm_pre, nn.Identity)
                 and self.input_norm.identity)
 
-    def _features(self, x: torch.Tensor, n_last_blocks: int, norm: bool) -> BackboneFeatures:
+    def _features(self, x: torch.Tensor, n_last_blocks: int, final_norm: bool) -> BackboneFeatures:
         if self.token:
             # tokens as they are (NLC): the grid is a view of them, no NCHW round trip
-            inter = self.model.forward_intermediates(x, indices=n_last_blocks, norm=norm, output_fmt="NLC",
+            inter = self.model.forward_intermediates(x, indices=n_last_blocks, norm=final_norm, output_fmt="NLC",
                                                      intermediates_only=True, return_prefix_tokens=True)
             h, w = x.shape[-2] // self.patch_size, x.shape[-1] // self.patch_size
             maps = [t.reshape(t.shape[0], h, w, t.shape[-1]) for t, _ in inter]
             cls = torch.stack([p[:, 0] for _, p in inter], dim=1)
             registers = (torch.stack([p[:, 1:] for _, p in inter], dim=1) if self.num_reg_tokens else None)
         else:
-            final, inter = self.model.forward_intermediates(x, indices=1, norm=norm, output_fmt="NCHW")
+            final, inter = self.model.forward_intermediates(x, indices=1, norm=final_norm, output_fmt="NCHW")
             maps = [m.permute(0, 2, 3, 1) for m in inter]
             cls = self.model.forward_head(final, pre_logits=True)[:, None]
             registers = None
