@@ -18,6 +18,7 @@ import torch
 
 from benchmarks.depth.protocol_dpt import DepthDPT
 from benchmarks.normals.protocol import NormalsDPT
+from dpt_parity import load_official, official_head, probe3d_tiny
 from harness.data.navi_probe3d import NAVIFrames
 from harness.data.nyu_probe3d import NYUNormals
 from harness.data.synthetic_probe3d import generate, render
@@ -25,7 +26,6 @@ from harness.errors import ConfigError, DataError, NotApplicable
 from harness.models.handle import ModelHandle
 from harness.probes.depth_bins import bins_to_depth
 from harness.probes.dpt_features import blocks_for, center_padding, chosen_blocks, probe3d_blocks
-from harness.probes.dpt_head import DPTHead, official_state_dict
 from harness.probes.dpt_training import Frames, schedule_factor
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -37,22 +37,12 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def official():
-    data = json.loads((FIXTURES / "probe3d_dpt.json").read_text())
-    arrays = dict(np.load(FIXTURES / data["provenance"]["hyperparameters"]["inputs"]))
-    return data, arrays
+    return load_official()
 
 
 @pytest.fixture(scope="module")
 def synth_tiny(tmp_path_factory) -> Path:
-    return generate(tmp_path_factory.mktemp("probe3d") / "tiny", preset="tiny", seed=0, progress=False)
-
-
-def _head(arrays, prefix: str, out_dim: int) -> DPTHead:
-    head = DPTHead([6] * 4, out_dim, hidden_dim=8, kernel_size=3)
-    names = official_state_dict(head)
-    ours = dict(zip(names, head.state_dict()))  # official name -> ours
-    head.load_state_dict({ours[k]: torch.from_numpy(arrays[f"{prefix}.{k}"]) for k in names}, strict=True)
-    return head
+    return probe3d_tiny(tmp_path_factory)
 
 
 @pytest.mark.parametrize("task", ["normals", "depth"])
@@ -64,7 +54,7 @@ def test_training_steps_and_validation_match_the_official_loop(official, task):
     data, arrays = official
     ref = data["training"][task]
     proto = (NormalsDPT if task == "normals" else DepthDPT).from_preset("probe3d", {"progress": False})
-    head = _head(arrays, f"{task}_head", 4 if task == "normals" else 256)
+    head = official_head(arrays, f"{task}_head", 4 if task == "normals" else 256)
     opt = torch.optim.AdamW(head.parameters(), lr=proto.cfg.lr, weight_decay=proto.cfg.weight_decay)
     feats = torch.from_numpy(arrays["train_feats"])
     depth, normals = torch.from_numpy(arrays["train_depth"]), torch.from_numpy(arrays["train_normals"])

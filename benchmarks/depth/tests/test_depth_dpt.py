@@ -5,7 +5,6 @@ with a tiny random ViT. The shared training loop, schedule, blocks and the Probe
 tests/test_dpt_probe.py."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -16,53 +15,30 @@ import torch.nn.functional as F
 from benchmarks.depth.dpt_losses import depth_loss
 from benchmarks.depth.dpt_metrics import depth_metrics
 from benchmarks.depth.protocol_dpt import DepthDPT
-from harness.data.synthetic_probe3d import generate
+from dpt_parity import check_sampled, load_official, official_head, probe3d_tiny
 from harness.models.handle import ModelHandle
 from harness.probes.depth_bins import bins_to_depth
-from harness.probes.dpt_head import DPTHead, official_state_dict
 from harness.registry import declaration
 
-FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures"  # shared by both DPT probes and the core
 QUICK = {"epochs": 2, "warmup_epochs": 0.5, "hidden_dim": 8, "progress": False}
-# float32 kernels (convolutions, bicubic resampling) differ between CPUs in the last bits; the head's
-# outputs are O(0.1-1) and pass through 9 convolutions: 1e-5 relative holds them.
-RTOL, ATOL = 1e-5, 1e-6
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def probe_depth(logits: torch.Tensor) -> torch.Tensor:
-    """Probe3D's 256 linear bins over 0.001-10 m, in the scores' dtype (probes.py DepthBinPrediction)."""
-    return bins_to_depth(logits, 0.001, 10.0, "linear", "linear", centres_dtype=logits.dtype)
-
-
 @pytest.fixture(scope="module")
 def official():
-    data = json.loads((FIXTURES / "probe3d_dpt.json").read_text())
-    arrays = dict(np.load(FIXTURES / data["provenance"]["hyperparameters"]["inputs"]))
-    return data, arrays
+    return load_official()
 
 
 @pytest.fixture(scope="module")
 def synth_tiny(tmp_path_factory) -> Path:
-    return generate(tmp_path_factory.mktemp("probe3d") / "tiny", preset="tiny", seed=0, progress=False)
+    return probe3d_tiny(tmp_path_factory)
 
 
-def _head(arrays, prefix: str, out_dim: int) -> DPTHead:
-    head = DPTHead([6] * 4, out_dim, hidden_dim=8, kernel_size=3)
-    names = official_state_dict(head)
-    ours = dict(zip(names, head.state_dict()))  # official name -> ours
-    head.load_state_dict({ours[k]: torch.from_numpy(arrays[f"{prefix}.{k}"]) for k in names}, strict=True)
-    return head
-
-
-def _check_sampled(t: torch.Tensor, ref: dict) -> None:
-    flat = t.detach().double().flatten()
-    assert list(t.shape) == ref["shape"]
-    np.testing.assert_allclose(flat[ref["index"]].numpy(), ref["values"], rtol=RTOL, atol=ATOL)
-    assert float(flat.sum()) == pytest.approx(ref["sum"], rel=1e-5, abs=1e-4)
-    assert float((flat ** 2).sum()) == pytest.approx(ref["sum_sq"], rel=1e-5)
+def probe_depth(logits: torch.Tensor) -> torch.Tensor:
+    """Probe3D's 256 linear bins over 0.001-10 m, in the scores' dtype (probes.py DepthBinPrediction)."""
+    return bins_to_depth(logits, 0.001, 10.0, "linear", "linear", centres_dtype=logits.dtype)
 
 
 def test_declaration_states_each_metric_direction():
@@ -74,12 +50,12 @@ def test_declaration_states_each_metric_direction():
 def test_depth_head_loss_and_metrics_match_the_official_code(official):
     data, arrays = official
     ref = data["depth"]
-    head = _head(arrays, "depth_head", 256)
+    head = official_head(arrays, "depth_head", 256)
     with torch.no_grad():
         raw = probe_depth(head([torch.from_numpy(f) for f in arrays["feats"]]))
-    _check_sampled(raw, ref["raw"])
+    check_sampled(raw, ref["raw"])
     pred = F.interpolate(raw, size=(44, 52), mode="bilinear", align_corners=True)
-    _check_sampled(pred, ref["pred"])
+    check_sampled(pred, ref["pred"])
     gt = torch.from_numpy(arrays["depth"])
     assert float(depth_loss(pred, gt.clone())) == pytest.approx(ref["loss"], rel=1e-5)
     # the metrics on the official prediction (stored): a random head's depth is nearly flat, and the

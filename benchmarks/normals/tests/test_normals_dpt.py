@@ -5,7 +5,6 @@ random ViT, and bad inputs refused with one clear error. The shared training loo
 the Probe3D layouts: tests/test_dpt_probe.py."""
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -17,19 +16,15 @@ import torch.nn.functional as F
 from benchmarks.normals.losses import angular_loss
 from benchmarks.normals.metrics import normal_metrics
 from benchmarks.normals.protocol import NormalsDPT
+from dpt_parity import check_sampled, load_official, official_head, probe3d_tiny
 from harness.cli import main
-from harness.data.synthetic_probe3d import generate
 from harness.errors import ConfigError
 from harness.models.handle import ModelHandle
 from harness.per_image import decode_array
 from harness.probes.dpt_head import DPTHead, official_state_dict
 from harness.registry import declaration
 
-FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures"  # shared by both DPT probes and the core
 QUICK = {"epochs": 2, "warmup_epochs": 0.5, "hidden_dim": 8, "progress": False}
-# float32 kernels (convolutions, bicubic resampling) differ between CPUs in the last bits; the head's
-# outputs are O(0.1-1) and pass through 9 convolutions: 1e-5 relative holds them.
-RTOL, ATOL = 1e-5, 1e-6
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -37,30 +32,12 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def official():
-    data = json.loads((FIXTURES / "probe3d_dpt.json").read_text())
-    arrays = dict(np.load(FIXTURES / data["provenance"]["hyperparameters"]["inputs"]))
-    return data, arrays
+    return load_official()
 
 
 @pytest.fixture(scope="module")
 def synth_tiny(tmp_path_factory) -> Path:
-    return generate(tmp_path_factory.mktemp("probe3d") / "tiny", preset="tiny", seed=0, progress=False)
-
-
-def _head(arrays, prefix: str, out_dim: int) -> DPTHead:
-    head = DPTHead([6] * 4, out_dim, hidden_dim=8, kernel_size=3)
-    names = official_state_dict(head)
-    ours = dict(zip(names, head.state_dict()))  # official name -> ours
-    head.load_state_dict({ours[k]: torch.from_numpy(arrays[f"{prefix}.{k}"]) for k in names}, strict=True)
-    return head
-
-
-def _check_sampled(t: torch.Tensor, ref: dict) -> None:
-    flat = t.detach().double().flatten()
-    assert list(t.shape) == ref["shape"]
-    np.testing.assert_allclose(flat[ref["index"]].numpy(), ref["values"], rtol=RTOL, atol=ATOL)
-    assert float(flat.sum()) == pytest.approx(ref["sum"], rel=1e-5, abs=1e-4)
-    assert float((flat ** 2).sum()) == pytest.approx(ref["sum_sq"], rel=1e-5)
+    return probe3d_tiny(tmp_path_factory)
 
 
 def _copy(src: Path, dst: Path) -> Path:
@@ -83,12 +60,12 @@ def test_normals_head_loss_and_metrics_match_the_official_code(official):
     fresh = DPTHead([6] * 4, 4, hidden_dim=8, kernel_size=3)  # the same seed gives the official init
     for k, v in official_state_dict(fresh).items():  # equal up to another CPU's rounding of the init bounds
         np.testing.assert_allclose(v.numpy(), arrays[f"normals_head.{k}"], rtol=1e-5, atol=1e-7)
-    head = _head(arrays, "normals_head", 4)
+    head = official_head(arrays, "normals_head", 4)
     with torch.no_grad():
         raw = head([torch.from_numpy(f) for f in arrays["feats"]])
-    _check_sampled(raw, ref["raw"])
+    check_sampled(raw, ref["raw"])
     pred = F.interpolate(raw, size=(44, 52), mode="bicubic", align_corners=True)
-    _check_sampled(pred, ref["pred"])
+    check_sampled(pred, ref["pred"])
     # loss and metrics on the official prediction (stored), so that only their own arithmetic is compared
     stored = torch.from_numpy(arrays["normals_pred"])
     normals, valid = torch.from_numpy(arrays["normals"]), torch.from_numpy(arrays["valid"])[:, 0]
