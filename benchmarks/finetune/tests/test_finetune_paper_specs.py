@@ -20,7 +20,7 @@ from harness.variants import parse_variant
 
 IMAGENET = 1281167 + 50000
 TABLES = {  # table -> runs planned (cells with a zoo checkpoint, one run per settings variant)
-    "ibot-table2": 5, "ibot-table3": 4, "ibot-table4-finetune": 8, "ibot-table7": 6, "synclr-table8": 1,
+    "ibot-table2": 5, "ibot-table3": 4, "ibot-table4-finetune": 8, "ibot-table7": 24, "synclr-table8": 1,
 }
 
 
@@ -115,6 +115,42 @@ def test_table7_finds_each_data_set_in_its_official_layout(tmp_path):
     res = reproduce("ibot-table7", data, tmp_path / "zoo", dry_run=True, echo=None)
     flowers = next(j for j in res.jobs if j.dataset == "flowers")
     assert flowers.data_status.startswith("missing") and "setid.mat not found" in flowers.data_status
+
+
+# iBOT Table 7 (arXiv 2111.07832, ar5iv rendering): (method, arch) -> (zoo checkpoint or None, the
+# published top-1 of CIFAR-10, CIFAR-100, iNat18, iNat19, Flowers, Cars)
+TABLE7_DATASETS = ["cifar10", "cifar100", "inat2018", "inat2019", "flowers", "cars"]
+TABLE7 = {
+    ("Rand.", "ViT-S/16"): (None, [99.0, 89.5, 70.7, 76.6, 98.2, 92.1]),
+    ("BEiT", "ViT-S/16"): (None, [98.6, 87.4, 68.5, 76.5, 96.4, 92.1]),
+    ("DINO", "ViT-S/16"): ("dino_vits16", [99.0, 90.5, 72.0, 78.2, 98.5, 93.0]),
+    ("iBOT", "ViT-S/16"): ("ibot_vits16", [99.1, 90.7, 73.7, 78.5, 98.6, 94.0]),
+    ("Rand.", "ViT-B/16"): (None, [99.0, 90.8, 73.2, 77.7, 98.4, 92.1]),
+    ("BEiT", "ViT-B/16"): (None, [99.0, 90.1, 72.3, 79.2, 98.0, 94.2]),
+    ("DINO", "ViT-B/16"): ("dino_vitb16", [99.1, 91.7, 72.6, 78.6, 98.8, 93.0]),
+    ("iBOT", "ViT-B/16"): ("ibot_vitb16", [99.2, 92.2, 74.6, 79.6, 98.9, 94.3]),
+}
+
+
+def test_table7_rows_their_numbers_and_checkpoints():
+    """Every cell of Table 7 is published once with its number; rows with a public checkpoint name a zoo
+    entry of that arch, the others (Rand., BEiT) none; ViT-S/16 runs iNat on the README's ViT-S lrs."""
+    from harness.models.zoo import ZOO_FILE, load_zoo
+
+    zoo = load_zoo(ZOO_FILE)  # configs/zoo.yaml: the published checkpoints
+    rows = load_table("ibot-table7").rows
+    assert len(rows) == len(TABLE7) * len(TABLE7_DATASETS)
+    for (method, arch), (zoo_name, values) in TABLE7.items():
+        got = rows[(rows["method"] == method) & (rows["arch"] == arch)].set_index("dataset")
+        assert sorted(got.index) == sorted(TABLE7_DATASETS), (method, arch)
+        for dataset, value in zip(TABLE7_DATASETS, values):
+            assert got.loc[dataset, "value"] == pytest.approx(value), (method, arch, dataset)
+        assert set(got["zoo_name"]) == {zoo_name or ""}, (method, arch)
+        if zoo_name:
+            assert zoo[zoo_name].arch == {"ViT-S/16": "vit_small_patch16_224", "ViT-B/16": "vit_base_patch16_224"}[arch]
+        inat = {got.loc[d, "variant"] for d in ("inat2018", "inat2019")}
+        suffix = "_vits16" if arch == "ViT-S/16" else ""
+        assert inat == {f"recipe=ibot_transfer_inat18{suffix}", f"recipe=ibot_transfer_inat19{suffix}"}
 
 
 def test_recipe_presets_build_and_no_two_are_the_same_settings():
