@@ -193,3 +193,29 @@ def test_data_check_catches_shuffled_val_labels_of_a_prepared_root(imagenet_down
     moved.rename(out / "val" / b / moved.name)
     report = check_root("imagenet", out)
     assert any("1 val images in the wrong class folder" in p and moved.name in p for p in report.problems)
+
+
+def _identity(root: Path) -> tuple:
+    """What records and feature caches key the data by: the root's data identity, the reader's
+    listing and classes, and its content stamp (file sizes and mtimes)."""
+    from harness.data.io import content_stamp, data_identity, relative_listing
+
+    val = DATASETS.get("imagenet")(root, "val")
+    return (data_identity(root), relative_listing(val.image_paths, root), val.classes, content_stamp(val))
+
+
+def test_a_prepared_root_and_a_hand_made_one_with_the_same_files_have_one_identity(imagenet_download, tmp_path,
+                                                                                     trusted_archives):
+    download, _ = imagenet_download
+    prepared = tmp_path / "prepared"
+    main(["data", "prepare", "imagenet", "--from", str(download), "--out", str(prepared)])
+    hand_made = tmp_path / "hand_made"  # the same files, arranged by hand: no .prepared.json
+    shutil.copytree(prepared, hand_made, ignore=shutil.ignore_patterns(".prepared.json"))  # copy2 keeps mtimes
+    assert (prepared / ".prepared.json").is_file() and not (hand_made / ".prepared.json").exists()
+    place = tmp_path / "data" / "imagenet"  # identity is read where the root is used
+    place.parent.mkdir()
+    prepared.rename(place)
+    from_prepare = _identity(place)
+    place.rename(prepared)
+    hand_made.rename(place)
+    assert _identity(place) == from_prepare
