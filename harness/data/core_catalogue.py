@@ -186,8 +186,8 @@ CATALOGUE = (
                 Split("test", 12_234, "pairs", 18))),
     DataSet(
         key="navi", title="NAVI (object-centric views with aligned 3D shapes)",
-        source="github.com/google/navi: navi_v1 archive, downsampled by Probe3D's data_processing/resize_navi.py",
-        docs="benchmarks/correspondence/README.md, Data (NAVI)",
+        source="github.com/google/navi: navi_v1.tar.gz, downsampled by Probe3D's data_processing/resize_navi.py",
+        docs="benchmarks/correspondence/README.md, Data (NAVI)", prepare="harness.data.prepare_navi",
         layouts=(Layout("pairs", "navi", "root/<object>/<collection>/{annotations.json,images/,depth/}"),),
         splits=(Split("test", None, "pairs", note="every wild_set view, paired under 120 degrees, every 4th"),)),
     DataSet(
