@@ -163,7 +163,7 @@ CATALOGUE = (
         key="kitti", title="KITTI (raw drives, Eigen split)",
         source="cvlibs.net/datasets/kitti/raw_data.php (raw drives) + data_depth_annotated.zip; "
                "Monocular-Depth-Estimation-Toolbox's kitti_eigen_{train,test}.txt",
-        docs="benchmarks/depth/README.md; harness/data/kitti.py",
+        docs="benchmarks/depth/README.md; harness/data/kitti.py", prepare="harness.data.prepare_kitti",
         layouts=(Layout("eigen_depth", "kitti", "root/kitti_eigen_{train,test}.txt, input/ and gt_depth/",
                         splits=(Split("train", None, note="the toolbox's Eigen train list"),
                                 Split("test", 652, note="Eigen test: 697 lines, 652 with LiDAR depth"))),)),
