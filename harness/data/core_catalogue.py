@@ -163,7 +163,7 @@ CATALOGUE = (
         key="kitti", title="KITTI (raw drives, Eigen split)",
         source="cvlibs.net/datasets/kitti/raw_data.php (raw drives) + data_depth_annotated.zip; "
                "Monocular-Depth-Estimation-Toolbox's kitti_eigen_{train,test}.txt",
-        docs="benchmarks/depth/README.md; harness/data/kitti.py",
+        docs="benchmarks/depth/README.md; harness/data/kitti.py", prepare="harness.data.prepare_kitti",
         layouts=(Layout("eigen_depth", "kitti", "root/kitti_eigen_{train,test}.txt, input/ and gt_depth/",
                         splits=(Split("train", None, note="the toolbox's Eigen train list"),
                                 Split("test", 652, note="Eigen test: 697 lines, 652 with LiDAR depth"))),)),
@@ -186,8 +186,8 @@ CATALOGUE = (
                 Split("test", 12_234, "pairs", 18))),
     DataSet(
         key="navi", title="NAVI (object-centric views with aligned 3D shapes)",
-        source="github.com/google/navi: navi_v1 archive, downsampled by Probe3D's data_processing/resize_navi.py",
-        docs="benchmarks/correspondence/README.md, Data (NAVI)",
+        source="github.com/google/navi: navi_v1.tar.gz, downsampled by Probe3D's data_processing/resize_navi.py",
+        docs="benchmarks/correspondence/README.md, Data (NAVI)", prepare="harness.data.prepare_navi",
         layouts=(Layout("pairs", "navi", "root/<object>/<collection>/{annotations.json,images/,depth/}"),),
         splits=(Split("test", None, "pairs", note="every wild_set view, paired under 120 degrees, every 4th"),)),
     DataSet(
