@@ -125,9 +125,12 @@ def test_a_two_task_finetune_job_gives_the_one_process_numbers_at_the_same_effec
     assert launched["metrics"] == pytest.approx(alone["metrics"], abs=1e-9)
     for a, b in zip(launched["protocol"]["params"]["history"], alone["protocol"]["params"]["history"]):
         assert a["top1"] == b["top1"] and a["loss"] == pytest.approx(b["loss"], rel=1e-5)
-    # rank 0 alone wrote the checkpoint: one file, the trained weights of the one-process run
-    written = sorted((tmp_path / "launched" / "results").rglob("*.safetensors"))
-    assert [Path(params["checkpoint"])] == written
+    # rank 0 alone wrote the checkpoint, the resume file and the record: the files of the one-process run
+    def written(base: Path) -> list[str]:
+        return sorted(p.name for p in (base / "results" / "runs" / "finetune").rglob("*") if p.is_file())
+
+    assert written(tmp_path / "launched") == written(tmp_path / "inprocess")
+    assert written(tmp_path / "launched").count("resume.pt") == 1 and len(_records(tmp_path / "launched")) == 1
     w_two, w_one = load_file(params["checkpoint"]), load_file(alone["protocol"]["params"]["checkpoint"])
     assert w_two.keys() == w_one.keys()
     for k in w_one:
