@@ -133,6 +133,7 @@ def test_a_two_task_finetune_job_gives_the_one_process_numbers_at_the_same_effec
     assert launched["metrics"] == pytest.approx(alone["metrics"], abs=1e-9)
     for a, b in zip(launched["protocol"]["params"]["history"], alone["protocol"]["params"]["history"]):
         assert a["top1"] == b["top1"] and a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)  # over both processes' micro-batches
     # rank 0 alone wrote the checkpoint, the resume file and the record: the files of the one-process run
     def written(base: Path) -> list[str]:
         return sorted(p.name for p in (base / "results" / "runs" / "finetune").rglob("*") if p.is_file())
