@@ -28,7 +28,8 @@ def _launch_options(args, default_job_dir: Path, device: str):
         max_parallel=getattr(args, "max_parallel", None), partition=args.partition,
         time_min=args.time_min or DEFAULT_TIME_MIN, gpus_per_node=args.gpus_per_node,
         cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb, slurm_extra=parse_slurm_extra(args.slurm_extra),
-        device=device, threads=args.threads)
+        device=device, threads=args.threads, nodes=getattr(args, "nodes", 1),
+        tasks_per_node=getattr(args, "tasks_per_node", None) or 1)
 
 
 def cmd_run(args) -> int:
@@ -278,6 +279,11 @@ def _add_run_parser(sub) -> None:
                      "per (model, protocol)")
     r.add_argument("--max-parallel", type=int, default=None, metavar="N",
                    help="jobs running at once (default: 1 with local, no limit with slurm; 0: no limit)")
+    r.add_argument("--nodes", type=int, default=1,
+                   help="nodes of each data-parallel job (entries whose protocol trains on every process: finetune)")
+    r.add_argument("--tasks-per-node", type=int, default=1,
+                   help="processes per node of each data-parallel job, one per GPU (default 1); other jobs are one "
+                        "process")
     r.set_defaults(func=cmd_run)
 
 

@@ -244,6 +244,11 @@ class Protocol:
                            "request": identity.request}, length=20)
         return Path(base or results_dir() / "runs" / self.registry_name) / key
 
+    def check_processes(self, world_size: int) -> None:
+        """Refuse (ConfigError) a request that cannot run on ``world_size`` data-parallel processes,
+        before any job is submitted (harness/running/launch.py); only protocols that run on every
+        rank are asked."""
+
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
         raise NotImplementedError
 

@@ -91,6 +91,9 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
                             "weights": model.cache_key, **({"head_from": head} if head else {}),
                             "data": self.identity(data_root, model).data}, length=40)
 
+    def check_processes(self, world_size: int) -> None:
+        per_device_batch(self.cfg, world_size)  # the effective batch must split over the processes
+
     def run(self, model: ModelHandle, data_root: Path) -> list[ProtocolResult]:
         from benchmarks.finetune import data as ftdata
         from benchmarks.finetune.model import FinetuneClassifier
@@ -106,7 +109,7 @@ class FinetuneProtocol(TrainSubsetSetting, Protocol):
             layer_scheme(model.backbone)
         device = devices.prepare(devices.resolve_device(c.device), c.precision, backward=True)
         dist.init_from_env(device)
-        per_device_batch(c, dist.world_size())  # an unreachable effective batch fails before any work
+        self.check_processes(dist.world_size())  # an unreachable effective batch fails before any work
         head_layers = self._head_layers(model)
         self._check_saveable(model)
         train, val = self.readers(Path(data_root))

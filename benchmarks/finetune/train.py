@@ -195,16 +195,26 @@ class FinetuneRun:
         p = self.progress
         p.step = p.session_start = int(state["step"])
         p.history, p.trained_on = state["history"], state["trained_on"]
-        p.train_loss_sum, p.train_loss_n = state["train_loss"]
+        # the file holds every process's sum: one process carries it on, so that the next one counts it once
+        p.train_loss_sum, p.train_loss_n = state["train_loss"] if dist.is_main() else (0.0, 0)
         resume_file.set_rng_state(state["rng"])
         return True
 
+    def train_loss_totals(self) -> tuple[float, int]:
+        """The training losses since the last evaluation, summed over every process (the official
+        MetricLogger's ``synchronize_between_processes``): (sum, count)."""
+        p = self.progress
+        t = dist.all_reduce_sum(torch.tensor([p.train_loss_sum, p.train_loss_n], dtype=torch.float64,
+                                             device=self.device))
+        return float(t[0]), int(t[1])
+
     def save_resume(self) -> None:
+        train_loss = self.train_loss_totals()  # a collective: every process, before rank 0 writes
         if dist.is_main():
             resume_file.save(self.resume_path, identity=self.identity, model=self.classifier,
                              optimizer=self.optimizer, scaler=self.scaler, ema=self.ema, step=self.progress.step,
                              history=self.progress.history, trained_on=self.trained_on(),
-                             train_loss=(self.progress.train_loss_sum, self.progress.train_loss_n))
+                             train_loss=train_loss)
         dist.barrier()
 
     def trained_on(self) -> list[dict]:
@@ -284,9 +294,10 @@ class FinetuneRun:
         t0 = time.perf_counter()
         result = evaluate(self.classifier, self.val_set, self.cfg, self.device)
         p = self.progress
+        loss_sum, loss_n = self.train_loss_totals()
         row = {"epoch": epoch, "step": p.step, "top1": result["top1"], "top5": result["top5"],
                "loss": result["loss"], "lr": float(self.lr[p.step - 1]),
-               "train_loss": p.train_loss_sum / p.train_loss_n if p.train_loss_n else None}
+               "train_loss": loss_sum / loss_n if loss_n else None}
         p.train_loss_sum, p.train_loss_n = 0.0, 0
         if self.ema is not None:
             ema = evaluate(self.ema.module, self.val_set, self.cfg, self.device)

@@ -56,12 +56,24 @@ class LaunchOptions:
     slurm_extra: dict[str, str] = field(default_factory=dict)  # extra #SBATCH --key=value lines
     device: str = "auto"  # passed to every job as text; resolved there, on the node that runs it
     threads: int | None = None  # torch CPU threads inside each job
+    # the data-parallel jobs of a suite (entries whose protocol trains on every process): one job
+    # of nodes x tasks_per_node tasks each; every other job is one process
+    nodes: int = 1
+    tasks_per_node: int = 1
 
     def __post_init__(self):
         if self.cluster not in CLUSTERS:
             raise SslBenchError(f"launcher must be one of {', '.join(CLUSTERS)}; found {self.cluster!r}")
         if self.max_parallel is not None and self.max_parallel < 0:
             raise SslBenchError(f"--max-parallel must be 0 (no limit) or more; found {self.max_parallel}")
+        if self.nodes < 1 or self.tasks_per_node < 1:
+            raise SslBenchError(f"--nodes and --tasks-per-node must be at least 1; found {self.nodes} and "
+                                f"{self.tasks_per_node}")
+
+    @property
+    def world_size(self) -> int:
+        """Processes of a suite's data-parallel job."""
+        return self.nodes * self.tasks_per_node
 
     def job_device(self) -> str:
         """The device spec every job gets and every cache key is computed from, fixed here in
@@ -176,6 +188,7 @@ class JobSpec:
     fn: Callable
     args: tuple
     model: str
+    executor: Any = None  # its own executor (a multi-task job); None: the one run_jobs is given
 
 
 @dataclass
@@ -231,7 +244,7 @@ def _report_failure(outcome: JobOutcome, log) -> None:
 
 def _submit(executor, spec: JobSpec):
     try:
-        return executor.submit(spec.fn, *spec.args)
+        return (spec.executor or executor).submit(spec.fn, *spec.args)
     except Exception as exc:  # sbatch refusing the options refuses every job alike: stop here
         raise SslBenchError(f"submitting the job '{spec.label}' failed: {exc}; check the launcher options "
                             "(--partition, --time-min, --gpus-per-node, --slurm-extra); jobs submitted "
@@ -329,22 +342,28 @@ def evaluate_job(model_entry: ModelEntry, protocol_entry: ProtocolEntry, data: S
 
 def distributed_pretrain_job(cfg, out_dir: str, source: str, progress: bool, settings: JobSettings) -> str:
     """One task of a launched pretraining job."""
-    import submitit
-
+    from harness.runtime.distributed import export_job_environment
     from harness.training.engine import pretrain
 
-    # GPUs stay all visible (not one per task, submitit's default): harness.runtime.distributed and
-    # harness.runtime.device pick this task's GPU by LOCAL_RANK, as under torchrun. Overwrite, since
-    # variables inherited from a shell that was itself a distributed job describe that job.
-    env = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
-    print(f"rank {env.rank} of {env.world_size} (local rank {env.local_rank}), "
-          f"master {env.master_addr}:{env.master_port}", flush=True)
+    export_job_environment()
     settings.apply()
     return str(pretrain(cfg, Path(out_dir), source, progress=progress))
 
 
+def distributed_evaluate_job(model_entry: ModelEntry, protocol_entry: ProtocolEntry, data: SuiteData, source: str,
+                             force: bool, progress: bool, settings: JobSettings) -> EvalOutcome:
+    """One task of a launched data-parallel evaluation (a protocol that trains on every process,
+    RUNS_ON_EVERY_RANK): the same rendezvous as pretraining's tasks; the protocol joins the group,
+    and rank 0 alone writes the record and the checkpoint. Task 0's outcome is the job's."""
+    from harness.runtime.distributed import export_job_environment
+
+    export_job_environment()
+    return evaluate_job(model_entry, protocol_entry, data, source, force, progress, settings)
+
+
 # ----------------------------------------------------------------------------- suites
-def _check_suite(suite: SuiteConfig, source: str, data: SuiteData, log) -> tuple[list, list]:
+def _check_suite(suite: SuiteConfig, source: str, data: SuiteData, options: LaunchOptions,
+                 log) -> tuple[list, list]:
     """Model and protocol entries, every one checked here: a typo fails before any job starts.
     Data roots are not checked: they may exist only on the nodes that run the jobs."""
     entries = model_entries(suite)
@@ -352,7 +371,9 @@ def _check_suite(suite: SuiteConfig, source: str, data: SuiteData, log) -> tuple
         check_model_entry(entry, data)
     protocols = runnable_protocols(suite, log)
     for p in {id(p): p for p, _ in suite_pairs(protocols, entries)}.values():
-        suite_protocol(p, source)
+        protocol = suite_protocol(p, source)
+        if data_parallel(p, source, options):  # e.g. a batch the tasks cannot share: before any job
+            protocol.check_processes(options.world_size)
     return entries, protocols
 
 
@@ -384,8 +405,7 @@ def _evaluation_stage(executor, entries, protocols, data, source, options, force
     order. The pairs of a model whose pretraining failed (``failed_models``: name -> error) fail too."""
     settings = JobSettings(options.job_device(), options.threads)
     pairs = suite_pairs(protocols, entries)
-    specs = [JobSpec(pair_label(p.name, p.preset, entry.name), evaluate_job,
-                     (entry, p, data, source, force, progress, settings), model=entry.name)
+    specs = [_evaluation_spec(entry, p, data, source, options, force, progress, settings)
              for p, entry in pairs if entry.name not in failed_models]
     outcomes = iter(run_jobs(executor, specs, options.parallel_limit(), log,
                              on_done=lambda o: log(f"{o.value.summary()} (job {o.job_id})")))
@@ -405,12 +425,38 @@ def _evaluation_stage(executor, entries, protocols, data, source, options, force
     return records, statuses
 
 
+def data_parallel(entry: ProtocolEntry, source: str, options: LaunchOptions) -> bool:
+    """Whether an entry runs as one job of several tasks: its protocol trains on every process
+    (RUNS_ON_EVERY_RANK) and the options ask for more than one."""
+    return options.world_size > 1 and suite_protocol(entry, source).RUNS_ON_EVERY_RANK
+
+
+def _evaluation_spec(entry: ModelEntry, p: ProtocolEntry, data: SuiteData, source: str, options: LaunchOptions,
+                     force: bool, progress: bool, settings: JobSettings) -> JobSpec:
+    label = pair_label(p.name, p.preset, entry.name)
+    args = (entry, p, data, source, force, progress, settings)
+    if not data_parallel(p, source, options):
+        return JobSpec(label, evaluate_job, args, model=entry.name)
+    executor = make_executor(options, name=f"ssl-bench-{p.name}", nodes=options.nodes,
+                             tasks_per_node=options.tasks_per_node, gpus_per_node=_task_gpus(options))
+    # a time-out or preemption requeues the job, which resumes from the protocol's resume file
+    return JobSpec(f"{label} ({options.nodes} node(s) x {options.tasks_per_node} task(s))",
+                   Requeueable(distributed_evaluate_job), args, model=entry.name, executor=executor)
+
+
+def _task_gpus(options: LaunchOptions, tasks: int | None = None) -> int | None:
+    """GPUs a multi-task job asks for: the options', else on SLURM one per task when it runs on CUDA."""
+    if options.gpus_per_node is not None or options.cluster != "slurm" or options.job_device() == "cpu":
+        return options.gpus_per_node
+    return tasks or options.tasks_per_node
+
+
 def _suite_job_gpus(options: LaunchOptions) -> int | None:
     """GPUs a suite job asks SLURM for: each job is one process on one device, so one GPU
     when the jobs run on CUDA (more would sit idle)."""
     if options.cluster != "slurm" or options.job_device() == "cpu":
         return options.gpus_per_node
-    if options.gpus_per_node is not None and options.gpus_per_node > 1:
+    if options.gpus_per_node is not None and options.gpus_per_node > 1 and options.world_size == 1:
         raise SslBenchError(f"each suite job is one process on one GPU; found --gpus-per-node "
                             f"{options.gpus_per_node}: give 1 (jobs run side by side, up to --max-parallel), "
                             "or pretrain on several GPUs with `ssl-bench pretrain --launcher slurm`")
@@ -423,7 +469,7 @@ def launch_suite(suite: SuiteConfig, source: str, options: LaunchOptions, *, for
     require_submitit()  # before any data is generated
     t0 = time.perf_counter()
     data = prepare_data(suite, progress, log)
-    entries, protocols = _check_suite(suite, source, data, log)
+    entries, protocols = _check_suite(suite, source, data, options, log)
     executor = make_executor(options, name=f"ssl-bench-{Path(source).stem}", gpus_per_node=_suite_job_gpus(options))
     log(f"launching on {options.cluster}; job logs under {options.job_dir}")
     failures: list[str] = []
@@ -440,11 +486,8 @@ def launch_pretrain(cfg, out_dir: Path, source: str, options: LaunchOptions, *, 
     tasks = tasks_per_node or options.gpus_per_node or 1
     method = cfg.method.get("name", "method")
     device = options.job_device()
-    # one GPU per task on SLURM when none was asked for and the job runs on CUDA
-    gpus = options.gpus_per_node if options.gpus_per_node is not None or options.cluster != "slurm" \
-        or device == "cpu" else tasks
     executor = make_executor(options, name=f"ssl-bench-pretrain-{method}", nodes=nodes, tasks_per_node=tasks,
-                             gpus_per_node=gpus)
+                             gpus_per_node=_task_gpus(options, tasks))
     settings = JobSettings(device, options.threads)
     # a time-out or preemption requeues the job, which resumes from resume.pt
     spec = JobSpec(f"pretrain {method} ({nodes} node(s) x {tasks} task(s)) -> {out_dir}",

@@ -46,6 +46,23 @@ def init_from_env(device: torch.device | None = None) -> bool:
     return True
 
 
+def export_job_environment():
+    """Inside one task of a multi-task submitit job (harness/running/launch.py): export the
+    torch.distributed variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) from
+    submitit's JobEnvironment, so that ``init_from_env`` then sees what torchrun would have set
+    (what ``init_distributed_mode`` of the official DINO / iBOT code reads from SLURM). Every
+    data-parallel job calls this first; returns submitit's environment."""
+    import submitit
+
+    # GPUs stay all visible (not one per task, submitit's default): this module and
+    # harness.runtime.device pick the task's GPU by LOCAL_RANK, as under torchrun. Overwrite, since
+    # variables inherited from a shell that was itself a distributed job describe that job.
+    env = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+    print(f"rank {env.rank} of {env.world_size} (local rank {env.local_rank}), "
+          f"master {env.master_addr}:{env.master_port}", flush=True)
+    return env
+
+
 def barrier() -> None:
     if is_dist():
         dist.barrier()
