@@ -85,6 +85,17 @@ def timed_cli(args: list[str], code: Path = REPO) -> float:
     return wall
 
 
+def timed_cli_cpu(args: list[str], code: Path = REPO) -> tuple[float, float]:
+    """(wall, CPU) seconds of one command: the child's user + system time, which a machine
+    loaded by other work inflates less than the wall time."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = timed_cli(args, code)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def skip_if_done(folder: Path) -> tuple[float, int, int]:
     """(seconds, pairs, records found): harness.running.evaluate.already_done for every
     (model, protocol request) of the folder, as a suite whose records all exist asks it."""
@@ -116,7 +127,7 @@ def warm_series(folder: Path, out: Path, calls: int, compare_code: Path | None) 
     import shutil
     import statistics
 
-    lb = lambda runs, o, code=REPO: timed_cli(["leaderboard", "--runs", str(runs), "--out", str(o)], code)  # noqa: E731
+    lb = lambda runs, o, code=REPO: timed_cli_cpu(["leaderboard", "--runs", str(runs), "--out", str(o)], code)  # noqa: E731
     other = folder.with_name(folder.name + "_compare")
     if compare_code is not None:
         shutil.rmtree(other, ignore_errors=True)
@@ -127,10 +138,13 @@ def warm_series(folder: Path, out: Path, calls: int, compare_code: Path | None) 
         ours.append(lb(folder, out))
         if compare_code is not None:
             theirs.append(lb(other, out.with_name(out.name + "_compare"), compare_code))
-    found = {"warm median": statistics.median(ours), "warm min": min(ours), "warm max": max(ours)}
+    wall, cpu = [w for w, _ in ours], [c for _, c in ours]
+    found = {"warm median": statistics.median(wall), "warm min": min(wall), "warm max": max(wall),
+             "warm CPU median": statistics.median(cpu)}
     if theirs:
-        found.update({"compare median": statistics.median(theirs), "compare min": min(theirs),
-                      "compare max": max(theirs)})
+        wall, cpu = [w for w, _ in theirs], [c for _, c in theirs]
+        found.update({"compare median": statistics.median(wall), "compare min": min(wall),
+                      "compare max": max(wall), "compare CPU median": statistics.median(cpu)})
         found["ratio"] = found["warm median"] / found["compare median"]
     return found
 

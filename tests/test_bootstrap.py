@@ -299,3 +299,30 @@ def test_a_runs_own_records_keep_their_intervals_beside_the_folder_they_were_wri
     assert intervals(kept_in=runs) == in_memory and computed == [loose["id"]]  # the written one was kept
     computed.clear()
     assert intervals(kept_in=tmp_path / "elsewhere") == in_memory and len(computed) == 2
+
+
+def test_a_kept_tables_intervals_read_as_arrays_give_what_grouping_afresh_gives(tmp_path):
+    """The kept table's intervals are read back as arrays (RunTable.intervals, no dict per
+    cell): its bounds, interval methods, per-cell dict and files equal those of the table
+    grouped afresh; a record added since (with its own statistics) is not missed."""
+    from harness.results.leaderboard import format_console, to_html
+    from harness.results.records import write_record
+
+    runs = tmp_path / "runs"
+    for rec in (_record("a", 50.0, _knn_block()["per_image"]), _record("b", 61.25, _knn_block(seed=1)["per_image"]),
+                _record("c", 55.0, None)):
+        write_record(rec, runs)
+    fresh = build_leaderboard(runs_dir=runs)  # grouped, intervals computed and kept
+    kept = build_leaderboard(runs_dir=runs)
+    assert "intervals" in kept.__dict__ and "bootstrapped" not in kept.__dict__  # read as arrays
+    for name in ("ci_low", "ci_high", "ci_methods"):
+        np.testing.assert_array_equal(getattr(kept, name), getattr(fresh, name))
+    assert kept.bootstrapped == fresh.bootstrapped and len(kept.bootstrapped) == 2
+    for write in (to_markdown, to_html, format_console, lambda t: long_table(t).to_csv(index=False)):
+        assert write(kept) == write(fresh)
+    write_record(_record("d", 40.0, _knn_block(seed=3)["per_image"]), runs)  # the kept table is stale
+    again = build_leaderboard(runs_dir=runs)
+    assert "d" in again.models  # grouped again, not the kept table read
+    i = again.models.index("d")
+    assert again.ci_methods[i, 0].startswith("bootstrap over") and (i, 0) in again.bootstrapped
+    assert build_leaderboard(runs_dir=runs).bootstrapped == again.bootstrapped  # kept again, read as arrays

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from harness.io_utils import atomic_write, atomic_write_text
-from harness.results.bootstrap import BootstrapInterval
 
 FORMAT = 2  # bump when table_of_numbers' output changes meaning (2: with the bootstrap intervals)
 STEM = f"table-v{FORMAT}"
@@ -45,7 +44,7 @@ def records_key(stamps: dict[str, tuple[int, int]]) -> str:
 
 def load(folder: Path, key: str) -> dict[str, Any] | None:
     """The table kept under ``key`` in ``folder`` (run_table.RunTable's fields but ``messages``
-    and ``source``),
+    and ``source``, and its bootstrap intervals as the arrays of RunTable.intervals),
     or None when none is kept, another set of records was, or the files cannot be read."""
     try:
         meta = json.loads((folder / f"{STEM}.json").read_text())
@@ -57,11 +56,9 @@ def load(folder: Path, key: str) -> dict[str, Any] | None:
             mean, std, n = arrays["mean"], arrays["std"], arrays["n"]
             cells, bounds, how = arrays["boot_cells"], arrays["boot_bounds"], arrays["boot_how"]
         per_image = {(int(i), int(j)): (rid, file) for i, j, rid, file in meta["per_image"]}
-        intervals = {(i, j): BootstrapInterval(low, high, images, resamples, seed) for (i, j), (low, high),
-                     (images, resamples, seed) in zip(cells.tolist(), bounds.tolist(), how.tolist())}
         return dict(models=meta["models"], keys=[tuple(k) for k in meta["keys"]], mean=mean, std=std, n=n,
                     model_info=meta["model_info"], conflicts=meta["conflicts"],
-                    per_image=per_image, bootstrapped=intervals)
+                    per_image=per_image, intervals=(cells, bounds, how))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -72,11 +69,8 @@ def keep(folder: Path, key: str, table) -> None:
     meta = dict(key=key, models=list(table.models), keys=[list(k) for k in table.keys], model_info=table.model_info,
                 conflicts=table.conflicts,
                 per_image=[[i, j, rid, file] for (i, j), (rid, file) in table.per_image.items()])
-    found = table.bootstrapped
-    intervals = dict(boot_cells=np.array(list(found), dtype=np.int64).reshape(-1, 2),
-                     boot_bounds=np.array([(ci.low, ci.high) for ci in found.values()], dtype=float).reshape(-1, 2),
-                     boot_how=np.array([(ci.images, ci.resamples, ci.seed) for ci in found.values()],
-                                       dtype=np.int64).reshape(-1, 3))
+    cells, bounds, how = table.intervals
+    intervals = dict(boot_cells=cells, boot_bounds=bounds, boot_how=how)
     try:
         text = json.dumps(meta)
     except TypeError:  # a model fact JSON cannot hold: group again next time

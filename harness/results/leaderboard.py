@@ -184,6 +184,7 @@ def _column_cells(t: RunTable, col: tuple, idx: np.ndarray, best_mark, headline:
         deltas = np.where(refs & ~np.isnan(base), t.mean[idx, j] - base, np.nan).tolist()
     else:
         deltas = [math.nan] * len(ns)
+    plain_delta = t.metric(col).higher_is_better  # delta_text's own text: formatted here, once per column
     cells = []
     for i, mean, std, n, delta in zip(idx.tolist(), means, stds, ns, deltas):
         if not n > 0:
@@ -193,7 +194,7 @@ def _column_cells(t: RunTable, col: tuple, idx: np.ndarray, best_mark, headline:
         text = (best_mark(value) if i in best_idx else value) + (
             f" ± {std:.{digits}f} (n={n})" if n > 1 else " (n=1)")
         if delta == delta:
-            text += " " + delta_text(t, col, delta, digits)
+            text += f" Δ {delta:+.{digits}f}" if plain_delta else " " + delta_text(t, col, delta, digits)
         cells.append(text)
     return cells
 
@@ -311,7 +312,8 @@ def to_markdown(df: RunTable | Iterable[dict], pairs: list | None = None,
                 f"Headline: {table.headline}. Fingerprint {fps}.", "",
                 "| model | " + " | ".join(_md_escape(table.headers[c]) for c in table.columns) + " |",
                 "|---|" + "---:|" * len(table.columns)]
-        out += ["| " + " | ".join(_md_escape(v) for v in [m] + line) + " |" for m, line in zip(rows, cells)]
+        out += ["| " + " | ".join([_md_escape(m)] + [v.replace("|", "\\|") for v in line]) + " |"
+                for m, line in zip(rows, cells)]
         out.append("")
     if t.messages:
         out += ["## Not comparable", ""] + [f"- {m}" for m in t.messages] + [""]
@@ -330,14 +332,12 @@ def to_html(df: RunTable | Iterable[dict], title: str = "ssl-bench leaderboard")
         for j, c in enumerate(keys)) + "</tr>",
         '<tr class="fp"><th>fingerprint</th>' + "".join(
             f'<th title="{esc(c[5])}"><code>{esc(c[5][:SHORT_FP])}</code></th>' for c in keys) + "</tr>"]
-    body = []
-    for i, model in enumerate(t.models):
-        cells = [f'<td data-v="{esc(str(model))}">{esc(str(model))}</td>']
-        for c in keys:
-            mean = t.mean[i, t.col[c]]
-            v = "" if mean != mean else repr(float(mean))
-            cells.append(f'<td data-v="{v}">{esc(texts[c][i])}</td>')
-        body.append("<tr>" + "".join(cells) + "</tr>")
+    # column by column over Python floats: no NumPy scalar per cell; a cell's text (digits, ".",
+    # "±", "(n=k)", "nan") holds nothing html.escape changes
+    columns = [[f'<td data-v="{"" if mean != mean else repr(mean)}">{text}</td>'
+                for mean, text in zip(t.mean[:, t.col[c]].tolist(), texts[c])] for c in keys]
+    body = ["<tr>" + f'<td data-v="{esc(str(model))}">{esc(str(model))}</td>' + "".join(cells) + "</tr>"
+            for model, cells in zip(t.models, zip(*columns) if columns else [()] * len(t.models))]
     msg_html = ("<h2>Not comparable</h2><ul>" + "".join(f"<li>{esc(m)}</li>" for m in t.messages)
                 + "</ul>") if t.messages else ""
     fp_rows = "".join(f"<tr><td>{esc(labels[c])}</td><td><code>{esc(c[5])}</code></td></tr>" for c in keys)

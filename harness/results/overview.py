@@ -66,9 +66,12 @@ def build_overview(df, pairs: list[PairStatus] | None = None, digits: int = 2) -
         ranks.append(_ranks(values, metric.higher_is_better))
     models, cols, ranks = _without_numbers(models, cols, ranks, headers, columns, state, pairs or [])
     rank_table = np.array(ranks).T if ranks else np.zeros((len(models), 0))
-    counts = [int((~np.isnan(row)).sum()) for row in rank_table]
-    mean_rank = [float(np.nanmean(row)) if n else None for row, n in zip(rank_table, counts)]
-    cells = [[col[i] for col in cols] for i in range(len(models))]
+    # all rows at once, as np.nanmean computes each: the sum of the numbers over their count
+    have = ~np.isnan(rank_table)
+    counts = have.sum(axis=1).tolist()
+    sums = np.where(have, rank_table, 0.0).sum(axis=1).tolist()
+    mean_rank = [total / n if n else None for total, n in zip(sums, counts)]
+    cells = [list(row) for row in zip(*cols)] if cols else [[] for _ in models]
     order = sorted(range(len(models)), key=lambda i: (mean_rank[i] is None, mean_rank[i] or 0.0, models[i]))
     return Overview([models[i] for i in order], headers, [cells[i] for i in order],
                     [mean_rank[i] for i in order], [counts[i] for i in order])

@@ -128,6 +128,10 @@ class RunTable:
         """(row, column) -> the bootstrap interval of each one-seed cell whose record keeps
         per-image statistics; each record's are computed once for all its metrics, and kept
         beside a records folder's index (harness.results.bootstrap.kept_intervals)."""
+        if "intervals" in self.__dict__:  # a kept table's, read as arrays: the dict only when asked
+            cells, bounds, how = self.intervals
+            return {(i, j): bootstrap.BootstrapInterval(low, high, images, resamples, seed) for (i, j), (low, high),
+                    (images, resamples, seed) in zip(cells.tolist(), bounds.tolist(), how.tolist())}
         wanted: dict[str, tuple[str, list[str]]] = {}
         for (i, j), (rid, file) in self.per_image.items():
             metrics = wanted.setdefault(rid, (file, []))[1]
@@ -138,13 +142,20 @@ class RunTable:
                 if (rid, self.keys[j][4]) in found}
 
     @cached_property
-    def _bootstrapped_cells(self) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray]:
-        """:attr:`bootstrapped` as arrays: (rows, columns), lows, highs."""
+    def intervals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:attr:`bootstrapped` as arrays, in its order: (k, 2) cells (row, column), (k, 2) bounds
+        (low, high), (k, 3) how (images, resamples, seed); a kept table sets them as read."""
         found = self.bootstrapped
-        cells = np.fromiter((k for pair in found for k in pair), dtype=int, count=2 * len(found)).reshape(-1, 2)
-        lows = np.fromiter((ci.low for ci in found.values()), dtype=float, count=len(found))
-        highs = np.fromiter((ci.high for ci in found.values()), dtype=float, count=len(found))
-        return (cells[:, 0], cells[:, 1]), lows, highs
+        cells = np.array(list(found), dtype=np.int64).reshape(-1, 2)
+        bounds = np.array([(ci.low, ci.high) for ci in found.values()], dtype=float).reshape(-1, 2)
+        how = np.array([(ci.images, ci.resamples, ci.seed) for ci in found.values()], dtype=np.int64).reshape(-1, 3)
+        return cells, bounds, how
+
+    @cached_property
+    def _bootstrapped_cells(self) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray]:
+        """:attr:`intervals` as (rows, columns), lows, highs."""
+        cells, bounds, _ = self.intervals
+        return (cells[:, 0], cells[:, 1]), bounds[:, 0], bounds[:, 1]
 
     def _bounds(self, side: int) -> np.ndarray:
         bounds = self.mean + side * self.ci_half
@@ -170,11 +181,12 @@ class RunTable:
         """(rows x columns) of :meth:`ci_method`, for every cell at once."""
         chance = np.array([self.context.get(m) == "chance" for m in self.models], dtype=bool)[:, None]
         out = np.where(self.n > 1, CI_SEEDS, np.where(chance, CI_COMPUTED, CI_NONE)).astype(object)
-        said: dict[tuple, str] = {}  # one text per (images, resamples, seed)
-        for (i, j), found in self.bootstrapped.items():
-            if self.n[i, j] == 1:
-                how = (found.images, found.resamples, found.seed)
-                out[i, j] = said.get(how) or said.setdefault(how, found.method)
+        cells, _, how = self.intervals
+        one_seed = self.n[cells[:, 0], cells[:, 1]] == 1 if len(cells) else np.zeros(0, dtype=bool)
+        if one_seed.any():
+            said, which = np.unique(how[one_seed], axis=0, return_inverse=True)
+            texts = np.array([bootstrap.BootstrapInterval(0.0, 0.0, *map(int, h)).method for h in said], dtype=object)
+            out[cells[one_seed, 0], cells[one_seed, 1]] = texts[which.reshape(-1)]
         return out
 
     def ci_method(self, model: str, key: tuple) -> str:
@@ -409,10 +421,10 @@ def table_of_folder(folder: str | Path) -> RunTable:
     kept = kept_table.load(index.path.parent, key) if not index.in_memory else None
     no_number = parts_of(index.parts(served))
     if kept is not None:
-        intervals = kept.pop("bootstrapped")
+        intervals = kept.pop("intervals")
         table = RunTable(**kept, messages=[conflict_message(c) for c in kept["conflicts"]], source=source,
                          no_number=no_number)
-        table.__dict__["bootstrapped"] = intervals  # the cached property's value, as kept
+        table.__dict__["intervals"] = intervals  # the cached property's value, as kept
         return table
     rows, _ = index.numbers(served)
     table = table_of_numbers(numbers_frame(rows), source)
