@@ -51,6 +51,8 @@ _LONGEST_FIRST = (
     "benchmarks/segmentation/tests/test_seg.py::test_smoke_linear_pretrained_beats_random_init",
     "tests/test_full_suite.py::test_the_full_suites_other_protocols_run_on_synthscenes_tiny",
     "benchmarks/dense_nn/tests/test_dense_nn_e2e.py::test_pretrained_beats_random_init_at_every_fraction[cribo]",
+    "benchmarks/transfer/tests/test_transfer.py::test_synth_dino_against_random_init_on_synthscenes_small",
+    "benchmarks/depth/tests/test_depth_presets.py::test_synth_dino_beats_random_init_with_the_presets",
 )
 
 
@@ -140,8 +142,9 @@ def isolated_home(tmp_path, monkeypatch) -> Path:
 def dino_cpu_checkpoint() -> Path:
     """The DINO CPU preset's full schedule (408 steps of 64, about 6 minutes on 2 cores) on
     SynthScenes small: pretrained once and cached by configuration under SSL_BENCH_HOME, as
-    the default suite caches its checkpoints, so every slow test that needs a checkpoint
-    which has learned shares this one."""
+    the default suite caches its checkpoints. For the tests whose promise is that this preset
+    learns; a test that needs any checkpoint which has learned takes the shipped
+    ``zoo:synth_dino``, which costs no pretraining."""
     from harness.data.synthetic import default_root, generate
     from harness.running.suite import ModelEntry, pretrained_checkpoint
 
