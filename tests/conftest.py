@@ -38,6 +38,41 @@ def _shares_a_module_fixture(item) -> bool:
     return any(d and d[-1].scope in _SHARED_SCOPES for d in defs)
 
 
+# The slow tests that take minutes, longest first (measured durations: docs/TESTING.md, "Time of
+# the slow suite"). Started first, on both workers at once, they leave the short tests to fill
+# the gaps at the end instead of one of them ending the run alone.
+_LONGEST_FIRST = (
+    "tests/test_default_suite.py::test_default_run_end_to_end_then_cached",
+    "tests/test_learning.py::test_dino_cpu_preset_beats_random_init",
+    "tests/test_learning.py::test_synclr_cpu_preset_beats_random_init_on_dense_nn_and_linear",
+    "benchmarks/dense_nn/tests/test_dense_nn_e2e.py::test_pretrained_beats_random_init_at_every_fraction[hbird]",
+    "tests/test_dpt_probe.py::test_synth_dino_beats_random_init_on_synthscenes_small",
+    "tests/test_zoo_recipes.py::test_first_steps_of_every_recipe_log_the_shipped_losses",
+    "benchmarks/segmentation/tests/test_seg.py::test_smoke_linear_pretrained_beats_random_init",
+    "tests/test_full_suite.py::test_the_full_suites_other_protocols_run_on_synthscenes_tiny",
+    "benchmarks/dense_nn/tests/test_dense_nn_e2e.py::test_pretrained_beats_random_init_at_every_fraction[cribo]",
+    "benchmarks/transfer/tests/test_transfer.py::test_synth_dino_against_random_init_on_synthscenes_small",
+    "benchmarks/depth/tests/test_depth_presets.py::test_synth_dino_beats_random_init_with_the_presets",
+)
+
+
+def _slow_run(config) -> bool:
+    expr = config.getoption("markexpr", "") or ""
+    return "slow" in expr and "not slow" not in expr
+
+
+def pytest_configure(config):
+    # xdist's loadgroup hands out the groups with most tests first and the rest in collection
+    # order; in the slow suite a group is not what takes long, so the order below decides
+    if _slow_run(config) and hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def _rank(item) -> int:
+    return next((i for i, prefix in enumerate(_LONGEST_FIRST) if item.nodeid.startswith(prefix)),
+                len(_LONGEST_FIRST))
+
+
 # tryfirst: xdist's worker reads the xdist_group marks in its own collection hook, which runs
 # before a conftest's unless this one goes first.
 @pytest.hookimpl(tryfirst=True)
@@ -46,7 +81,10 @@ def pytest_collection_modifyitems(config, items):
     DINO checkpoint run on one worker: a second worker would find the pretraining folder locked.
     The fast tests of a file that share a module or class fixture run on one worker, so that the
     fixture is made once; every other test (and every slow one, minutes each) is spread one by
-    one, so that no long file makes one worker the critical path."""
+    one, so that no long file makes one worker the critical path. A slow run starts with its
+    longest tests (``_LONGEST_FIRST``), the default run and DINO's pretraining on the two workers."""
+    if _slow_run(config):
+        items.sort(key=_rank)  # stable: the others keep their collection order
     for item in items:
         if "dino_cpu_checkpoint" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("dino_cpu_checkpoint"))
@@ -104,8 +142,9 @@ def isolated_home(tmp_path, monkeypatch) -> Path:
 def dino_cpu_checkpoint() -> Path:
     """The DINO CPU preset's full schedule (408 steps of 64, about 6 minutes on 2 cores) on
     SynthScenes small: pretrained once and cached by configuration under SSL_BENCH_HOME, as
-    the default suite caches its checkpoints, so every slow test that needs a checkpoint
-    which has learned shares this one."""
+    the default suite caches its checkpoints. For the tests whose promise is that this preset
+    learns; a test that needs any checkpoint which has learned takes the shipped
+    ``zoo:synth_dino``, which costs no pretraining."""
     from harness.data.synthetic import default_root, generate
     from harness.running.suite import ModelEntry, pretrained_checkpoint
 

@@ -8,21 +8,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.models.handle import ModelHandle
 
-def smoke(checkpoint: str | Path | None, layout: Literal["ade", "voc"] = "ade", *,
+
+def smoke(checkpoint: str | Path | ModelHandle | None, layout: Literal["ade", "voc"] = "ade", *,
           protocol: str = "seg_linear", preset: str = "small", iters: int | None = None,
           lrs: list[float] | None = None, work_root: str | Path | None = None) -> float:
-    """CPU check on SynthScenes: the protocol's ``synth`` preset on a checkpoint (or on
-    the random-init ``vit_cpu_tiny`` when ``checkpoint`` is None); prints and returns the
-    mIoU of the best lr."""
+    """CPU check on SynthScenes: the protocol's ``synth`` preset on a checkpoint file or a built
+    model (or on the random-init ``vit_cpu_tiny`` when ``checkpoint`` is None); prints and returns
+    the mIoU of the best lr."""
     from harness.data.synthetic import default_root, generate
-    from harness.models.handle import ModelHandle
     from harness.paths import home
     from harness.registry import PROTOCOLS
 
     root = generate(default_root(preset, 0), preset=preset, seed=0, progress=False)
-    model = (ModelHandle.from_checkpoint(checkpoint) if checkpoint
-             else ModelHandle.random_init("vit_cpu_tiny", seed=0))
+    if isinstance(checkpoint, ModelHandle):
+        model = checkpoint
+    else:
+        model = (ModelHandle.from_checkpoint(checkpoint) if checkpoint
+                 else ModelHandle.random_init("vit_cpu_tiny", seed=0))
     values: dict[str, Any] = {"dataset": f"synth_{layout}"}
     if iters is not None:
         values["iters"] = iters
@@ -34,8 +38,8 @@ def smoke(checkpoint: str | Path | None, layout: Literal["ade", "voc"] = "ade", 
     results = proto.run(model, root)
     best = next(r for r in results if r.variant.get("lr") == "best")
     check_per_image(best)
-    print(f"[smoke] {protocol} on SynthScenes-{preset} ({layout} layout), "
-          f"{'checkpoint ' + str(checkpoint) if checkpoint else 'random init'}: "
+    label = "random init" if checkpoint is None else model.meta.get("spec") or f"checkpoint {checkpoint}"
+    print(f"[smoke] {protocol} on SynthScenes-{preset} ({layout} layout), {label}: "
           f"mIoU {best.metrics['mIoU']:.2f} (lr {best.params['best_lr']:g}, {proto.cfg.iters} iters)")
     return float(best.metrics["mIoU"])
 
