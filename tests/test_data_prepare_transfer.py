@@ -117,6 +117,17 @@ def test_caltech101_round_trip(tmp_path, capsys):
     every = {f"caltech101/101_ObjectCategories/{c}/image_{k + 1:04d}.jpg" for c, n in CALTECH.items() for k in range(n)}
     assert drawn | {p.relative_to(out).as_posix() for p in test.image_paths} == every
     assert not drawn & {p.relative_to(out).as_posix() for p in test.image_paths}
+    # the lines the official create_caltech101_splits writes: torchvision's ImageFolder order, the global stream
+    from torchvision.datasets import ImageFolder
+
+    folder = ImageFolder(str(out / "caltech101" / "101_ObjectCategories"))
+    imgs = [("/".join(p.split("/")[-2:]), k) for p, k in folder.imgs]
+    state = np.random.get_state()
+    np.random.seed(0)
+    picks = [int(i) for k in range(len(CALTECH))
+             for i in np.sort(np.random.choice([j for j, (_, c) in enumerate(imgs) if c == k], 30))]
+    np.random.set_state(state)
+    assert (out / "train.txt").read_text() == "".join(f"{imgs[i][0]} {imgs[i][1]}\n" for i in picks)
     _prepare("caltech101", download, out)
     assert "caltech101: done before, skipped" in capsys.readouterr().out
     assert snapshot(download) == before
@@ -125,9 +136,11 @@ def test_caltech101_round_trip(tmp_path, capsys):
 def test_caltech101_draw_is_the_legacy_global_stream():
     # create_caltech101_splits calls np.random.seed(0), then np.random.choice once per class
     labels = [0] * 40 + [1] * 7 + [2] * 31
+    state = np.random.get_state()
     np.random.seed(0)
     expected = [int(i) for k, lo, n in ((0, 0, 40), (1, 40, 7), (2, 47, 31))
                 for i in np.sort(np.random.choice(list(range(lo, lo + n)), 30))]
+    np.random.set_state(state)
     train, test = draw(labels, 3)
     assert train == expected
     assert test == sorted(set(range(len(labels))) - set(expected))
