@@ -1,5 +1,5 @@
 """`ssl-bench data prepare` for SUN397, GTSRB and Caltech-101 on tiny downloads in the official
-packing (tests/official_transfer.py): the reader's layout, passing `data check` but for the official
+packing (tests/official_sun397_gtsrb_caltech.py): the reader's layout, passing `data check` but for the official
 sizes, idempotent, the download untouched; a damaged or incomplete download is one error line and
 exit 2."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from harness.data.check import check_root
 from harness.data.prepare_caltech101 import draw
 from harness.registry import DATASETS
 from official_archives import md5, snapshot
-from official_transfer import CALTECH, GTSRB_TRAIN, write_caltech101_download, write_gtsrb_download, \
+from official_sun397_gtsrb_caltech import CALTECH, GTSRB_TRAIN, write_caltech101_download, write_gtsrb_download, \
     write_sun397_download
 
 

@@ -1,5 +1,5 @@
 """Tiny downloads in the official packing of SUN397, GTSRB and Caltech-101, for the `ssl-bench data
-prepare` tests (tests/test_data_prepare_transfer.py); every image is a seeded draw:
+prepare` tests (tests/test_data_prepare_sun397_gtsrb_caltech.py); every image is a seeded draw:
 
 - SUN397: SUN397.tar.gz (SUN397/{ClassName.txt, <letter>/<class>/sun_<id>.jpg}) and Partitions.zip
   (ClassName.txt, Training_NN.txt, Testing_NN.txt: one ``/<letter>/<class>/<file>`` a line);
