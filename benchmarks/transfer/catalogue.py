@@ -33,10 +33,12 @@ CATALOGUE = (
     _set("food", "Food-101", "data.vision.ee.ethz.ch/cvl/food-101.tar.gz", "food-101/{meta,images}",
          _splits(101, train=75_750, test=25_250)),
     _set("sun397", "SUN397 (partition 01)", "vision.princeton.edu/projects/2010/SUN/: SUN397.tar.gz, Partitions.zip",
-         "SUN397/ with ClassName.txt, Training_01.txt, Testing_01.txt", _splits(397, train=19_850, test=19_850)),
+         "SUN397/ with ClassName.txt, Training_01.txt, Testing_01.txt", _splits(397, train=19_850, test=19_850),
+         prepare="harness.data.prepare_sun397"),
     _set("caltech101", "Caltech-101 (SynCLR's 30-per-class draw)", "data.caltech.edu/records/mzrjq-6wc02: "
          "101_ObjectCategories.tar.gz; train.txt / test.txt from SynCLR's create_caltech101_splits",
-         "caltech101/101_ObjectCategories/ + train.txt, test.txt", (Split("train", None), Split("test", None))),
+         "caltech101/101_ObjectCategories/ + train.txt, test.txt", (Split("train", None), Split("test", None)),
+         prepare="harness.data.prepare_caltech101"),
     _set("eurosat", "EuroSAT (RGB)", "github.com/phelber/EuroSAT: EuroSAT.zip, split into folders as SynCLR reads it",
          "train/<class>/, test/<class>/", (Split("train", None, classes=10), Split("test", None, classes=10))),
     _set("resisc45", "NWPU-RESISC45", "gcheng-nwpu.github.io: NWPU-RESISC45.rar, split into folders as SynCLR reads it",
@@ -45,7 +47,7 @@ CATALOGUE = (
          "country211/{train,valid,test}/<code>/", _splits(211, train=31_650, valid=10_550, test=21_100)),
     _set("gtsrb", "German Traffic Sign Recognition Benchmark", "benchmark.ini.rub.de: GTSRB_Final_Training_Images.zip, "
          "GTSRB_Final_Test_Images.zip, GTSRB_Final_Test_GT.zip", "gtsrb/GTSRB/{Training,Final_Test}/ + "
-         "GT-final_test.csv", _splits(43, train=26_640, test=12_630)),
+         "GT-final_test.csv", _splits(43, train=26_640, test=12_630), prepare="harness.data.prepare_gtsrb"),
     _set("mnist", "MNIST", "yann.lecun.com/exdb/mnist/ (the four idx .gz files, unpacked)",
          "MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte", _splits(10, train=60_000, test=10_000)),
     ExtraLayout("voc2007", Layout("classification", "voc2007", "VOCdevkit/VOC2007/ImageSets/Main/<class>_<split>.txt "

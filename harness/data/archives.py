@@ -1,11 +1,12 @@
 """What every ``data prepare`` step does with an official download: check a file's md5 against the
 one torchvision's data set class records for it (read at call time from that class), extract an
 archive into a staging folder (tar: only regular files and folders inside it, ``filter="data"``), and
-take a file that ships either as itself or inside a ``.tar.gz`` of the same name."""
+take a file that ships either as itself or inside a ``.tar.gz`` of the same name; the same for zips."""
 from __future__ import annotations
 
 import shutil
 import tarfile
+import zipfile
 from pathlib import Path
 
 from harness.errors import DataError
@@ -59,3 +60,38 @@ def place(source: Path, name: str, into: Path) -> None:
                 shutil.copyfileobj(f, out)
     except (tarfile.TarError, EOFError) as exc:
         raise DataError(f"{source} cannot be read ({exc}): download it again") from exc
+
+
+def _zip(archive: Path) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(archive)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise DataError(f"{archive} cannot be read ({exc}): a truncated or damaged download; "
+                        f"download it again") from exc
+
+
+def extract_zip(archive: Path, into: Path) -> list[str]:
+    """Extract the zip ``archive`` into ``into`` (zipfile keeps every member inside it); the files' names."""
+    try:
+        with _zip(archive) as zf:
+            names = [n for n in zf.namelist() if not n.endswith("/")]
+            zf.extractall(into)
+    except (zipfile.BadZipFile, EOFError, OSError) as exc:
+        raise DataError(f"{archive} cannot be extracted ({exc}): a truncated or damaged download; "
+                        f"download it again") from exc
+    return names
+
+
+def zip_member(archive: Path, name: str, into: Path) -> Path:
+    """The zip member whose file name is ``name`` (at any depth: packings differ) written to ``into/name``."""
+    with _zip(archive) as zf:
+        member = next((m for m in zf.namelist() if Path(m).name == name and not m.endswith("/")), None)
+        if member is None:
+            raise DataError(f"{archive} holds no {name}; expected the official archive")
+        into.mkdir(parents=True, exist_ok=True)
+        try:
+            with zf.open(member) as f, open(into / name, "wb") as out:
+                shutil.copyfileobj(f, out)
+        except (zipfile.BadZipFile, EOFError, OSError) as exc:
+            raise DataError(f"{archive} cannot be read ({exc}): download it again") from exc
+    return into / name
