@@ -26,7 +26,8 @@ def folder_classes(split_dir: Path, extensions=None) -> tuple[list[str], list[Pa
 
 class ImageFolderSplits(OfficialSplit):
     """``<root>/<split>/<class>/<image>``: torchvision ImageFolder on ``root/split``, as SynCLR reads
-    EuroSAT, RESISC45 and KITTI distance."""
+    EuroSAT, RESISC45 and KITTI distance. EuroSAT and RESISC45 are released as one folder per class and
+    no SynCLR source states how they were split: the split folders come with the data (no prepare)."""
 
     LAYOUT = "<root>/{train,test}/<class>/<image> (ImageFolder per split)"
     folder = ""
