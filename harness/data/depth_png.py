@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from harness.config import fingerprint as _fingerprint
+from harness.data.io import files_stamp, load_rgb
 from harness.errors import DataError
 
 
@@ -49,3 +51,53 @@ def read_depth_png(path: Path, data_set: str, depth_scale: float) -> np.ndarray:
         raise DataError(f"{data_set} depth map {path} has shape {raw.shape}: expected a one-channel 16-bit PNG "
                         f"(metres x {depth_scale:g})")
     return raw.astype(np.float32) / depth_scale
+
+
+class DepthPngPairs:
+    """What the readers of (RGB image, depth PNG) pairs share once a subclass has listed its
+    ``image_paths`` / ``depth_paths``: the first files checked, the set's units checked on its first
+    maps, and the images, maps in metres, fingerprint and stamp. A subclass names its data set
+    (``data_set``) and what its PNGs hold (``stored_units`` per map, ``stored_set`` and
+    ``set_guess`` for the set)."""
+
+    name: str
+    data_set: str
+    stored_units = "millimetres"
+    stored_set = "NYU's PNGs hold millimetres"
+    set_guess = "centimetres where millimetres are expected"
+    root: Path
+    split: str
+    depth_scale: float
+    max_depth: float
+    image_paths: list[Path]
+    depth_paths: list[Path]
+
+    def _check_listed(self, split_file: Path, missing: str, check_units: int) -> None:
+        """The first image and map exist (``missing`` ends the error), and the first ``check_units``
+        maps are in the units the set must hold."""
+        for p in self.image_paths[:1] + self.depth_paths[:1]:
+            if not p.is_file():
+                raise DataError(f"{self.data_set} file {p} (listed in {split_file}) does not exist{missing}")
+        first = [self.load_depth(i) for i in range(min(check_units, len(self)))]
+        check_scale_of_set(first, self.depth_paths, self.max_depth, self.depth_scale, self.stored_set,
+                           guess=self.set_guess)
+
+    def __len__(self) -> int:
+        return len(self.image_paths)
+
+    def load_image(self, i: int):
+        return load_rgb(self.image_paths[i])
+
+    def load_depth(self, i: int) -> np.ndarray:
+        path = self.depth_paths[i]
+        depth = read_depth_png(path, self.data_set, self.depth_scale)
+        check_depth_units(depth, path, self.max_depth, self.depth_scale, self.stored_units)
+        return depth
+
+    def fingerprint(self) -> str:
+        return _fingerprint({"dataset": self.name, "split": self.split, "depth_scale": self.depth_scale,
+                             "images": [p.relative_to(self.root).as_posix() for p in self.image_paths],
+                             "depths": [p.relative_to(self.root).as_posix() for p in self.depth_paths]})
+
+    def stamp(self) -> str:
+        return files_stamp(self.image_paths + self.depth_paths)

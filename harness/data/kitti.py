@@ -15,12 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-from PIL import Image
 
-from harness.config import fingerprint as _fingerprint
-from harness.data.depth_png import check_depth_units, check_scale_of_set, read_depth_png
-from harness.data.io import files_stamp, load_rgb
+from harness.data.depth_png import DepthPngPairs
 from harness.errors import DataError
 from harness.registry import register_dataset
 
@@ -46,11 +42,14 @@ def read_split(split_file: Path) -> list[tuple[str, str]]:
 
 
 @register_dataset("kitti")
-class KITTIDepth:
+class KITTIDepth(DepthPngPairs):
     """``(root, split)``; ``load_image(i)`` the RGB frame, ``load_depth(i)`` metres (float32,
     0 = no LiDAR return)."""
 
     name = "kitti"
+    data_set = "KITTI"
+    stored_units = stored_set = STORED
+    set_guess = "another unit than metres x 256"
     thread_safe = True
 
     def __init__(self, root: str | Path, split: str = "train", depth_scale: float = 256.0,
@@ -67,29 +66,4 @@ class KITTIDepth:
             raise DataError(f"KITTI split file {split_file} lists no sample with ground truth")
         self.image_paths = [self.root / IMAGE_DIR / p[0].strip("/") for p in pairs]
         self.depth_paths = [self.root / DEPTH_DIR / p[1].strip("/") for p in pairs]
-        for p in self.image_paths[:1] + self.depth_paths[:1]:
-            if not p.is_file():
-                raise DataError(f"KITTI file {p} (listed in {split_file}) does not exist: expected {LAYOUT}")
-        first = [self.load_depth(i) for i in range(min(check_units, len(self)))]
-        check_scale_of_set(first, self.depth_paths, self.max_depth, self.depth_scale, STORED,
-                           guess="another unit than metres x 256")
-
-    def __len__(self) -> int:
-        return len(self.image_paths)
-
-    def load_image(self, i: int) -> Image.Image:
-        return load_rgb(self.image_paths[i])
-
-    def load_depth(self, i: int) -> np.ndarray:
-        path = self.depth_paths[i]
-        depth = read_depth_png(path, "KITTI", self.depth_scale)
-        check_depth_units(depth, path, self.max_depth, self.depth_scale, STORED)
-        return depth
-
-    def fingerprint(self) -> str:
-        return _fingerprint({"dataset": self.name, "split": self.split, "depth_scale": self.depth_scale,
-                             "images": [p.relative_to(self.root).as_posix() for p in self.image_paths],
-                             "depths": [p.relative_to(self.root).as_posix() for p in self.depth_paths]})
-
-    def stamp(self) -> str:
-        return files_stamp(self.image_paths + self.depth_paths)
+        self._check_listed(split_file, f": expected {LAYOUT}", check_units)

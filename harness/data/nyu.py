@@ -12,12 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-from PIL import Image
 
-from harness.config import fingerprint as _fingerprint
-from harness.data.depth_png import check_depth_units, check_scale_of_set, read_depth_png
-from harness.data.io import files_stamp, load_rgb
+from harness.data.depth_png import DepthPngPairs
 from harness.errors import DataError
 from harness.registry import register_dataset
 
@@ -25,11 +21,12 @@ SPLIT_FILES = {"train": "nyu_train.txt", "val": "nyu_test.txt", "test": "nyu_tes
 
 
 @register_dataset("nyu")
-class NYUDepth:
+class NYUDepth(DepthPngPairs):
     """``(root, split)``; ``load_image(i)`` the RGB image, ``load_depth(i)`` metres (float32, 0 =
     no measurement)."""
 
     name = "nyu"
+    data_set = "NYU"
     thread_safe = True
 
     def __init__(self, root: str | Path, split: str = "train", depth_scale: float = 1000.0,
@@ -53,28 +50,4 @@ class NYUDepth:
             self.depth_paths.append(self.root / parts[1].strip("/"))
         if not self.image_paths:
             raise DataError(f"NYU split file {split_file} lists no samples")
-        for p in self.image_paths[:1] + self.depth_paths[:1]:
-            if not p.is_file():
-                raise DataError(f"NYU file {p} (listed in {split_file}) does not exist; the data set is incomplete")
-        first = [self.load_depth(i) for i in range(min(check_units, len(self)))]
-        check_scale_of_set(first, self.depth_paths, self.max_depth, self.depth_scale)
-
-    def __len__(self) -> int:
-        return len(self.image_paths)
-
-    def load_image(self, i: int) -> Image.Image:
-        return load_rgb(self.image_paths[i])
-
-    def load_depth(self, i: int) -> np.ndarray:
-        path = self.depth_paths[i]
-        depth = read_depth_png(path, "NYU", self.depth_scale)
-        check_depth_units(depth, path, self.max_depth, self.depth_scale)
-        return depth
-
-    def fingerprint(self) -> str:
-        return _fingerprint({"dataset": self.name, "split": self.split, "depth_scale": self.depth_scale,
-                             "images": [p.relative_to(self.root).as_posix() for p in self.image_paths],
-                             "depths": [p.relative_to(self.root).as_posix() for p in self.depth_paths]})
-
-    def stamp(self) -> str:
-        return files_stamp(self.image_paths + self.depth_paths)
+        self._check_listed(split_file, "; the data set is incomplete", check_units)
