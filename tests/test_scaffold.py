@@ -48,7 +48,7 @@ def _project_copy(root):
     own (links to each protocol folder) and its own pyproject.toml, for the scaffold to write into."""
     import shutil
 
-    for name in ("harness", "methods", "configs", "results", "run_benchmark.py"):
+    for name in ("harness", "methods", "configs", "results", "tests", "run_benchmark.py"):
         (root / name).symlink_to(REPO / name)
     (root / "benchmarks").mkdir()
     for entry in (REPO / "benchmarks").iterdir():
