@@ -11,6 +11,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # when OpenBLAS loads, so set before numpy is imported; the tests' subprocesses inherit it.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+# Compiled modules and rewritten test files are kept in __pycache__ (git ignores it) even where
+# PYTHONDONTWRITEBYTECODE is set: without them each worker, and each subprocess a test starts,
+# compiles the project and rewrites every test file again (collection 15.4 s -> 9.6 s, the fast
+# suite 140 s -> 116 s on the idle 2-core machine). Set before the test files are collected.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
