@@ -31,25 +31,29 @@ def _features():
     return np.load(path)
 
 
-def _fit_every_set(npz: str) -> dict:
-    """In one child process (as the protocol fits, solver.fit_sweep says why): every set, every lambda."""
-    from benchmarks.logreg.solver import logistic_regression
+def _skip_without_cyanure():
+    """Found without importing it: the fits run in child processes, and its import takes a second."""
+    from benchmarks.logreg.solver import require_cyanure
 
-    z = np.load(npz)
-    return {name: [logistic_regression(z[f"{name}_train_x"], z[f"{name}_train_y"], z[f"{name}_test_x"],
-                                       row["lambda"], threads=1) for row in rows]
-            for name, rows in DATA["sets"].items()}
+    try:
+        require_cyanure()
+    except ConfigError:
+        pytest.skip("the logreg extra (cyanure) is not installed")
 
 
 @pytest.fixture(scope="module")
 def current_cyanure_fits():
-    pytest.importorskip("cyanure.estimators", reason="the logreg extra (cyanure) is not installed")
+    _skip_without_cyanure()
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    from cyanure_fits import fit_every_set
+
     _features()  # checks the features file's sha256 first
+    sets = {name: [row["lambda"] for row in rows] for name, rows in DATA["sets"].items()}
+    # in one child process, as the protocol fits (solver.fit_sweep says why)
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_fit_every_set, str(FIXTURES / DATA["features"])).result()
+        return pool.submit(fit_every_set, str(FIXTURES / DATA["features"]), sets).result()
 
 
 @pytest.mark.parametrize("name", sorted(DATA["sets"]))
@@ -69,7 +73,7 @@ def folder(tmp_path, monkeypatch):
 
 
 def test_protocol_reports_each_lambda(folder):
-    pytest.importorskip("cyanure.estimators", reason="the logreg extra (cyanure) is not installed")
+    _skip_without_cyanure()
     from benchmarks.logreg.protocol import LogRegProtocol
 
     proto = LogRegProtocol.from_preset("synth", {"dataset": "imagefolder", "resize": 32, "crop": 32,
