@@ -54,9 +54,9 @@ def _run(tmp_path, **values):
                             "smoothing": 0.0, "progress": False, **values})
     tmp_path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)  # the same starting weights in every run
-    images = _Pixels(300)
-    train = TransformedImages(images, np.arange(300) % 4, lambda x: x, seed=0)
-    return FinetuneRun(_Recorder(), train, train, 4, cfg, torch.device("cpu"), tmp_path / "resume.pt", "x")
+    train = TransformedImages(_Pixels(300), np.arange(300) % 4, lambda x: x, seed=0)
+    val = TransformedImages(_Pixels(8), np.arange(8) % 4, lambda x: x, seed=0)  # evaluated each epoch, never checked
+    return FinetuneRun(_Recorder(), train, val, 4, cfg, torch.device("cpu"), tmp_path / "resume.pt", "x")
 
 
 def test_repeated_augmentation_and_the_per_epoch_schedule_reach_the_loop(tmp_path):
