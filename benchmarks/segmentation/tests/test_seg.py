@@ -6,6 +6,7 @@ without it. `-m slow` runs the SynthScenes smokes.
 """
 from __future__ import annotations
 
+import gc
 import re
 import shutil
 import subprocess
@@ -134,14 +135,14 @@ def _mm_config(cfg, data, tmp_path, backbone: dict | None = None):
 
 
 @needs_mmseg
-def test_paper_presets_total_batch_is_the_official_launchers(tmp_path, monkeypatch):
+def test_paper_presets_total_batch_is_the_official_launchers(synth_tiny, tmp_path, monkeypatch):
     """CrIBo's eval_launcher.py runs train.py in one process (launcher 'none'; its own parser
     refuses --launcher) with --mmseg_samples_per_gpu 4: a total batch of 4."""
     from benchmarks.segmentation.seg_linear import SegLinear
     from benchmarks.segmentation.segmenter import Segmenter
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    data = resolve_data("synth_ade", _synth_root(tmp_path))
+    data = resolve_data("synth_ade", synth_tiny)
     for cls in (SegLinear, Segmenter):
         cfg = cls.from_preset("paper", {"dataset": "ade20k"}).cfg
         assert cfg.batch_size == 4, cls
@@ -157,7 +158,7 @@ def test_paper_presets_total_batch_is_the_official_launchers(tmp_path, monkeypat
 
 
 @needs_mmseg
-def test_schedule_is_a_named_setting(tmp_path, monkeypatch):
+def test_schedule_is_a_named_setting(synth_tiny, tmp_path, monkeypatch):
     """long (160k / 80k, the paper's text) by default; short = CrIBo's 40k / 20k mask configs,
     with their validation / checkpoint interval of iters / 10."""
     from benchmarks.segmentation.seg_linear import SegLinear
@@ -181,7 +182,7 @@ def test_schedule_is_a_named_setting(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="'custom' needs iters"):
         Segmenter.from_preset("paper", {"dataset": "voc", "schedule": "custom"})
 
-    data = resolve_data("synth_voc", _synth_root(tmp_path))
+    data = resolve_data("synth_voc", synth_tiny)
     mm = _mm_config(Segmenter.from_preset("paper", {"dataset": "voc", "schedule": "short"}).cfg, data, tmp_path)
     assert mm.train_cfg.max_iters == 20_000 and mm.param_scheduler[0]["end"] == 20_000
     assert mm.train_cfg.val_interval == 2000 and mm.default_hooks.checkpoint.interval == 2000
@@ -223,12 +224,11 @@ def test_lr_sweep_is_named_and_every_record_names_its_lr():
     assert best.params["lr_sweep"] == "paper" and best.params["lrs"] == LINEAR_LRS
 
 
-def test_dataset_layouts_resolve(tmp_path):
-    synth = _synth_root(tmp_path)
-    ade = resolve_data("synth_ade", synth)
+def test_dataset_layouts_resolve(synth_tiny, tmp_path):
+    ade = resolve_data("synth_ade", synth_tiny)
     assert ade.root.name == "ADEChallengeData2016" and ade.num_classes == 16
     assert ade.train[0]["reduce_zero_label"] is True
-    voc = resolve_data("voc", synth)
+    voc = resolve_data("voc", synth_tiny)
     assert voc.num_classes == 16 and voc.train_lists == ["trainaug.txt"]
     assert voc.val["ann_file"].endswith("val.txt") and voc.train[0]["reduce_zero_label"] is False
     with pytest.raises(DataError, match="ADE20K"):
@@ -283,15 +283,9 @@ def test_harness_never_imports_mmseg():
 
 
 # ============================================================================ mmseg side
-def _synth_root(tmp_path: Path) -> Path:
-    from harness.data.synthetic import generate
-
-    return generate(tmp_path / "synth", preset="tiny", seed=0, progress=False)
-
-
-def _small_ade(tmp_path: Path, n_train: int = 8, n_val: int = 2) -> Path:
+def _small_ade(synth_tiny: Path, tmp_path: Path, n_train: int = 8, n_val: int = 2) -> Path:
     """SynthScenes tiny, ADE layout, trimmed to a few images (keeps the runner tests fast)."""
-    src = _synth_root(tmp_path) / "ADEChallengeData2016"
+    src = synth_tiny / "ADEChallengeData2016"
     dst = tmp_path / "ade" / "ADEChallengeData2016"
     for split, n in (("training", n_train), ("validation", n_val)):
         for kind, ext in (("images", ".jpg"), ("annotations", ".png")):
@@ -411,6 +405,17 @@ def test_frozen_backbone_mode_is_a_setting():
     assert not hasattr(seg.cfg, "frozen_backbone_mode")
 
 
+@pytest.fixture
+def heap_set_aside():
+    """mmengine's BaseDataset calls gc.collect() each time a dataset is built (``_serialize_data``); with
+    torch, timm and the OpenMMLab stack imported that walks ~600k objects, half a second a call, four
+    calls a run. The objects made before the test are set aside (``gc.freeze``) for its duration: the
+    collection then walks only what the test made."""
+    gc.freeze()
+    yield
+    gc.unfreeze()
+
+
 class _StopAt:
     """Build configs with a hook that interrupts training after ``iters`` iterations."""
 
@@ -445,7 +450,8 @@ def _register_stop_hook():
 
 
 @needs_mmseg
-def test_linear_training_keeps_backbone_bit_identical_and_resumes_weights_only(tmp_path, monkeypatch):
+def test_linear_training_keeps_backbone_bit_identical_and_resumes_weights_only(synth_tiny, tmp_path, monkeypatch,
+                                                                              heap_set_aside):
     """One short seg_linear run, interrupted after 2 of 4 iterations and resumed.
 
     - the resume goes through torch's weights-only loading (mmengine's torch.load has no
@@ -456,7 +462,7 @@ def test_linear_training_keeps_backbone_bit_identical_and_resumes_weights_only(t
     from benchmarks.segmentation.seg_linear import SegLinear
 
     _register_stop_hook()
-    data = _small_ade(tmp_path)
+    data = _small_ade(synth_tiny, tmp_path)
     bb = _tiny_backbone(2)
     sd = bb.backbone_state_dict()
     cfg = SegLinear.Config(dataset="synth_ade", crop_size=64, iters=4, lrs=[1e-2], batch_size=2,
@@ -499,13 +505,14 @@ def test_linear_training_keeps_backbone_bit_identical_and_resumes_weights_only(t
 
 
 @needs_mmseg
-def test_every_validation_is_recorded_and_the_last_is_reported(tmp_path, monkeypatch, capfd):
+def test_every_validation_is_recorded_and_the_last_is_reported(synth_tiny, tmp_path, monkeypatch, capfd,
+                                                                heap_set_aside):
     """CrIBo's schedules validate every iters/10 and at the end, and its train.py reports
     nothing else: every validation is kept (iteration, mIoU), the number is the last one."""
     from benchmarks.segmentation.seg_linear import SegLinear
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    data = _small_ade(tmp_path)
+    data = _small_ade(synth_tiny, tmp_path)
     paper = SegLinear.from_preset("paper", {"dataset": "ade20k"}).cfg
     assert paper.val_interval is None and paper.validation_interval() == 16_000
     mm = _mm_config(paper, resolve_data("synth_ade", data), tmp_path)
