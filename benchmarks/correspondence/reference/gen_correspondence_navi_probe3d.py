@@ -3,15 +3,15 @@ correspondence_navi_probe3d_features.npz) from Probe3D's own NAVI correspondence
 
 Runs mbanani/probe3d's ``evals.datasets.navi.NAVI`` unmodified, as evaluate_navi_correspondence.py
 builds it (configs/dataset/navi.yaml: image_mean imagenet, augment_train True (off for the test
-split), bbox_crop True; ``pair_dataset=True``), on NAVI SynthScenes tiny
-(benchmarks/correspondence/synthetic_navi.py, seed PARITY_SEED of
-benchmarks/correspondence/tests/test_correspondence_navi.py,
-written to a temporary folder); then the body of that script's ``main`` (configs/navi_correspondence.yaml:
-scale_factor 0.25, num_corr 1000) with the official ``estimate_correspondence_xyz``,
-``transform_points_Rt``, ``project_3dto2d``, ``so3_rotation_angle`` and ``compute_binned_performance``,
-on stand-in feature maps (``pooled_features`` of the test module: each 32x32 patch's mean and mean
-squared normalised colour, a (6, 16, 16) map per frame), stored in the .npz so that the test feeds
-them rather than recomputing them.
+split), bbox_crop True; ``pair_dataset=True``), on NAVI SynthScenes
+(benchmarks/correspondence/synthetic_navi.py: the objects, views and seed of PARITY_SET and
+PARITY_SEED in benchmarks/correspondence/tests/test_correspondence_navi.py, written to a temporary
+folder); then the body of that script's ``main`` (configs/navi_correspondence.yaml: scale_factor
+0.25, num_corr 1000) with the official ``estimate_correspondence_xyz``, ``transform_points_Rt``,
+``project_3dto2d``, ``so3_rotation_angle`` and ``compute_binned_performance``, on stand-in feature
+maps (``pooled_features`` of the test module: each 32x32 patch's mean and mean squared normalised
+colour, a (6, 16, 16) map per frame), stored in the .npz so that the test feeds them rather than
+recomputing them.
 
 Recorded: the pairs drawn; per frame the normalised image and the point grid (sums, sums of squares,
 sampled values); per pair the relative pose, view 1's focal length, the relative angle, the points
@@ -123,8 +123,7 @@ def main() -> None:
     import torch.nn.functional as F
 
     torch.set_num_threads(args.threads)
-    from benchmarks.correspondence.synthetic_navi import generate
-    from test_correspondence_navi import PARITY_PRESET, PARITY_SEED, pooled_features
+    from test_correspondence_navi import PARITY_SEED, PARITY_SET, pooled_features, write_parity_set
 
     navi = common.import_official(args.official, "evals.datasets.navi")
     navi.glob = types.SimpleNamespace(glob=lambda pattern: sorted(_glob.glob(pattern)))
@@ -132,7 +131,7 @@ def main() -> None:
     corr = common.import_official(args.official, "evals.utils.correspondence", stubs=faiss_stubs())
     tr = common.import_official(args.official, "evals.utils.transformations")
     with tempfile.TemporaryDirectory() as tmp:
-        root = generate(Path(tmp) / "navi", preset=PARITY_PRESET, seed=PARITY_SEED, progress=False)
+        root = write_parity_set(Path(tmp) / "navi")
         ds = navi.NAVI(str(root), "test", image_mean="imagenet", augment_train=True, bbox_crop=True,
                        pair_dataset=True)
         items = [ds[i] for i in range(len(ds))]
@@ -144,7 +143,8 @@ def main() -> None:
               for it in items[:2] for j in (0, 1)]
     data = {
         "provenance": common.provenance(
-            args, __file__, {"dataset": f"NAVI SynthScenes {PARITY_PRESET}, seed {PARITY_SEED}", "split": "test",
+            args, __file__, {"dataset": f"NAVI SynthScenes, {PARITY_SET.objects} objects x {PARITY_SET.wild_views} "
+                                        f"wild_set views, seed {PARITY_SEED}", "split": "test",
                              "image_mean": "imagenet", "augment_train": True, "bbox_crop": True,
                              "pair_dataset": True, "scale_factor": SCALE_FACTOR, "num_corr": NUM_CORR,
                              "features": "pooled_features (benchmarks/correspondence/tests/"

@@ -21,7 +21,7 @@ from benchmarks.correspondence.matching_navi import (correspondence_errors, rati
                                                      rotation_angle_deg, scaled_points)
 from benchmarks.correspondence.protocol_navi import CorrespondenceNAVI
 from harness.data.navi_pairs import NAVIPairs, pixel_grid, rotation_from_quaternion
-from benchmarks.correspondence.synthetic_navi import FOCAL, generate, look_at, quaternion
+from benchmarks.correspondence.synthetic_navi import FOCAL, Preset, generate, look_at, quaternion, write_objects
 from harness.cli import main
 from harness.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from harness.errors import ConfigError, DataError, NotApplicable
@@ -33,9 +33,18 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 FIXTURE = FIXTURES / "correspondence_navi_probe3d.json"
 
 # ----------------------------------------------------------------------------- shared with the generator
-PARITY_PRESET = "tiny"
+# the tiny preset's first two objects: four pairs of 512x512 frames (each pair matches ~11k points
+# against ~11k), whose rotations fall in three of the four bins (28, 36, 43 and 63 degrees)
+PARITY_SET = Preset(objects=2, wild_views=8)
 PARITY_SEED = 3
 STANDIN_PATCH = 32
+
+
+def write_parity_set(root: Path) -> Path:
+    """NAVI SynthScenes with ``PARITY_SET``'s objects and views, seed ``PARITY_SEED``, under ``root``."""
+    root.mkdir(parents=True)
+    write_objects(root, PARITY_SET, PARITY_SEED)
+    return root
 
 
 def pooled_features(image: torch.Tensor, patch: int = STANDIN_PATCH) -> torch.Tensor:
@@ -71,8 +80,7 @@ def navi_tiny(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def parity_set(tmp_path_factory) -> Path:
-    return generate(tmp_path_factory.mktemp("navi_parity") / "tiny", preset=PARITY_PRESET, seed=PARITY_SEED,
-                    progress=False)
+    return write_parity_set(tmp_path_factory.mktemp("navi_parity") / "navi")
 
 
 @pytest.fixture(scope="module")
