@@ -24,7 +24,7 @@ from harness.per_image import decode_array
 from harness.registry import declaration
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-QUICK = {"epochs": 2, "progress": False, "cache": False}
+QUICK = {"epochs": 1, "progress": False, "cache": False}  # plumbing: the head's choice over epochs has its own test
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
