@@ -315,10 +315,8 @@ def test_config_errors():
 
 # ============================================================================ the protocol on SynthScenes
 @pytest.fixture(scope="module")
-def synth_root(tmp_path_factory):
-    from harness.data.synthetic import generate
-
-    return generate(tmp_path_factory.mktemp("synth") / "tiny", "tiny", seed=0, progress=False)
+def synth_root(synth_tiny):
+    return synth_tiny  # the session's SynthScenes tiny (read only here: copies are made to break it)
 
 
 @pytest.fixture

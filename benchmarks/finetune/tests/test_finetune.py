@@ -26,10 +26,8 @@ TINY = dict(dataset="imagefolder", input_size=64, imagenet_default_mean_and_std=
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    from harness.data.synthetic import generate
-
-    return generate(tmp_path_factory.mktemp("synth") / "tiny", preset="tiny", seed=0, progress=False) / "imagenet"
+def root(synth_tiny):
+    return synth_tiny / "imagenet"  # the session's SynthScenes tiny, read only
 
 
 def _model():
