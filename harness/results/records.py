@@ -339,7 +339,18 @@ def load_results(source: str | Path | Iterable[dict] | None = None, *,
             data[name] = pd.Series(values, dtype=dtype)
     for c in raw_cols:  # object columns: a stored null stays None, an absent field is <NA>
         data[c] = pd.Series([r.get(c, pd.NA) for r in rows], dtype=object)
-    return pd.DataFrame(data, columns=TYPED_COLUMNS + raw_cols)
+    frame = pd.DataFrame(data, columns=TYPED_COLUMNS + raw_cols)
+    folder = _folder_of(source)
+    if folder is not None:  # where its records are: the report reads them there (harness.results.report)
+        frame.attrs["records_folder"] = str(folder)
+    return frame
+
+
+def _folder_of(source: str | Path | Iterable[dict] | None) -> Path | None:
+    if source is not None and not isinstance(source, (str, Path)):
+        return None
+    path = Path(source) if source is not None else runs_dir()
+    return path if path.is_dir() else None
 
 
 def _raw_order(col: str) -> tuple:
