@@ -12,6 +12,7 @@ record, and the time per record over the smallest size's (1.00: flat).
     python -m experiments.records_bench                            # 10,000 and 100,000 records
     python -m experiments.records_bench --sizes 1000 --keep DIR    # keep the folders
     python -m experiments.records_bench --report-max 10000         # the report only up to 10,000
+    python -m experiments.records_bench --skip-check-max 0         # no skip-if-done timing
     python -m experiments.records_bench --warm-calls 5 --compare-code BASE   # five warm calls, median and
         # range, each followed by one of the checkout BASE (`git archive main | tar -x -C BASE`) on a
         # copy of the folder (its own index): the two codes side by side, in the same minutes
@@ -150,7 +151,7 @@ def warm_series(folder: Path, out: Path, calls: int, compare_code: Path | None) 
 
 
 def measure(templates: list[dict], n: int, root: Path, report: bool, warm_calls: int = 1,
-            compare_code: Path | None = None) -> dict[str, float]:
+            compare_code: Path | None = None, skip_check: bool = True) -> dict[str, float]:
     """The seconds of each step over ``n`` records (a folder written first)."""
     folder, out = root / f"runs_{n}", root / f"out_{n}"
     times = {"write": write_records(synthetic_records(templates, n), folder)}
@@ -160,9 +161,10 @@ def measure(templates: list[dict], n: int, root: Path, report: bool, warm_calls:
         times.update(warm_series(folder, out, warm_calls, compare_code))
     if report:
         times["report"] = timed_cli(["report", "--runs", str(folder), "--out", str(out / "report.html")])
-    skip_s, pairs, found = skip_if_done(folder)
-    assert found == n, f"skip-if-done found {found} of {n} records"
-    times["skip-if-done"] = skip_s
+    if skip_check:
+        skip_s, pairs, found = skip_if_done(folder)
+        assert found == n, f"skip-if-done found {found} of {n} records"
+        times["skip-if-done"] = skip_s
     return times
 
 
@@ -191,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", default=None, help="folder to keep the record folders in (default: a temp dir)")
     ap.add_argument("--report-max", type=int, default=10_000,
                     help="time `ssl-bench report` only up to this many records (it reads every record)")
+    ap.add_argument("--skip-check-max", type=int, default=None,
+                    help="time skip-if-done only up to this many records (default: every size)")
     ap.add_argument("--warm-calls", type=int, default=1, help="warm leaderboard calls to time (median and range)")
     ap.add_argument("--compare-code", default=None,
                     help="another checkout (e.g. main's) whose leaderboard is timed beside each warm call")
@@ -205,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n in sizes:
         times = measure(templates, n, root, report=n <= args.report_max, warm_calls=args.warm_calls,
-                        compare_code=Path(args.compare_code).resolve() if args.compare_code else None)
+                        compare_code=Path(args.compare_code).resolve() if args.compare_code else None,
+                        skip_check=args.skip_check_max is None or n <= args.skip_check_max)
         rows.append((n, times))
         print(f"{n:>7} records: " + " | ".join(f"{k} {v:.1f} s" for k, v in times.items())
               + f" | load {os.getloadavg()[0]:.1f}", flush=True)

@@ -168,7 +168,8 @@ def cmd_features(args) -> int:
 
 def cmd_leaderboard(args) -> int:
     from harness.results import records as results
-    from harness.results.leaderboard import build_leaderboard, format_console, write_leaderboard
+    from harness.results.leaderboard import (CHECKS, build_leaderboard, format_console, read_checks,
+                                             write_run_leaderboard)
     from harness.paths import results_dir
 
     runs = Path(args.runs) if args.runs else None
@@ -179,9 +180,10 @@ def cmd_leaderboard(args) -> int:
         return 1
     from harness.results.pair_status import read_pairs  # the last run's pairs: why an overview cell is empty
 
-    # the last run's pairs, and the records' parts without a number (a null metric: "n/a")
-    pairs = read_pairs((runs or results.runs_dir()).parent / "pairs.json") + table.no_number
-    paths = write_leaderboard(table, Path(args.out) if args.out else results_dir(), pairs=pairs)
+    # the last run's pairs and checks, beside its records folder: the files that run wrote, again
+    last_run = (runs or results.runs_dir()).parent
+    paths = write_run_leaderboard(table, Path(args.out) if args.out else results_dir(),
+                                  read_pairs(last_run / "pairs.json"), read_checks(last_run / CHECKS))
     print(format_console(table))
     for kind, p in paths.items():
         print(f"{kind:>12}: {p}")

@@ -98,6 +98,11 @@ def paired_test(a: list[float], b: list[float], test: str = "t") -> tuple[float 
     return (None if math.isnan(stat) else stat), (None if math.isnan(p) else p), ""
 
 
+def _seed_order(seed: str) -> tuple:
+    """Seeds in numeric order, whatever the order of the records they came in."""
+    return (0, int(seed), "") if seed.lstrip("-").isdigit() else (1, 0, seed)
+
+
 def _pooled_rows(pooled: dict[tuple, dict[str, list[tuple[float, float]]]], common: list[tuple],
                  test: str) -> list[dict]:
     """Per (protocol, metric) measured in two columns or more: the row over the seeds, each
@@ -107,7 +112,7 @@ def _pooled_rows(pooled: dict[tuple, dict[str, list[tuple[float, float]]]], comm
     for (protocol, m), by_seed in pooled.items():
         if n_cols[(protocol, m)] < 2:
             continue  # the column's own row says it all
-        seeds = list(by_seed)
+        seeds = sorted(by_seed, key=_seed_order)
         pa = [sum(x for x, _ in by_seed[s]) / len(by_seed[s]) for s in seeds]
         pb = [sum(y for _, y in by_seed[s]) / len(by_seed[s]) for s in seeds]
         stat, p, note = paired_test(pa, pb, test)
@@ -147,7 +152,7 @@ def compare_runs(a: list[dict], b: list[dict], *, metric: str | None = None, all
     for c in common:
         sa = va[(va[cols] == list(c)).all(axis=1)].set_index("seed_key")["value"]
         sb = vb[(vb[cols] == list(c)).all(axis=1)].set_index("seed_key")["value"]
-        seeds = [s for s in sa.index if s in sb.index and s != "-"]
+        seeds = sorted((s for s in sa.index if s in sb.index and s != "-"), key=_seed_order)
         if not seeds and list(sa.index) == ["-"] and list(sb.index) == ["-"]:
             seeds = ["-"]  # one unseeded value each: a pair of one
         pa, pb = [float(sa[s]) for s in seeds], [float(sb[s]) for s in seeds]

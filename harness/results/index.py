@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-SCHEMA_VERSION = 4  # 3: the numbers table (one row per number of a record); 4: the parts table
+SCHEMA_VERSION = 5  # 3: the numbers table (one row per number of a record); 4: the parts table; 5: readings
 INDEX_DIR = ".index"
 INDEX_FILE = f"records-v{SCHEMA_VERSION}.sqlite"
 # A folder mtime younger than this may not yet show a write made in the same clock tick of the
@@ -48,6 +48,7 @@ CREATE TABLE IF NOT EXISTS files (
     status TEXT NOT NULL,       -- 'record' | 'other' (JSON, not a result record) | 'bad' (unreadable)
     problem TEXT,               -- why a 'bad' file cannot be read
     protocol TEXT, fingerprint TEXT, model TEXT,
+    reading TEXT,               -- how a record's model was read (model_reading); before body: read without it
     body TEXT                   -- the file's text ('record' and 'other')
 );
 CREATE INDEX IF NOT EXISTS files_by_run ON files (protocol, fingerprint, model);
@@ -97,6 +98,23 @@ class FileRow:
     body: str | None
     numbers: tuple = ()  # record_numbers of a record: not a column of the files table
     parts: tuple = ()  # its parts without a number (harness.results.pair_status.record_parts): nor this
+    reading: str | None = None  # model_reading of a record's model block: a column, not read with the rows
+
+
+def model_reading(model: dict) -> str:
+    """How a record's model was read: its source, input normalisation and readout (layers,
+    pooling, prefix tokens), from the adapter block; ssl-bench's own ViTs say so."""
+    a = model.get("adapter")
+    if not isinstance(a, dict):
+        regs = int(model.get("reg_tokens") or 0)
+        what = model.get("context") if model.get("context") in ("pixels", "chance") else "ssl-bench ViT"
+        return (f"{what} {model.get('arch')} · ImageNet mean/std · [CLS] and patch tokens of the last blocks"
+                f"{f', {regs} register tokens' if regs else ''}, stride {model.get('patch_size')}")
+    norm = a.get("input_norm")
+    if a.get("norm_source"):
+        norm = f"{norm} ({a['norm_source']})"
+    readout = ", ".join(f"{k.replace('_', ' ')} {a[k]}" for k in ("layers", "pooling", "prefix_tokens") if k in a)
+    return f"{model.get('spec') or a.get('adapter')} · {norm} · {readout}, stride {a.get('stride')}"
 
 
 def record_numbers(rec: dict) -> list[tuple]:
@@ -176,7 +194,7 @@ def read_file_row(path: Path, stat: os.stat_result | None = None) -> FileRow:
     fp = proto.get("fingerprint")
     return FileRow(path.name, st.st_mtime_ns, st.st_size, "record", None, str(proto["name"]),
                    None if fp is None else str(fp), str(model["name"]), text, tuple(record_numbers(obj)),
-                   tuple(record_parts(obj)))
+                   tuple(record_parts(obj)), model_reading(model))
 
 
 def _listing(folder: Path) -> dict[str, tuple[int, int]]:
@@ -341,7 +359,7 @@ class RecordIndex:
                 args.append(val)
         if records_only or where:
             where.append("status = 'record'")
-        what = "*" if body else "name, mtime_ns, size, status, problem, protocol, fingerprint, model, NULL"
+        what = "name, mtime_ns, size, status, problem, protocol, fingerprint, model, " + ("body" if body else "NULL")
         sql = f"SELECT {what} FROM files" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY name"
         found = [FileRow(*r) for r in self._run(lambda db: db.execute(sql, args).fetchall())]
         if not listed:
@@ -381,6 +399,17 @@ class RecordIndex:
         rows += [(name, *part) for name, parts in fresh.items() for part in parts]
         rows.sort(key=lambda r: r[0])  # stable: each file's parts keep their order
         return [r[1:] for r in rows]
+
+    def readings(self, names: list[str]) -> dict[str, str]:
+        """{file name: how its record's model was read} of the indexed records ``names``: one
+        look-up each by name, reading no file's text."""
+        out: dict[str, str] = {}
+        names = list(dict.fromkeys(names))
+        for start in range(0, len(names), 500):  # under SQLite's limit of bound parameters
+            chunk = names[start:start + 500]
+            sql = f"SELECT name, reading FROM files WHERE name IN ({', '.join('?' * len(chunk))})"
+            out.update((n, r) for n, r in self._run(lambda db: db.execute(sql, chunk).fetchall()) if r is not None)
+        return out
 
     def record(self, name: str) -> Any:
         """The parsed record of one indexed file (None when the index holds no text of it)."""
@@ -460,9 +489,9 @@ def _delete(db: sqlite3.Connection, names: list[str]) -> None:
 
 def _write_rows(db: sqlite3.Connection, rows: list[FileRow]) -> None:
     """The files' rows and their numbers, replacing what the index held of those files."""
-    db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                   [(r.name, r.mtime_ns, r.size, r.status, r.problem, r.protocol, r.fingerprint, r.model, r.body)
-                    for r in rows])
+    db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   [(r.name, r.mtime_ns, r.size, r.status, r.problem, r.protocol, r.fingerprint, r.model, r.reading,
+                     r.body) for r in rows])
     db.executemany("DELETE FROM numbers WHERE name = ?", [(r.name,) for r in rows])
     marks = ", ".join("?" * (2 + len(NUMBER_FIELDS)))
     db.executemany(f"INSERT INTO numbers VALUES ({marks})",
@@ -502,4 +531,4 @@ def index_of(folder: str | Path) -> RecordIndex:
 
 
 __all__ = ["SCHEMA_VERSION", "INDEX_DIR", "INDEX_FILE", "NUMBER_FIELDS", "FileRow", "RecordIndex", "index_of",
-           "is_record", "read_file_row", "record_numbers"]
+           "is_record", "model_reading", "read_file_row", "record_numbers"]

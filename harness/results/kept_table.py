@@ -21,7 +21,7 @@ import numpy as np
 
 from harness.io_utils import atomic_write, atomic_write_text
 
-FORMAT = 2  # bump when table_of_numbers' output changes meaning (2: with the bootstrap intervals)
+FORMAT = 3  # bump when table_of_numbers' output changes meaning (2: with the bootstrap intervals; 3: readings)
 STEM = f"table-v{FORMAT}"
 
 

@@ -362,8 +362,8 @@ def write_leaderboard(df_or_records: RunTable | Iterable[dict], out_dir: str | P
     and PNG plots into ``out_dir``. ``extra_sections`` (plain-text blocks, e.g. a suite's margins
     and paper verdicts) are appended to leaderboard.md as preformatted text; ``pairs`` (a run's
     harness.results.pair_status.PairStatus list) adds its failed and not-applicable pairs and fills the
-    overview's empty cells; ``readings`` (harness.results.overview.model_readings) say how each model
-    was read. Returns {name: path};
+    overview's empty cells; ``readings`` say how each model was read (default: the table's,
+    RunTable.readings). Returns {name: path};
     plot names are ``plot_<protocol>`` and ``curve_<file stem>``."""
     t = run_table(df_or_records)
     out = Path(out_dir)
@@ -379,7 +379,7 @@ def write_leaderboard(df_or_records: RunTable | Iterable[dict], out_dir: str | P
     from harness.results.pair_status import markdown_section
 
     pairs_md = markdown_section(pairs or [])
-    md = to_markdown(t, pairs, readings) + (f"\n{pairs_md}" if pairs_md else "") \
+    md = to_markdown(t, pairs, t.readings if readings is None else readings) + (f"\n{pairs_md}" if pairs_md else "") \
         + "".join(f"\n```\n{block}\n```\n" for block in extra_sections or [])
     paths["md"] = atomic_write_text(out / "leaderboard.md", md)
     paths["html"] = atomic_write_text(out / "leaderboard.html", to_html(t))
@@ -390,3 +390,31 @@ def write_leaderboard(df_or_records: RunTable | Iterable[dict], out_dir: str | P
     draw_once([(path, spec) for _, path, spec in figures])
     paths.update({name: path for name, path, _ in figures})
     return paths
+
+
+# ----------------------------------------------------------------------------- a run's files
+CHECKS = "checks.json"  # beside a run's pairs.json: its suite's checks (margins, paper verdicts) as text
+
+
+def write_run_leaderboard(table: RunTable, out_dir: str | Path, pairs: list, checks: list[str]) -> dict[str, Path]:
+    """A run's leaderboard files, written one way by the run itself and by `ssl-bench leaderboard`
+    from its records folder, so that the two are the same bytes: ``table`` (the records' RunTable,
+    with its readings and parts without a number), ``pairs`` (the run's PairStatus list, as
+    pairs.json keeps it) and ``checks`` (the suite's check blocks, as checks.json keeps them:
+    :func:`write_checks`), appended to leaderboard.md."""
+    return write_leaderboard(table, out_dir, extra_sections=checks, pairs=list(pairs) + table.no_number)
+
+
+def write_checks(path: str | Path, checks: list[str]) -> Path:
+    """A run's suite check blocks, kept for `ssl-bench leaderboard` to write its leaderboard again."""
+    import json
+
+    return atomic_write_text(Path(path), json.dumps(list(checks), indent=1) + "\n")
+
+
+def read_checks(path: str | Path) -> list[str]:
+    """The check blocks a run kept (:func:`write_checks`); [] where there is no such file."""
+    import json
+
+    path = Path(path)
+    return [str(block) for block in json.loads(path.read_text())] if path.is_file() else []

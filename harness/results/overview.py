@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.results.index import model_reading
 from harness.results.protocol_tables import protocol_tables
 from harness.results.pair_status import FAILED, NOT_APPLICABLE, PairStatus
 from harness.results.run_table import RunTable, run_table
@@ -132,22 +133,6 @@ def overview_html(o: Overview, readings: dict[str, str] | None = None) -> str:
                + "</ul>") if readings else ""
     return (f'<section id="overview"><h2>Overview</h2><p class="note">{esc(LEGEND)}</p>'
             f"<table>{head}{body}</table>{reading}</section>")
-
-
-def model_reading(model: dict) -> str:
-    """How a record's model was read: its source, input normalisation and readout (layers,
-    pooling, prefix tokens), from the adapter block; ssl-bench's own ViTs say so."""
-    a = model.get("adapter")
-    if not isinstance(a, dict):
-        regs = int(model.get("reg_tokens") or 0)
-        what = model.get("context") if model.get("context") in ("pixels", "chance") else "ssl-bench ViT"
-        return (f"{what} {model.get('arch')} · ImageNet mean/std · [CLS] and patch tokens of the last blocks"
-                f"{f', {regs} register tokens' if regs else ''}, stride {model.get('patch_size')}")
-    norm = a.get("input_norm")
-    if a.get("norm_source"):
-        norm = f"{norm} ({a['norm_source']})"
-    readout = ", ".join(f"{k.replace('_', ' ')} {a[k]}" for k in ("layers", "pooling", "prefix_tokens") if k in a)
-    return f"{model.get('spec') or a.get('adapter')} · {norm} · {readout}, stride {a.get('stride')}"
 
 
 def model_readings(records: list[dict]) -> dict[str, str]:

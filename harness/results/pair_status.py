@@ -70,14 +70,40 @@ def record_parts(rec: dict) -> list[tuple]:
     from harness.variants import variant_label
 
     proto = rec.get("protocol") or {}
-    model, name, preset = rec["model"]["name"], proto.get("name", "?"), proto.get("preset")
+    return _parts(rec["model"]["name"], proto.get("name", "?"), proto.get("preset"),
+                  variant_label(rec.get("variant") or {}), rec.get("metrics_undefined"), rec.get("flags"))
+
+
+def _parts(model, name, preset, variant: str, undefined: dict | None, flags: list | None) -> list[tuple]:
     out = []
-    for metric, reason in (rec.get("metrics_undefined") or {}).items():
-        variant = variant_label(rec.get("variant") or {})
+    for metric, reason in (undefined or {}).items():
         state = NOT_APPLICABLE if str(reason).startswith("not applicable") else NO_VALUE
         text = str(reason).removeprefix("not applicable: ")
         out.append((model, name, preset, state, f"{variant + ' ' if variant else ''}{metric}: {text}"))
-    return out + [(model, name, preset, FLAGGED, flag) for flag in rec.get("flags") or []]
+    return out + [(model, name, preset, FLAGGED, flag) for flag in flags or []]
+
+
+def frame_parts(df) -> list[tuple]:
+    """:func:`record_parts` of each record of a harness.results.records.load_results() frame,
+    read off its columns (``rec.metrics_undefined``, ``rec.flags``), in its rows' order."""
+    import pandas as pd
+
+    raw = [c for c in ("rec.metrics_undefined", "rec.flags") if c in df.columns]
+    if not raw or not len(df):
+        return []
+    seen, out = set(), []
+    cols = ("record_id", "model", "protocol", "preset", "variant", *raw)
+    for rid, model, name, preset, variant, *extra in zip(*(df[c].astype(object).tolist() for c in cols)):
+        if rid in seen:
+            continue
+        seen.add(rid)
+        got = dict(zip(raw, extra))
+        undefined, flags = (got.get(c) for c in ("rec.metrics_undefined", "rec.flags"))
+        none = lambda v: v is None or v is pd.NA  # noqa: E731
+        out += _parts(model, "?" if none(name) else name, None if none(preset) else preset,
+                      "" if none(variant) else variant, None if none(undefined) else undefined,
+                      None if none(flags) else flags)
+    return out
 
 
 def parts_of(parts: list[tuple]) -> list[PairStatus]:

@@ -296,13 +296,12 @@ def load_results(source: str | Path | Iterable[dict] | None = None, *,
     metric, value, device, wall_s, created, git_commit, ...), then every field of the record
     verbatim under its path, ``rec.model.name``, ``rec.protocol.params.k``, ``rec.cost.wall_s``,
     ... (<NA> where a record lacks the field). ``to_records(df)`` rebuilds the records;
-    ``harness.results.leaderboard.pivot(df)`` is the leaderboard table of the rows.
+    ``harness.results.leaderboard.pivot(df)`` is the leaderboard table of the rows. Made in one
+    pass: each record read once (a folder's through its index), its fields repeated over its rows.
     """
-    import pandas as pd
-
     protocols, models, datasets, metrics = map(_as_list, (protocol, model, dataset, metric))
     fps = _as_list(fingerprint)
-    rows: list[dict[str, Any]] = []
+    kept: list[tuple[dict, dict, list]] = []  # per record: (typed fields, raw fields, its numbers)
     for rec in _records_of(source):
         if not is_record(rec):
             continue
@@ -326,20 +325,42 @@ def load_results(source: str | Path | Iterable[dict] | None = None, *,
             numbers = [(m, v) for m, v in numbers if m in metrics]
             if not numbers:
                 continue
-        for m, v in numbers or [(None, float("nan"))]:  # a record without numbers keeps one row
-            rows.append({**typed, "metric": m, "value": v, **raw})
-    raw_cols = sorted({c for r in rows for c in r if c.startswith(RAW_PREFIX)}, key=_raw_order)
+        kept.append((typed, raw, numbers or [(None, float("nan"))]))  # a record without numbers keeps one row
+    return _results_frame(kept, _folder_of(source))
+
+
+def _results_frame(kept: list[tuple[dict, dict, list]], folder: Path | None) -> "pd.DataFrame":
+    """The frame of load_results(), column by column: each record's fields repeated over its rows."""
+    import pandas as pd
+
+    counts = [len(numbers) for _, _, numbers in kept]
+    repeat = lambda values: [v for v, k in zip(values, counts) for _ in range(k)]  # noqa: E731
+    numbers = [n for _, _, ns in kept for n in ns]
+    raw_cols = sorted({c for _, raw, _ in kept for c in raw}, key=_raw_order)
     data: dict[str, Any] = {}
     for name, _, dtype in FIELDS:
-        values = [r[name] for r in rows]
+        if name in ("metric", "value"):
+            values = [n[0 if name == "metric" else 1] for n in numbers]
+        else:
+            values = repeat([typed[name] for typed, _, _ in kept])
         if dtype.startswith("datetime"):
             data[name] = pd.to_datetime(pd.Series(values, dtype=object), utc=True, errors="coerce",
                                         format="ISO8601").astype(dtype)
         else:
             data[name] = pd.Series(values, dtype=dtype)
     for c in raw_cols:  # object columns: a stored null stays None, an absent field is <NA>
-        data[c] = pd.Series([r.get(c, pd.NA) for r in rows], dtype=object)
-    return pd.DataFrame(data, columns=TYPED_COLUMNS + raw_cols)
+        data[c] = pd.Series(repeat([raw.get(c, pd.NA) for _, raw, _ in kept]), dtype=object)
+    frame = pd.DataFrame(data, columns=TYPED_COLUMNS + raw_cols)
+    if folder is not None:  # where its records are: the report reads them there (harness.results.report)
+        frame.attrs["records_folder"] = str(folder)
+    return frame
+
+
+def _folder_of(source: str | Path | Iterable[dict] | None) -> Path | None:
+    if source is not None and not isinstance(source, (str, Path)):
+        return None
+    path = Path(source) if source is not None else runs_dir()
+    return path if path.is_dir() else None
 
 
 def _raw_order(col: str) -> tuple:

@@ -41,14 +41,14 @@ from harness.paper.verdict import all_paper_cells
 from harness.results import html_assets
 from harness.results.leaderboard import (baseline_delta, build_leaderboard, format_cell,
                                          random_init_baselines)
-from harness.results.overview import build_overview, model_reading, model_readings, overview_html
+from harness.results.overview import build_overview, model_reading, overview_html
 from harness.results.pair_status import html_section, read_pairs
 from harness.results.panels import read_index
 from harness.results.plots import PLOT_MODELS, axis_label, plot_selection
 from harness.metrics import Metric
 from harness.protocol_info import declared_headline, headline_metric, metric_of
-from harness.results.records import runs_dir, to_records
-from harness.results.run_table import RunTable, run_table, table_of_folder
+from harness.results.records import runs_dir
+from harness.results.run_table import RunTable, run_table, table_of_folder, table_of_records
 from harness.results.sweeps import sweeps_section
 from harness.variants import fraction_value, variant_label
 from harness.results.table import SHORT_FP
@@ -468,9 +468,12 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
     computed twice. ``examples_dir``: the folder whose ``show/`` holds `ssl-bench show`'s drawings
     (the report's own folder, for write_report). ``pairs``: a run's PairStatus list
     (harness.results.pair_status; default the ``pairs.json`` a run wrote beside a records folder),
-    whose failed and not-applicable pairs get a section."""
+    whose failed and not-applicable pairs get a section. A frame's table is read off its columns
+    (harness.results.run_table.table_of_records); its records, for the panels, sweeps and paper
+    cells, are those of its rows (:func:`_frame_records`)."""
     if isinstance(source, pd.DataFrame):
-        records = to_records(source) if len(source) else []
+        records = _frame_records(source)
+        table = table_of_records(source) if table is None else table
     else:
         records = _record_dicts(source)
     folder = Path(source or runs_dir()) if source is None or isinstance(source, (str, Path)) else None
@@ -495,7 +498,7 @@ def build_report(source: str | Path | Iterable[dict] | pd.DataFrame | None = Non
     if pairs is None and folder is not None:  # a folder: its run's pairs, and its records' parts without a number
         pairs = read_pairs(folder.parent / "pairs.json") + t.no_number
     sections, nav = _sections(t, records, by_protocol, records_by_row, cells, tables, examples_dir, pairs or [])
-    overview = overview_html(build_overview(t, pairs), model_readings(records)) if len(t) else ""
+    overview = overview_html(build_overview(t, pairs), t.readings) if len(t) else ""
     if overview:
         sections, nav = [overview] + sections, '<a href="#overview">overview</a>' + nav
     meta = (f"{len(records)} records · {len(t.models)} models · {len(by_protocol)} protocols · "
@@ -601,6 +604,28 @@ def _record_dicts(source: str | Path | Iterable[dict] | None) -> list[dict]:
         found = [json.loads(path.read_text())] if path is not None and path.is_file() else iter_records(path)
         return [r for r in found if is_record(r)]
     return [r for r in source if is_record(r)]
+
+
+def _frame_records(df: pd.DataFrame) -> list[dict]:
+    """The records behind a load_results() frame's rows: read from the records folder it was loaded
+    from (``df.attrs["records_folder"]``, looked up by file in its index), else made of its columns
+    (harness.results.records.to_records: a frame of record dicts holds them nowhere else)."""
+    if not len(df):
+        return []
+    folder = df.attrs.get("records_folder")
+    if folder is None or not Path(folder).is_dir():
+        from harness.results.records import to_records
+
+        return to_records(df)
+    from harness.results.index import index_of, is_record
+
+    index = index_of(Path(folder))
+    ids = set(df["record_id"].astype(object).tolist())
+    found = [index.record(f"{rid}.json") for rid in sorted(ids, key=lambda rid: f"{rid}.json")]
+    found = [r for r in found if is_record(r) and r.get("id") in ids]
+    if len(found) < len(ids):  # a record whose file is not named by its id: looked for among all
+        found = [r for r in index.records(records_only=True) if is_record(r) and r.get("id") in ids]
+    return found
 
 
 def write_report(out: str | Path | None = None, source: str | Path | Iterable[dict] | pd.DataFrame | None = None,

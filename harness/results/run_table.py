@@ -3,12 +3,14 @@ number rows and read by every view of the run (console, CSV, Markdown, HTML, plo
 
 One path from records to the table: a records folder's index keeps one row per number
 (harness.results.index.record_numbers; records given as dicts are turned into the same rows by
-harness.results.table.flatten_records), and :func:`table_of_numbers` groups them into cells with
-one group-by. Rows are models, columns the column keys (protocol, dataset, split, variant,
-metric, fingerprint); ``mean``, ``std``, ``n`` and the 95% interval (``ci_low``, ``ci_high``)
-are (rows x columns) numpy arrays, so a view reads a cell by index, never by a pandas label
-look-up. Each column's variant is parsed once (``variants``); ``frame`` is the same numbers as
-a pandas table (columns ``LEVELS``), for the Python API.
+harness.results.table.flatten_records, a load_results() frame's columns by
+harness.results.table.numbers_of_frame, each in the order of the records' files), and
+:func:`table_of_numbers` groups them into cells with one group-by. Rows are models, columns the
+column keys (protocol, dataset, split, variant, metric, fingerprint); ``mean``, ``std``, ``n``
+and the 95% interval (``ci_low``, ``ci_high``) are (rows x columns) numpy arrays, so a view reads
+a cell by index, never by a pandas label look-up. Each column's variant is parsed once
+(``variants``); ``frame`` is the same numbers as a pandas table (columns ``LEVELS``), for the
+Python API.
 
 The interval of a cell over several seeds is Student's t over the seeds; of a one-seed cell
 whose record keeps per-image statistics, a seeded bootstrap over the evaluation images
@@ -22,7 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -30,11 +32,11 @@ import pandas as pd
 from harness.metrics import Metric
 from harness.protocol_info import headline_metric, metric_of
 from harness.results import bootstrap, kept_table
-from harness.results.index import index_of, is_record, record_numbers
-from harness.results.pair_status import parts_of, undefined_parts
-from harness.results.records import to_records
+from harness.results.index import index_of, is_record, model_reading, record_numbers
+from harness.results.pair_status import frame_parts, parts_of, undefined_parts
 from harness.results.table import (column_label, conflict_message, disambiguate_data, disambiguate_models,
-                                   fingerprint_conflicts, flatten_records, group_ids, numbers_frame)
+                                   file_order, fingerprint_conflicts, flatten_records, frame_in_file_order,
+                                   group_ids, numbers_frame, numbers_of_frame)
 from harness.variants import fraction_value, parse_variant
 
 # Quantiles of Student's t distribution, 0.975, by degrees of freedom (n - 1): the two-sided
@@ -295,6 +297,12 @@ class RunTable:
         data[:, 2::3] = np.where(self.n > 0, self.n, np.nan)  # no number: NaN, as mean and std
         return pd.DataFrame(data, index=pd.Index(self.models, name="model"), columns=cols)
 
+    @property
+    def readings(self) -> dict[str, str]:
+        """Row -> how its model was read (harness.results.index.model_reading of the record of
+        its oldest number), where known."""
+        return {m: info["reading"] for m, info in self.model_info.items() if info and info.get("reading")}
+
     @cached_property
     def context(self) -> dict[str, str | None]:
         """Model -> its context kind (harness.context), None for a method's model."""
@@ -317,12 +325,18 @@ def column_sort_key(col: tuple) -> tuple:
     return (col[0], col[1], col[2], tuple(var), col[4], col[5])
 
 
-def table_of_numbers(flat: pd.DataFrame, source: bootstrap.PerImageSource | None = None) -> RunTable:
+# (record ids, files) of each row's oldest number -> how each of their models was read
+Readings = Callable[[list[str], list[str]], list[str | None]]
+
+
+def table_of_numbers(flat: pd.DataFrame, source: bootstrap.PerImageSource | None = None,
+                     readings: Readings | None = None) -> RunTable:
     """The RunTable of number rows (harness.results.table.FLAT_COLUMNS) in one group-by: two
     checkpoints under one name become ``name@sha8`` rows, one dataset on several data sets
     ``dataset@data8`` columns, a column under several fingerprints a message; of a re-run of the
     same (model, column, seed) the newest number counts; a cell is the mean, the sample std (0
-    for one seed) and the count over seeds. ``source``: where per-image blocks are."""
+    for one seed) and the count over seeds. ``source``: where per-image blocks are; ``readings``:
+    how the model of each row's oldest record was read (its ``model_info["reading"]``)."""
     # each key column factorised once here; every later grouping reads its codes
     flat = flat.astype({k: "category" for k in ("model", "sha", "data", "seed", *COL_KEYS)})
     flat = disambiguate_data(disambiguate_models(flat))
@@ -359,6 +373,10 @@ def table_of_numbers(flat: pd.DataFrame, source: bootstrap.PerImageSource | None
     first = flat.drop_duplicates("model")  # each model's oldest number: its method, arch, ...
     info = {m: {k: (None if pd.isna(v) else v) for k, v in zip(MODEL_INFO, vals)}
             for m, *vals in zip(first["model"].tolist(), *(first[k].tolist() for k in MODEL_INFO))}
+    if readings is not None:
+        for m, text in zip(first["model"].tolist(), readings(first["id"].tolist(), first["file"].tolist())):
+            if text is not None:
+                info[m]["reading"] = text
     return RunTable(models, keys, mean, std, n, info, [conflict_message(c) for c in conflicts], conflicts,
                     per_image, source)
 
@@ -377,24 +395,52 @@ MODEL_INFO = ("method", "context", "arch", "pretrain_data", "epochs", "sha")  # 
 
 
 def table_of_records(records: Iterable[dict] | pd.DataFrame, kept_in: Path | None = None) -> RunTable:
-    """The RunTable of records given as dicts (or a load_results() frame): their number rows,
-    their per-image blocks in memory. ``kept_in``: the records folder they were written to; the
-    intervals of those whose file is there are kept beside its index, as a folder's own are
-    (keyed by the file's stamp), instead of computed again on every call."""
+    """The RunTable of records given as dicts (or a load_results() frame, read off its columns:
+    no record is made of it again): their number rows in the order of their files, their per-image
+    blocks in memory. ``kept_in``: the records folder they were written to; the intervals of those
+    whose file is there are kept beside its index, as a folder's own are (keyed by the file's
+    stamp), instead of computed again on every call."""
     if isinstance(records, pd.DataFrame):
-        records = to_records(records) if len(records) else []
-    records = [r for r in records if is_record(r)]
+        return _table_of_frame(records, kept_in)
+    records = file_order(r for r in records if is_record(r))
     blocks = {row_id: r["per_image"] for r in records if r.get("per_image") is not None
               for row_id in {n[0] for n in record_numbers(r)}}
-    table = _table_of_dicts(records, blocks, kept_in)
+    by_id = {}
+
+    def readings(ids: list[str], files: list[str]) -> list[str | None]:
+        if not by_id:
+            by_id.update((n[0], r["model"]) for r in records for n in record_numbers(r)[:1])
+        return [model_reading(by_id[i]) if i in by_id else None for i in ids]
+
+    table = _table_of_rows(flatten_records(records), blocks, kept_in, readings)
     table.no_number = undefined_parts(records)
     return table
 
 
-def _table_of_dicts(records: list[dict], blocks: dict, kept_in: Path | None) -> RunTable:
-    flat = flatten_records(records)
+def _table_of_frame(df: pd.DataFrame, kept_in: Path | None) -> RunTable:
+    """:func:`table_of_records` of a load_results() frame: its rows' numbers, each record's
+    per-image block (``rec.per_image``), reading (``rec.model.*``) and parts without a number
+    (harness.results.pair_status.frame_parts) from its columns."""
+    rows = frame_in_file_order(df)
+    ids = rows["record_id"].astype(object).tolist()
+    blocks = {}
+    if "rec.per_image" in rows.columns:
+        blocks = {i: b for i, b in zip(ids, rows["rec.per_image"].tolist()) if b is not pd.NA and b is not None}
+    model_cols = [c for c in rows.columns if str(c).startswith("rec.model.")]
+    first = dict(zip(ids[::-1], range(len(ids) - 1, -1, -1)))  # each record's first row
+
+    def readings(want: list[str], files: list[str]) -> list[str | None]:
+        return [model_reading({c[len("rec.model."):]: v for c, v in zip(model_cols, rows[model_cols].iloc[first[i]])
+                               if v is not pd.NA}) if i in first else None for i in want]
+
+    table = _table_of_rows(numbers_of_frame(rows), blocks, kept_in, readings)
+    table.no_number = parts_of(frame_parts(rows))
+    return table
+
+
+def _table_of_rows(flat: pd.DataFrame, blocks: dict, kept_in: Path | None, readings: Readings) -> RunTable:
     if kept_in is None or not Path(kept_in).is_dir() or not blocks:
-        return table_of_numbers(flat, bootstrap.PerImageSource(blocks=blocks))
+        return table_of_numbers(flat, bootstrap.PerImageSource(blocks=blocks), readings)
     stamps = {}
     for rid in blocks:
         try:
@@ -403,10 +449,10 @@ def _table_of_dicts(records: list[dict], blocks: dict, kept_in: Path | None) -> 
             continue
         stamps[f"{rid}.json"] = (st.st_mtime_ns, st.st_size)
     if not stamps:
-        return table_of_numbers(flat, bootstrap.PerImageSource(blocks=blocks))
+        return table_of_numbers(flat, bootstrap.PerImageSource(blocks=blocks), readings)
     flat["file"] = [f"{rid}.json" if f"{rid}.json" in stamps else "" for rid in flat["id"].tolist()]
     return table_of_numbers(flat, bootstrap.PerImageSource(blocks=blocks, index=index_of(Path(kept_in)),
-                                                           stamps=stamps))
+                                                           stamps=stamps), readings)
 
 
 def table_of_folder(folder: str | Path) -> RunTable:
@@ -427,7 +473,8 @@ def table_of_folder(folder: str | Path) -> RunTable:
         table.__dict__["intervals"] = intervals  # the cached property's value, as kept
         return table
     rows, _ = index.numbers(served)
-    table = table_of_numbers(numbers_frame(rows), source)
+    table = table_of_numbers(numbers_frame(rows), source,
+                             lambda ids, files: list(map(index.readings(files).get, files)))
     if not index.in_memory:
         kept_table.keep(index.path.parent, key, table)
     table.no_number = no_number

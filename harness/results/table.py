@@ -1,11 +1,13 @@
 """Result records as rows of numbers: the layer under the leaderboard, the report and compare.
 
-``flatten_records`` turns records (or a harness.results.records.load_results() frame) into one row
-per number: model, weights, the column key (protocol, dataset, split, variant, metric,
-fingerprint), seed and value, and whether the record keeps per-image statistics: the rows a
-records folder's index keeps (``numbers_frame`` of RecordIndex.numbers), so a table is made one
-way whether its records come as dicts or from a folder. Everything that groups those rows into
-cells goes through here:
+``flatten_records`` turns records into one row per number: model, weights, the column key
+(protocol, dataset, split, variant, metric, fingerprint), seed and value, and whether the record
+keeps per-image statistics: the rows a records folder's index keeps (``numbers_frame`` of
+RecordIndex.numbers), so a table is made one way whether its records come as dicts or from a
+folder. ``numbers_of_frame`` reads the same rows off a harness.results.records.load_results()
+frame's columns, without making records of it again. Rows come in the order of the records'
+files (record id), as a folder's index serves them: a cell's sums add in one order. Everything
+that groups those rows into cells goes through here:
 two checkpoints under one name become ``name@sha8`` rows (``disambiguate_models``), one
 dataset measured on several data sets becomes ``dataset@data8`` columns
 (``disambiguate_data``), and a column measured under several protocol fingerprints is a
@@ -20,7 +22,6 @@ import pandas as pd
 
 from harness.errors import ConfigError
 from harness.results.index import NUMBER_FIELDS, is_record, record_numbers
-from harness.results.records import to_records
 
 SHORT_FP = 8  # characters of a fingerprint shown in labels
 # The rows tables are made of: one per number (harness.results.index.record_numbers), ``id``
@@ -57,14 +58,67 @@ def numbers_frame(rows: list[tuple]) -> pd.DataFrame:
     return frame[FLAT_COLUMNS]
 
 
+def file_order(records: Iterable[dict]) -> list[dict]:
+    """The records in the order of their files in a records folder (``<id>.json``, as its index
+    serves them), each one once as given: a table of them adds its cells' numbers in the order a
+    table of their folder does."""
+    return sorted(records, key=lambda r: f"{r.get('id') or ''}.json")
+
+
 def flatten_records(records: Iterable[dict] | pd.DataFrame) -> pd.DataFrame:
     """The numbers tables are built from (columns ``FLAT_COLUMNS``) of records, or of a
-    harness.results.records.load_results() frame (its rows' numbers): the same rows a records
-    folder's index keeps (harness.results.index.record_numbers), so that a table of records
-    given as dicts and one of a folder are made one way."""
+    harness.results.records.load_results() frame (:func:`numbers_of_frame`): the same rows a
+    records folder's index keeps (harness.results.index.record_numbers), in its order, so that
+    a table of records given as dicts and one of a folder are made one way."""
     if isinstance(records, pd.DataFrame):
-        records = to_records(records) if len(records) else []
-    return numbers_frame([("", *n) for r in records if is_record(r) for n in record_numbers(r)])
+        return numbers_of_frame(records)
+    return numbers_frame([("", *n) for r in file_order(r for r in records if is_record(r))
+                          for n in record_numbers(r)])
+
+
+def frame_in_file_order(df: pd.DataFrame) -> pd.DataFrame:
+    """A load_results() frame's rows in the order of their records' files (stable: each record's
+    numbers keep theirs)."""
+    names = (df["record_id"].astype(object).fillna("") + ".json").to_numpy(dtype=object)
+    return df.iloc[np.argsort(names, kind="stable")] if len(df) else df
+
+
+def _raw(df: pd.DataFrame, column: str) -> list:
+    """A load_results() frame's raw column (``rec.…``) as a list; pd.NA where a record lacks the
+    field (the whole column where none has it)."""
+    return df[column].tolist() if column in df.columns else [pd.NA] * len(df)
+
+
+def _texts(series: pd.Series, missing=None) -> list:
+    return [missing if v is pd.NA or v is None else v for v in series.astype(object).tolist()]
+
+
+def numbers_of_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """The number rows (columns ``FLAT_COLUMNS``) of a harness.results.records.load_results()
+    frame, read off its columns as harness.results.index.record_numbers reads a record: its rows
+    with a metric, in the order of their records' files."""
+    from harness.context import context_kind
+
+    rows = frame_in_file_order(df[df["metric"].notna()]) if len(df) else df
+    weights = [str(w or c or "").removeprefix("weights-") for w, c in
+               zip(_texts(rows["weights_key"], ""), _texts(rows["checkpoint_sha256"], ""))]
+    contexts = [context_kind({k: v for k, v in (("context", ctx), ("method", meth)) if v is not pd.NA})
+                for ctx, meth in zip(_raw(rows, "rec.model.context"), _raw(rows, "rec.model.method"))]
+    stamps = _raw(rows, "rec.protocol.data_stamp")
+    data = ["" if v is None else str(v) for v in
+            (s if s is not pd.NA and s is not None else r for s, r in zip(stamps, _texts(rows["data_root"])))]
+    created = rows["created"].dt.tz_localize(None).to_numpy(dtype="datetime64[us]")
+    seconds = np.where(np.isnat(created), np.nan, created.astype(np.int64) / 1e6)  # as datetime.timestamp()
+    per_image = [int(v is not pd.NA and v is not None) for v in _raw(rows, "rec.per_image")]
+    columns = dict(record_id=_texts(rows["record_id"]), model=_texts(rows["model"]), sha=weights,
+                   method=_texts(rows["method"]), context=contexts, arch=_texts(rows["arch"]),
+                   pretrain_data=_texts(rows["pretrain_data"]), epochs=_texts(rows["epochs"]),
+                   protocol=_texts(rows["protocol"]), dataset=_texts(rows["dataset"], ""),
+                   split=_texts(rows["split"], ""), variant=_texts(rows["variant"], ""),
+                   metric=_texts(rows["metric"]), fingerprint=_texts(rows["fingerprint"], ""),
+                   seed=_texts(rows["seed"]), created=[None if s != s else s for s in seconds.tolist()],
+                   data=data, value=rows["value"].astype(float).tolist(), per_image=per_image)
+    return numbers_frame(list(zip([""] * len(rows), *(columns[f] for f in NUMBER_FIELDS))))
 
 
 def group_ids(frame: pd.DataFrame, columns: list[str], na_is_value: bool = False) -> np.ndarray:
@@ -145,5 +199,6 @@ def conflict_message(conflict: dict) -> str:
             f"re-run the models with one protocol configuration to compare them.")
 
 
-__all__ = ["SHORT_FP", "FLAT_COLUMNS", "IncomparableResultsError", "column_label", "flatten_records", "numbers_frame",
+__all__ = ["SHORT_FP", "FLAT_COLUMNS", "IncomparableResultsError", "column_label", "file_order", "flatten_records",
+           "frame_in_file_order", "numbers_frame", "numbers_of_frame",
            "group_ids", "disambiguate_data", "disambiguate_models", "fingerprint_conflicts", "conflict_message"]

@@ -436,17 +436,18 @@ def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: P
     """Write and print the leaderboard of a run's records, the suite's checks, the pairs that gave
     no number (``pairs``: every pair's PairStatus; failed and not-applicable ones are listed), then
     its failures. The leaderboard (one RunTable) and the paper cells are computed once and shared by
-    the console, the files, the checks and the report."""
+    the console, the files, the checks and the report. The leaderboard files are written as
+    `ssl-bench leaderboard` writes them again from the records folder (harness.results.leaderboard.
+    write_run_leaderboard), with the checks and pairs this run keeps beside it."""
     from harness.paper.verdict import all_paper_cells
-    from harness.results.leaderboard import format_console, write_leaderboard
-    from harness.results.overview import model_readings
-    from harness.results.pair_status import console_block, undefined_parts, write_pairs
+    from harness.results.leaderboard import CHECKS, format_console, write_checks, write_run_leaderboard
+    from harness.results.pair_status import console_block, write_pairs
     from harness.results.run_table import table_of_records
 
     out = Path(out_dir or results_dir())
     pairs = list(pairs or [])
-    shown = pairs + undefined_parts(records)  # and the parts of pairs that have no number
     table = table_of_records(records, kept_in=out / "runs")  # intervals kept beside the records' index
+    shown = pairs + table.no_number  # and the parts of pairs that have no number
     paper = None
     if len(table):
         tables = report_tables(suite)
@@ -456,8 +457,9 @@ def finish_suite(records: list[dict], failures: list[str], t0: float, out_dir: P
             log(f"(paper cells not computed: {type(exc).__name__}: {exc})")
     blocks, failed = suite_checks(suite, records, paper) if len(table) else ([], [])
     failures = failures + failed
-    paths = write_leaderboard(table, out, extra_sections=blocks, pairs=shown,
-                              readings=model_readings(records)) if len(table) else {}
+    paths = write_run_leaderboard(table, out, pairs, blocks) if len(table) else {}
+    if len(table):  # what `ssl-bench leaderboard` reads back to write these files again
+        paths["checks"] = write_checks(out / CHECKS, blocks)
     if pairs:
         out.mkdir(parents=True, exist_ok=True)
         paths["pairs"] = write_pairs(out / "pairs.json", pairs)
