@@ -53,15 +53,17 @@ def test_timm_without_weights_never_falls_back_to_random(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- timm ViT = harness ViT
+VIT_DEPTH = 4
 @pytest.fixture(scope="module")
 def vit_pair(tmp_path_factory):
-    """One random timm ViT-S/16 file, reached through the timm source and through `zoo convert`."""
+    """One random timm ViT-S/16 file, reached through the timm source and through `zoo convert`: four
+    blocks of the twelve (``VIT_DEPTH``), what the features of the last four take."""
     folder = tmp_path_factory.mktemp("vit")
-    path = timm_vit_file(folder)
+    path = timm_vit_file(folder, depth=VIT_DEPTH)
     # `zoo convert` the timm file (its ImageNet head dropped), keeping timm's position resizing
     assert main(["zoo", "convert", str(path), "--out", str(folder / "converted"), "--drop", "head.*",
                  "--pos-interp", "timm"]) == 0
-    via_timm = build_model(f"timm:vit_small_patch16_224.dino,weights={path}", name="vit-timm")
+    via_timm = build_model(f"timm:vit_small_patch16_224.dino,weights={path},depth={VIT_DEPTH}", name="vit-timm")
     via_harness = build_model(f"checkpoint:{folder / 'converted.safetensors'}", name="vit-harness")
     return via_timm, via_harness
 
@@ -103,7 +105,7 @@ def test_timm_vit_and_harness_vit_give_identical_records_and_share_the_cache(vit
 def test_a_bare_timm_name_reads_a_users_file_as_zoo_convert_does(vit_pair, synth_tiny, isolated_home):
     """docs/MODELS.md, "Identity": no pretrained tag's mean and std for the user's own file."""
     path, converted = vit_pair[0].meta["checkpoint"], vit_pair[1].meta["checkpoint"]
-    bare = build_model(f"timm:vit_small_patch16_224,weights={path}", name="vit-timm")
+    bare = build_model(f"timm:vit_small_patch16_224,weights={path},depth={VIT_DEPTH}", name="vit-timm")
     harness_vit = build_model(f"checkpoint:{converted}", name="vit-harness")
     assert bare.record_info()["adapter"]["norm_source"] == "default imagenet"
     assert bare.cache_key == harness_vit.cache_key and bare.meta["_weights_hash"] == harness_vit.meta["sha256"]
@@ -122,8 +124,9 @@ def test_a_bare_timm_name_reads_a_users_file_as_zoo_convert_does(vit_pair, synth
 def test_a_timm_vit_with_its_own_normalisation_is_another_model(tmp_path, vit_pair):
     path = Path(vit_pair[0].meta["checkpoint"])
     # the tag named by the user declares mean = std = 0.5; stating it gives the same model
-    augreg = build_model(f"timm:vit_small_patch16_224.augreg_in21k,weights={path}")
-    stated = build_model(f"timm:vit_small_patch16_224,weights={path},mean=0.5/0.5/0.5,std=0.5/0.5/0.5")
+    augreg = build_model(f"timm:vit_small_patch16_224.augreg_in21k,weights={path},depth={VIT_DEPTH}")
+    stated = build_model(f"timm:vit_small_patch16_224,weights={path},depth={VIT_DEPTH},mean=0.5/0.5/0.5,"
+                         "std=0.5/0.5/0.5")
     info = augreg.record_info()["adapter"]
     assert info["input_norm"].startswith("mean=[0.5") and info["norm_source"] == "timm tag augreg_in21k"
     assert stated.record_info()["adapter"]["norm_source"] == "stated"
