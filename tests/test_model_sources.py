@@ -224,7 +224,7 @@ def test_transformers_folder_without_weights_is_refused(tmp_path):
 
 
 # ----------------------------------------------------------------------------- CNNs, hub, user code
-@pytest.mark.parametrize("spec, stride, dim", [("timm:resnet18,weights=random", 32, 512),
+@pytest.mark.parametrize("spec, stride, dim", [("timm:resnet10t,weights=random", 32, 512),
                                                ("timm:convnext_atto,weights=random", 32, 320),
                                                ("timm:swin_tiny_patch4_window7_224,weights=random", 32, 768)])
 def test_hierarchical_models_give_their_last_stage_as_the_patch_grid(spec, stride, dim):
@@ -238,9 +238,9 @@ def test_hierarchical_models_give_their_last_stage_as_the_patch_grid(spec, strid
 
 
 def test_random_timm_weights_are_seeded():
-    key = build_model("timm:resnet18,weights=random").cache_key
-    assert build_model("timm:resnet18,weights=random,seed=0").cache_key == key
-    assert build_model("timm:resnet18,weights=random,seed=1").cache_key != key
+    key = build_model("timm:resnet10t,weights=random").cache_key
+    assert build_model("timm:resnet10t,weights=random,seed=0").cache_key == key
+    assert build_model("timm:resnet10t,weights=random,seed=1").cache_key != key
 
 
 def test_hub_entry_and_user_code(tmp_path):
@@ -276,12 +276,12 @@ def test_user_weights_are_loaded_strictly(tmp_path):
 
 
 def test_resnet_through_dense_nn_and_knn(synth_tiny, isolated_home):
-    model = build_model("timm:resnet18,weights=random", name="r18")
+    model = build_model("timm:resnet10t,weights=random", name="r10t")  # timm's smallest ResNet
     dense, _ = evaluate(model, build_protocol("dense_nn", "cribo", DENSE), synth_tiny)
     knn, _ = evaluate(model, build_protocol("knn", "synth", KNN), synth_tiny / "imagenet")
     for rec in dense + knn:
         assert rec["model"]["adapter"]["stride"] == 32 and rec["model"]["weights_key"] == model.cache_key
-        assert rec["model"]["spec"] == "timm:resnet18,weights=random"
+        assert rec["model"]["spec"] == "timm:resnet10t,weights=random"
     assert 0 <= dense[0]["metrics"]["mIoU"] <= 100 and 0 <= knn[0]["metrics"]["top1"] <= 100
 
 
@@ -314,7 +314,7 @@ def test_bad_specs_are_one_error_line_and_exit_2(spec, message, synth_tiny, isol
 
 def test_eval_takes_a_model_spec(synth_tiny, isolated_home, capsys):
     rc = main(["eval", "--protocol", "knn", "--preset", "synth", "--dataset", "imagefolder", "--data-root",
-               str(synth_tiny / "imagenet"), "--model", "timm:resnet18,weights=random", "--name", "r18",
+               str(synth_tiny / "imagenet"), "--model", "timm:resnet10t,weights=random", "--name", "r18",
                "--set", "progress=false", "--set", "ks=[3]"])
     assert rc == 0 and "r18" in capsys.readouterr().out
     recs = [json.loads(p.read_text()) for p in _records(isolated_home)]
