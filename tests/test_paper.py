@@ -392,12 +392,8 @@ class FakeProbe(Protocol):
 
 
 @pytest.fixture(scope="module")
-def synth_root(tmp_path_factory):
-    from harness.data.synthetic import generate
-
-    root = tmp_path_factory.mktemp("synth")
-    generate(root, preset="tiny", seed=0, progress=False)
-    return root
+def synth_root(synth_tiny):
+    return synth_tiny  # the session's SynthScenes tiny, seed 0 (read only here)
 
 
 def _tiny_checkpoint(zoo_dir, name, cls_value):
