@@ -62,7 +62,7 @@ CASES = [
     ("timm:no_such_net,weights=random", "timm has no model 'no_such_net'"),
     ("timm:resnet18", "no weights in timm's local cache"),
     ("timm:resnet18,weights=/nowhere/r18.safetensors", "weights file /nowhere/r18.safetensors not found"),
-    ("timm:resnet10t,weights={r18}", "does not fit ResNet"),  # another ResNet, the smallest
+    ("timm:resnet50,weights={r18}", "does not fit ResNet"),
     ("timm:resnet18,weights={truncated}", "cannot be read as a .safetensors file"),
     ("timm:resnet18,weights={text}", "cannot be read as a tensors-only torch file"),
     ("timm:resnet18,weights={folder}", "is a folder"),
