@@ -125,3 +125,28 @@ from shared_fixtures import (  # noqa: E402,F401
     one_torch_thread,
     synth_tiny,
 )
+
+
+@pytest.fixture(scope="session")
+def _cyanure_child():
+    """One spawned process for a worker's cyanure fits (benchmarks.logreg.solver)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool
+
+
+@pytest.fixture
+def logreg_fits_in_one_child(_cyanure_child, monkeypatch):
+    """The logreg protocol's fits, each sweep as ``fit_sweep`` runs it, in one child kept for the
+    session: cyanure stays out of the torch process (the reason ``fit_sweep`` spawns), and its
+    1.3 s start (importing sklearn) is paid once per worker instead of once per sweep. The spawn
+    and the arrays' way through files are benchmarks/logreg/tests' to check."""
+    from benchmarks.logreg import protocol, solver
+
+    def fit_sweep(train_x, train_y, test_x, lambdas, **kw):
+        return _cyanure_child.submit(solver.fit_sweep, train_x, train_y, test_x, list(lambdas), isolate=False,
+                                     **kw).result()
+
+    monkeypatch.setattr(protocol, "fit_sweep", fit_sweep)

@@ -54,14 +54,15 @@ def plain():
 '''
 
 
-def timm_vit_file(folder: Path, seed: int = 0) -> Path:
-    """A timm vit_small_patch16_224 state dict (with its ImageNet head), as a user saves it."""
+def timm_vit_file(folder: Path, seed: int = 0, depth: int = 12) -> Path:
+    """A timm vit_small_patch16_224 state dict (with its ImageNet head), as a user saves it;
+    ``depth`` blocks (timm's ``depth=``: a spec that reads the file names it too)."""
     import timm
     from safetensors.torch import save_file
 
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        model = timm.create_model("vit_small_patch16_224", pretrained=False)
+        model = timm.create_model("vit_small_patch16_224", pretrained=False, depth=depth)
     path = folder / "vit_small_patch16_224.safetensors"
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
     return path

@@ -17,7 +17,7 @@ def _cpu_config(name: str) -> Path:
 
 
 @pytest.mark.parametrize("name", METHODS.names())
-def test_method_conforms(name, synth_tiny, isolated_home):
+def test_method_conforms(name, synth_tiny, isolated_home, logreg_fits_in_one_child):
     report = check_method(_cpu_config(name), synth_tiny)
     assert report["losses"][-1] < report["losses"][0]
     assert set(report["protocols"]) == set(PROTOCOLS.names())  # every registered protocol, plugins too

@@ -19,10 +19,15 @@ SETS = [("davis", "davis2017"), ("image_retrieval", "roxford5k"), ("copy_detecti
 
 @pytest.fixture(scope="module")
 def synth_sets(tmp_path_factory) -> dict[str, Path]:
+    from harness.registry import protocol_declarations
+
+    declared = protocol_declarations()
     base = tmp_path_factory.mktemp("sets")
     made = {}
     for protocol, _ in SETS:
-        out = base / protocol
+        # one folder per generator: image_retrieval's and copy_detection's command finds the set the
+        # other wrote (the same meta.json), and a generator of its own would refuse that folder
+        out = base / (declared[protocol].synthetic or protocol)
         assert main(["data", "synth", "--for", protocol, "--preset", "tiny", "--out", str(out), "--no-progress"]) == 0
         made[protocol] = out
     return made

@@ -4,6 +4,9 @@ extracted: Probe3D's downsampled files beside the release's, read by the ``navi`
 collection without annotations.json or a truncated image is one error line and exit 2."""
 from __future__ import annotations
 
+import contextlib
+import io
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -29,11 +32,22 @@ def packed(tmp_path):
     return tmp_path / "download"
 
 
-def test_round_trip_from_the_archive(packed, tmp_path, capsys):
-    before = snapshot(packed)
-    out = tmp_path / "navi"
-    assert _prepare(packed, out) == 0
-    log = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def from_archive(tmp_path_factory):
+    """One preparation from the packed download, read by the tests that only look at its files:
+    (download, its snapshot before, the prepared folder, the command's exit status and log)."""
+    folder = tmp_path_factory.mktemp("navi")
+    download = write_navi_download(folder / "download", packed=True).parent
+    before = snapshot(download)
+    log = io.StringIO()
+    with contextlib.redirect_stdout(log):
+        rc = _prepare(download, folder / "navi")
+    return download, before, folder / "navi", rc, log.getvalue()
+
+
+def test_round_trip_from_the_archive(from_archive, capsys):
+    packed, before, out, rc, log = from_archive
+    assert rc == 0
     assert "extract: done" in log and f"navi-{OBJECTS[0]}: done (images 6, depth 6)" in log
     for key in ("navi", "navi:probe3d"):
         assert main(["data", "check", key, "--data-root", str(out)]) == 0, capsys.readouterr().out
@@ -45,9 +59,8 @@ def test_round_trip_from_the_archive(packed, tmp_path, capsys):
     assert snapshot(packed) == before
 
 
-def test_resize_as_probe3d(packed, tmp_path):
-    out = tmp_path / "navi"
-    _prepare(packed, out)
+def test_resize_as_probe3d(from_archive):
+    out = from_archive[2]
     folder = out / OBJECTS[0] / COLLECTIONS[0]
     with Image.open(folder / "images" / "000.jpg") as im:
         original = im.convert("RGB")
@@ -69,17 +82,14 @@ def test_resize_as_probe3d(packed, tmp_path):
     assert not list(out.rglob("masks/downsampled_*"))
 
 
-def test_extracted_tree_gives_the_same_files(packed, tmp_path, capsys):
-    from_archive = tmp_path / "a"
-    _prepare(packed, from_archive)
-    capsys.readouterr()
+def test_extracted_tree_gives_the_same_files(from_archive, tmp_path, capsys):
     tree = write_navi_download(tmp_path / "extracted", packed=False)
     before = snapshot(tree)
     from_tree = tmp_path / "b"
     assert _prepare(tmp_path / "extracted", from_tree) == 0
     assert "extract:" not in capsys.readouterr().out
     assert snapshot(tree) == before
-    shared = {k: v for k, v in snapshot(from_archive).items() if "3d_scan" not in k and k != ".prepared.json"}
+    shared = {k: v for k, v in snapshot(from_archive[2]).items() if "3d_scan" not in k and k != ".prepared.json"}
     assert {k: v for k, v in snapshot(from_tree).items() if k != ".prepared.json"} == shared
     assert main(["data", "check", "navi", "--data-root", str(from_tree)]) == 0
 

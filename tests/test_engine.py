@@ -78,13 +78,14 @@ def test_sigkill_then_resume_reaches_the_same_weights(tmp_path, tiny_data):
     assert _losses(tmp_path / "killed") == _losses(tmp_path / "full")
 
 
-def test_resume_refuses_a_different_configuration(tmp_path, tiny_data, dino_six_steps, capsys):
+def test_resume_refuses_a_different_configuration(tmp_path, synth_tiny, capsys):
     cfg = tmp_path / "dino.yaml"
     cfg.write_text(yaml.safe_dump(TINY_DINO))
-    shutil.copytree(dino_six_steps, tmp_path / "o")
-    # in process: the refusal comes before any step, so a new interpreter would only add start-up
-    rc = main(["pretrain", str(cfg), "--data-root", str(tiny_data), "--out", str(tmp_path / "o"), "--no-progress",
-               "--set", "train.max_steps=6", "--set", "train.lr=1e-3"])
+    # in process, the finished run too: a new interpreter would only add start-up (torch's import)
+    run = ["pretrain", str(cfg), "--data-root", str(synth_tiny), "--out", str(tmp_path / "o"), "--no-progress",
+           "--set", "train.max_steps=6"]
+    assert main(run) == 0 and (tmp_path / "o" / "resume.pt").is_file()
+    rc = main([*run, "--set", "train.lr=1e-3"])
     assert rc == 2 and "different configuration" in capsys.readouterr().err
 
 

@@ -66,7 +66,7 @@ def test_leaderboard_headers_say_which_selection_a_column_uses():
     assert variant_text("knn", {"k": 20, "feature": "cls"}) == "k=20 cls"
 
 
-def test_logreg_reports_the_lambda_a_holdout_chooses(synth_tiny, isolated_home):
+def test_logreg_reports_the_lambda_a_holdout_chooses(synth_tiny, isolated_home, logreg_fits_in_one_child):
     pytest.importorskip("cyanure")
     model = ModelHandle.random_init("vit_cpu_tiny", seed=0)
     cls = PROTOCOLS.get("logreg")

@@ -91,9 +91,15 @@ def test_one_model_on_two_data_sets_never_shares_or_hides_a_cell():
     assert {c[1] for c in one.keys} == {"voc"}
 
 
-def test_outputs_exist_and_parse(tmp_path):
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """The leaderboard's files of three models, written once: each test reads its files."""
     recs = _records() + [_rec("mae-c", "knn", "synth_in", {"top1": 10.0}, variant={"k": 20}, fp=FP_OTHER)]
-    paths = write_leaderboard(recs, tmp_path / "lb")
+    return write_leaderboard(recs, tmp_path_factory.mktemp("lb"))
+
+
+def test_outputs_exist_and_parse(written):
+    paths = written
     wide = pd.read_csv(paths["csv"], index_col=0)
     assert set(wide.index) == {"dino-a", "ibot-b", "mae-c"}
     assert any("top5" in c for c in wide.columns)  # all metrics in the CSV
@@ -180,10 +186,8 @@ def test_only_method_rows_get_a_delta_context_rows_are_references():
     assert refs == {"dino-a": "random-r", "ibot-b": "random-r"}
 
 
-def test_leaderboard_csv_is_unchanged(tmp_path):
-    recs = _records() + [_rec("mae-c", "knn", "synth_in", {"top1": 10.0}, variant={"k": 20}, fp=FP_OTHER)]
-    paths = write_leaderboard(recs, tmp_path)
-    assert paths["csv"].read_text() == (
+def test_leaderboard_csv_is_unchanged(written):
+    assert written["csv"].read_text() == (
         "model,dense_nn | synth_voc/val | fraction=1/8 | mIoU,dense_nn | synth_voc/val | fraction=1/8 | pixel_acc,"
         "dense_nn | synth_voc/val | fraction=1/2 | mIoU,dense_nn | synth_voc/val | fraction=1/2 | pixel_acc,"
         "dense_nn | synth_voc/val | fraction=1 | mIoU,dense_nn | synth_voc/val | fraction=1 | pixel_acc,"

@@ -53,15 +53,17 @@ def test_timm_without_weights_never_falls_back_to_random(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- timm ViT = harness ViT
+VIT_DEPTH = 4
 @pytest.fixture(scope="module")
 def vit_pair(tmp_path_factory):
-    """One random timm ViT-S/16 file, reached through the timm source and through `zoo convert`."""
+    """One random timm ViT-S/16 file, reached through the timm source and through `zoo convert`: four
+    blocks of the twelve (``VIT_DEPTH``), what the features of the last four take."""
     folder = tmp_path_factory.mktemp("vit")
-    path = timm_vit_file(folder)
+    path = timm_vit_file(folder, depth=VIT_DEPTH)
     # `zoo convert` the timm file (its ImageNet head dropped), keeping timm's position resizing
     assert main(["zoo", "convert", str(path), "--out", str(folder / "converted"), "--drop", "head.*",
                  "--pos-interp", "timm"]) == 0
-    via_timm = build_model(f"timm:vit_small_patch16_224.dino,weights={path}", name="vit-timm")
+    via_timm = build_model(f"timm:vit_small_patch16_224.dino,weights={path},depth={VIT_DEPTH}", name="vit-timm")
     via_harness = build_model(f"checkpoint:{folder / 'converted.safetensors'}", name="vit-harness")
     return via_timm, via_harness
 
@@ -103,7 +105,7 @@ def test_timm_vit_and_harness_vit_give_identical_records_and_share_the_cache(vit
 def test_a_bare_timm_name_reads_a_users_file_as_zoo_convert_does(vit_pair, synth_tiny, isolated_home):
     """docs/MODELS.md, "Identity": no pretrained tag's mean and std for the user's own file."""
     path, converted = vit_pair[0].meta["checkpoint"], vit_pair[1].meta["checkpoint"]
-    bare = build_model(f"timm:vit_small_patch16_224,weights={path}", name="vit-timm")
+    bare = build_model(f"timm:vit_small_patch16_224,weights={path},depth={VIT_DEPTH}", name="vit-timm")
     harness_vit = build_model(f"checkpoint:{converted}", name="vit-harness")
     assert bare.record_info()["adapter"]["norm_source"] == "default imagenet"
     assert bare.cache_key == harness_vit.cache_key and bare.meta["_weights_hash"] == harness_vit.meta["sha256"]
@@ -122,8 +124,9 @@ def test_a_bare_timm_name_reads_a_users_file_as_zoo_convert_does(vit_pair, synth
 def test_a_timm_vit_with_its_own_normalisation_is_another_model(tmp_path, vit_pair):
     path = Path(vit_pair[0].meta["checkpoint"])
     # the tag named by the user declares mean = std = 0.5; stating it gives the same model
-    augreg = build_model(f"timm:vit_small_patch16_224.augreg_in21k,weights={path}")
-    stated = build_model(f"timm:vit_small_patch16_224,weights={path},mean=0.5/0.5/0.5,std=0.5/0.5/0.5")
+    augreg = build_model(f"timm:vit_small_patch16_224.augreg_in21k,weights={path},depth={VIT_DEPTH}")
+    stated = build_model(f"timm:vit_small_patch16_224,weights={path},depth={VIT_DEPTH},mean=0.5/0.5/0.5,"
+                         "std=0.5/0.5/0.5")
     info = augreg.record_info()["adapter"]
     assert info["input_norm"].startswith("mean=[0.5") and info["norm_source"] == "timm tag augreg_in21k"
     assert stated.record_info()["adapter"]["norm_source"] == "stated"
@@ -221,7 +224,7 @@ def test_transformers_folder_without_weights_is_refused(tmp_path):
 
 
 # ----------------------------------------------------------------------------- CNNs, hub, user code
-@pytest.mark.parametrize("spec, stride, dim", [("timm:resnet18,weights=random", 32, 512),
+@pytest.mark.parametrize("spec, stride, dim", [("timm:resnet10t,weights=random", 32, 512),
                                                ("timm:convnext_atto,weights=random", 32, 320),
                                                ("timm:swin_tiny_patch4_window7_224,weights=random", 32, 768)])
 def test_hierarchical_models_give_their_last_stage_as_the_patch_grid(spec, stride, dim):
@@ -235,9 +238,9 @@ def test_hierarchical_models_give_their_last_stage_as_the_patch_grid(spec, strid
 
 
 def test_random_timm_weights_are_seeded():
-    key = build_model("timm:resnet18,weights=random").cache_key
-    assert build_model("timm:resnet18,weights=random,seed=0").cache_key == key
-    assert build_model("timm:resnet18,weights=random,seed=1").cache_key != key
+    key = build_model("timm:resnet10t,weights=random").cache_key
+    assert build_model("timm:resnet10t,weights=random,seed=0").cache_key == key
+    assert build_model("timm:resnet10t,weights=random,seed=1").cache_key != key
 
 
 def test_hub_entry_and_user_code(tmp_path):
@@ -273,12 +276,12 @@ def test_user_weights_are_loaded_strictly(tmp_path):
 
 
 def test_resnet_through_dense_nn_and_knn(synth_tiny, isolated_home):
-    model = build_model("timm:resnet18,weights=random", name="r18")
+    model = build_model("timm:resnet10t,weights=random", name="r10t")  # timm's smallest ResNet
     dense, _ = evaluate(model, build_protocol("dense_nn", "cribo", DENSE), synth_tiny)
     knn, _ = evaluate(model, build_protocol("knn", "synth", KNN), synth_tiny / "imagenet")
     for rec in dense + knn:
         assert rec["model"]["adapter"]["stride"] == 32 and rec["model"]["weights_key"] == model.cache_key
-        assert rec["model"]["spec"] == "timm:resnet18,weights=random"
+        assert rec["model"]["spec"] == "timm:resnet10t,weights=random"
     assert 0 <= dense[0]["metrics"]["mIoU"] <= 100 and 0 <= knn[0]["metrics"]["top1"] <= 100
 
 
@@ -311,7 +314,7 @@ def test_bad_specs_are_one_error_line_and_exit_2(spec, message, synth_tiny, isol
 
 def test_eval_takes_a_model_spec(synth_tiny, isolated_home, capsys):
     rc = main(["eval", "--protocol", "knn", "--preset", "synth", "--dataset", "imagefolder", "--data-root",
-               str(synth_tiny / "imagenet"), "--model", "timm:resnet18,weights=random", "--name", "r18",
+               str(synth_tiny / "imagenet"), "--model", "timm:resnet10t,weights=random", "--name", "r18",
                "--set", "progress=false", "--set", "ks=[3]"])
     assert rc == 0 and "r18" in capsys.readouterr().out
     recs = [json.loads(p.read_text()) for p in _records(isolated_home)]

@@ -12,7 +12,7 @@ from harness.protocol_info import build_protocol
 from harness.running.evaluate import evaluate
 
 open_clip = pytest.importorskip("open_clip")
-from model_zoo_fixtures import tiny_open_clip  # noqa: E402
+from model_zoo_fixtures import TINY_OPEN_CLIP, tiny_open_clip  # noqa: E402
 
 KNN = {"dataset": "imagefolder", "feature": "cls", "ks": [3], "progress": False}
 
@@ -76,14 +76,20 @@ def test_other_input_sizes_resize_the_position_table_as_open_clip_does(clip_file
     assert (ours - state["visual.positional_embedding"]).abs().max().item() <= 1e-6
 
 
-def test_wrong_open_clip_specs_are_one_line(clip_files):
+def test_wrong_open_clip_specs_are_one_line(clip_files, tmp_path):
+    import json
+
     config, weights, _ = clip_files
     with pytest.raises(CheckpointError, match="give weights=FILE"):
         build_model(f"open_clip:{config}")
     with pytest.raises(ConfigError, match="open_clip has no model 'ViT-B-3'"):
         build_model("open_clip:ViT-B-3,weights=random")
-    with pytest.raises(ConfigError, match="ViT towers"):
-        build_model("open_clip:RN50,weights=random")
+    # a ResNet image tower (open_clip's ModifiedResNet, as RN50's), one block per stage
+    resnet = tmp_path / "tiny_rn_clip.json"
+    tower = {"image_size": 64, "layers": [1, 1, 1, 1], "width": 16}
+    resnet.write_text(json.dumps({**TINY_OPEN_CLIP, "vision_cfg": tower}))
+    with pytest.raises(ConfigError, match="ModifiedResNet.*ViT towers"):
+        build_model(f"open_clip:{resnet},weights=random")
     with pytest.raises(ConfigError, match=r"unknown option\(s\) \['wieghts'\]"):
         build_model(f"open_clip:{config},wieghts={weights}")
 

@@ -18,7 +18,7 @@ from harness.results.leaderboard import build_leaderboard
 from harness.models.handle import ModelHandle
 from harness.running.reproduce import reproduce
 from harness.paper.spec import (CSV_COLUMNS, PAPER_DIR, list_tables, load_table, paper_numbers, read_paper_csv,
-                                 tolerance_for)
+                                 table_files, tolerance_for)
 from harness.protocol import Protocol, ProtocolResult
 from harness.registry import DATASETS, protocol_declarations, register_protocol
 from harness.results.records import iter_records
@@ -48,8 +48,10 @@ def test_paper_csv_schema():
         assert set(df["zoo_name"]) - {""} <= set(zoo), f
         assert not df.duplicated(["table", "row", "protocol", "dataset", "variant", "metric"]).any(), f
         assert all(v == "" or "=" in v for v in df["variant"]), f
-    for name in list_tables():
-        load_table(name)  # every spec loads and describes its CSV's protocols and datasets
+    # every spec loads and describes its CSV's protocols and datasets (by its file: finding a name's
+    # file reads the installed packages' entry points each time)
+    for name, path in table_files().items():
+        assert load_table(path).name == name
 
 
 def _value(df, **kw):
@@ -200,8 +202,8 @@ def test_every_table_protocol_states_tolerance_reason_and_variant(tmp_path):
     from harness.errors import ConfigError
     from harness.paper.spec import spec_path
 
-    for name in list_tables():
-        raw = yaml.safe_load(spec_path(name).read_text())
+    for name, path in table_files().items():
+        raw = yaml.safe_load(path.read_text())
         for proto, ps in raw["protocols"].items():
             assert isinstance(ps.get("tolerance"), (int, float)) and ps["tolerance"] >= 0, (name, proto)
             assert isinstance(ps.get("tolerance_reason"), str) and len(ps["tolerance_reason"].split()) >= 10, (name,
@@ -390,12 +392,8 @@ class FakeProbe(Protocol):
 
 
 @pytest.fixture(scope="module")
-def synth_root(tmp_path_factory):
-    from harness.data.synthetic import generate
-
-    root = tmp_path_factory.mktemp("synth")
-    generate(root, preset="tiny", seed=0, progress=False)
-    return root
+def synth_root(synth_tiny):
+    return synth_tiny  # the session's SynthScenes tiny, seed 0 (read only here)
 
 
 def _tiny_checkpoint(zoo_dir, name, cls_value):

@@ -19,8 +19,8 @@ TINY = PRESETS["tiny"]
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return generate(tmp_path_factory.mktemp("synth") / "tiny", preset="tiny", seed=0, progress=False)
+def tiny(synth_tiny) -> Path:
+    return synth_tiny  # the session's tiny, seed 0 (read only here); tiny_again is a second generation
 
 
 @pytest.fixture(scope="module")
