@@ -27,10 +27,11 @@ def test_protocol_cores_create_every_tensor_on_their_inputs_device():
     batched heads, dense NN's bank, aggregation and prediction, on CPU inputs."""
     import numpy as np
 
-    from benchmarks.dense_nn.core import aggregate, build_bank, image_labels, predict_image
     from benchmarks.classification.knn import weighted_knn
+    from benchmarks.dense_nn.core import CoreSettings, aggregate, build_bank, image_labels, predict_image
     from harness.probes.linear_grid import GridSGD, LinearHeads, train_grid
-    from test_dense_nn import MASK, settings
+
+    mask = np.array([[0, 0, 1, 1], [0, 1, 1, 2], [255, 255, 2, 255], [255, 255, 3, 3]], dtype=np.uint8)
 
     g = torch.Generator().manual_seed(0)
     train, test = torch.randn(40, 8, generator=g), torch.randn(10, 8, generator=g)
@@ -39,13 +40,13 @@ def test_protocol_cores_create_every_tensor_on_their_inputs_device():
     opt = GridSGD(heads, torch.tensor([0.1, 0.01]))
     rng = np.random.default_rng(0)
     feats = [rng.standard_normal((4, 8)).astype(np.float32) for _ in range(3)]
-    s = settings(label_mode="soft", k=2)
-    labels = [image_labels(MASK, (2, 2), s) for _ in range(3)]
+    s = CoreSettings(num_classes=4, ignore_index=255, patch_size=2, k=2, label_mode="soft")
+    labels = [image_labels(mask, (2, 2), s) for _ in range(3)]
     with torch.device("meta"):
         knn = weighted_knn(train, y_train, test, y_test, ks=[5], backend="torch", device="cpu")
         hist = train_grid(heads, opt, lambda epoch: [(train, y_train)], test, y_test, epochs=1, steps_per_epoch=1)
         bank = build_bank(lambda i: feats[i], labels, s)
         scores = aggregate(bank, feats[0], s)
-        pred = predict_image(scores, (2, 2), MASK.shape, s)
+        pred = predict_image(scores, (2, 2), mask.shape, s)
     assert 0 <= knn[5]["top1"] <= 100 and len(hist.top1) == 1
-    assert scores.device.type == "cpu" and pred.shape == MASK.shape
+    assert scores.device.type == "cpu" and pred.shape == mask.shape
