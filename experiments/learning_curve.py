@@ -25,10 +25,12 @@ from harness.protocol_info import build_protocol
 from harness.models.handle import ModelHandle
 
 
-def evaluate_point(model: ModelHandle, root: Path, linear: bool = True) -> dict:
-    """k-NN (CLS, avgpool), cached-feature linear probe and dense-NN 1/1 of one model."""
+def evaluate_point(model: ModelHandle, root: Path, linear: bool = True,
+                   knn_features: tuple[str, ...] = ("cls", "avgpool")) -> dict:
+    """k-NN (``knn_features``: CLS, avgpool), cached-feature linear probe and dense-NN 1/1 of one
+    model."""
     row = {}
-    for feature in ("cls", "avgpool"):
+    for feature in knn_features:
         res = build_protocol("knn", "synth", {"dataset": "imagefolder", "feature": feature, "ks": [20],
                                              "cache": False, "progress": False}).run(model, root / "imagenet")
         row[f"knn_{feature}_top1"] = res[0].metrics["top1"]

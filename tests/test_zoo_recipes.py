@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.data.synthetic import default_root, generate
 from harness.models.zoo import SHIPPED_ZOO_DIR, load_zoo, recorded_command
 from scripts.synthscenes_zoo import RECIPES
 
@@ -28,9 +29,15 @@ def test_first_steps_of_every_recipe_log_the_shipped_losses(tmp_path):
     env = dict(os.environ, SSL_BENCH_HOME=str(tmp_path / "home"), OMP_WAIT_POLICY="PASSIVE")
     spec = yaml.safe_load(RECIPES.read_text())
     sys_path = [sys.executable, str(REPO / "run_benchmark.py")]
-    subprocess.run(sys_path + ["data", "synth", "--preset", spec["data"]["synth_preset"], "--seed",
-                               str(spec["data"]["synth_seed"]), "--no-progress"], env=env, check=True,
-                   capture_output=True)
+    # the recipes' SynthScenes set, generated once for every slow test that reads it (default
+    # cache), seen where the commands resolve it under their own SSL_BENCH_HOME
+    preset, seed = spec["data"]["synth_preset"], spec["data"]["synth_seed"]
+    shared = generate(default_root(preset, seed), preset=preset, seed=seed, progress=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SSL_BENCH_HOME", env["SSL_BENCH_HOME"])
+        mine = default_root(preset, seed)
+    mine.parent.mkdir(parents=True)
+    mine.symlink_to(shared, target_is_directory=True)
     zoo = load_zoo()
     for name, recipe in spec["recipes"].items():
         out = tmp_path / name

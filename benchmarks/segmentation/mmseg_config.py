@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from benchmarks.segmentation.layouts import seg_sizes
+from benchmarks.segmentation.pipeline_memo import memo_pipeline
 from benchmarks.segmentation.vit_weights import backbone_kwargs
 from harness.data.mmseg_layouts import ResolvedData
 from harness.errors import ConfigError
@@ -104,9 +105,15 @@ def _datasets(cfg: SegConfig, data: ResolvedData) -> tuple[dict, dict]:
     """The train dataset (one, or a concatenation) and the val dataset, with their pipelines."""
     train_pipe, test_pipe = pipelines(cfg, data)
     dataset_type = "BaseSegDataset" if data.is_synthetic else data.spec.mmseg_type
-    train_sets = [dict(type=dataset_type, pipeline=train_pipe, **d) for d in data.train]
+    # mmengine pickles the file list so that loader workers share it, and runs a full
+    # gc.collect() each time (about a second in a process that has run other protocols); without
+    # workers the list is read as it is, the same items
+    kept = dict(serialize_data=cfg.num_workers > 0)
+    if not cfg.num_workers:  # the samples of this process's earlier models (pipeline_memo.py)
+        train_pipe, test_pipe = memo_pipeline(train_pipe), memo_pipeline(test_pipe)
+    train_sets = [dict(type=dataset_type, pipeline=train_pipe, **kept, **d) for d in data.train]
     train_set = train_sets[0] if len(train_sets) == 1 else dict(type="ConcatDataset", datasets=train_sets)
-    val_set = dict(type=dataset_type, pipeline=test_pipe, **data.val)
+    val_set = dict(type=dataset_type, pipeline=test_pipe, **kept, **data.val)
     return train_set, val_set
 
 

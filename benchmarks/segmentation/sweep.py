@@ -13,6 +13,7 @@ import torch
 from benchmarks.segmentation import mmengine_log
 from benchmarks.segmentation.mmseg_config import backbone_config, build_mmseg_config, head_config
 from benchmarks.segmentation.mmseg_vit import register_mmseg_modules
+from benchmarks.segmentation.pipeline_memo import register_memo_pipeline
 from benchmarks.segmentation.vit_weights import save_converted
 from harness.data.mmseg_layouts import ResolvedData, resolve_data
 from harness.openmmlab.checkpoint_loading import mmengine_checkpoint_loading
@@ -81,6 +82,7 @@ def prepare_data(cfg: SegConfig, data_root: str | Path) -> ResolvedData:
     import mmseg.models  # noqa: F401
 
     register_mmseg_modules()
+    register_memo_pipeline()
     register_metric()
     return resolve_data(cfg.dataset, data_root)
 

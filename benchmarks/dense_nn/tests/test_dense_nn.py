@@ -498,6 +498,26 @@ def test_torch_exact_search_blocks_merge_to_the_true_top_k(monkeypatch, queries_
     assert idx.reconstruct(ids[:2]).shape == (2, 6, 8)
 
 
+@pytest.mark.parametrize("draw", ["normal", "ties", "few_values", "float16_grid", "nan_and_inf"])
+@pytest.mark.parametrize("n,k", [(20000, 50), (5003, 6), (2000, 1), (300, 50)])
+def test_topk_rows_is_torch_topk(draw, n, k):
+    # the same values and indices as torch.topk where the shortcut runs (every draw but the last
+    # two on the longer rows), where a row's largest values tie (ties: about one row in three,
+    # searched again by torch), where thousands of values tie (few_values: no shortcut), with
+    # and without a tail of columns past the last full group, and on rows too short for it
+    g = torch.Generator().manual_seed(n + k)
+    sim = torch.randn(12, n, generator=g)
+    if draw in ("ties", "few_values"):
+        sim = torch.randint(0, 3000 if draw == "ties" else 30, (12, n), generator=g).float()
+    elif draw == "float16_grid":
+        sim = sim.half().float()
+    elif draw == "nan_and_inf":
+        sim[2, 7], sim[3, 11], sim[3, 12] = float("nan"), float("inf"), float("inf")
+    want, got = torch.topk(sim, k, dim=1), dense_nn_index.topk_rows(sim, k)
+    assert torch.equal(want.indices, got[1])
+    assert torch.equal(want.values.nan_to_num(), got[0].nan_to_num())
+
+
 def test_hbird_is_the_reference_by_default_and_cribo_keeps_plain_miou():
     hb = DenseNN.from_preset("hbird", {"dataset": "voc"}).cfg
     assert (hb.hungarian, hb.count_absent_classes, hb.count_ignored_class) == (True, True, True)

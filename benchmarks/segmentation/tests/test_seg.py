@@ -297,6 +297,47 @@ def _small_ade(synth_tiny: Path, tmp_path: Path, n_train: int = 8, n_val: int = 
 
 
 @needs_mmseg
+def test_a_kept_sample_is_the_pipelines_and_leaves_the_generators_as_it_would(tmp_path, monkeypatch):
+    import copy
+    import random
+
+    import mmseg.datasets  # noqa: F401  (registers the transforms)
+    import numpy as np
+    from mmengine.dataset import Compose
+    from mmengine.registry import DefaultScope
+    from mmseg.registry import TRANSFORMS
+
+    from benchmarks.segmentation import pipeline_memo
+
+    pipeline_memo.register_memo_pipeline()
+    monkeypatch.setattr(pipeline_memo, "_MEMO", type(pipeline_memo._MEMO)())
+    monkeypatch.setattr(pipeline_memo, "_SIZE", [0])
+    ade = _small_ade(tmp_path, n_train=1, n_val=0) / "ADEChallengeData2016"
+    info = {"img_path": str(next((ade / "images" / "training").iterdir())), "reduce_zero_label": True,
+            "seg_map_path": str(next((ade / "annotations" / "training").iterdir())), "seg_fields": []}
+    steps = [dict(type="LoadImageFromFile"), dict(type="LoadAnnotations"),
+             dict(type="RandomResize", scale=(64, 64), ratio_range=(0.5, 2.0), keep_ratio=True),
+             dict(type="RandomCrop", crop_size=(32, 32)), dict(type="RandomFlip", prob=0.5),
+             dict(type="PhotoMetricDistortion"), dict(type="PackSegInputs")]
+    with DefaultScope.overwrite_default_scope("mmseg"):
+        kept = TRANSFORMS.build(pipeline_memo.memo_pipeline(steps)[0])
+        plain = Compose(steps)
+
+    def draw(pipe, seed):
+        np.random.seed(seed), random.seed(seed), torch.manual_seed(seed)
+        out = pipe(copy.deepcopy(info))  # as a dataset hands out its items
+        return out, np.random.get_state()[1].copy(), random.random(), torch.rand(1)
+
+    for seed in (0, 1, 0, 1):
+        got, want = draw(kept, seed), draw(plain, seed)
+        assert torch.equal(got[0]["inputs"], want[0]["inputs"])
+        assert torch.equal(got[0]["data_samples"].gt_sem_seg.data, want[0]["data_samples"].gt_sem_seg.data)
+        assert got[0]["data_samples"].metainfo == want[0]["data_samples"].metainfo
+        assert (got[1] == want[1]).all() and got[2:] == want[2:]  # the generators go on alike
+    assert len(pipeline_memo._MEMO) == 2  # the second draw of each seed was a hit
+
+
+@needs_mmseg
 def test_mmseg_features_equal_harness_patch_tokens(tmp_path):
     from mmseg.registry import MODELS
 
