@@ -297,7 +297,7 @@ def _small_ade(synth_tiny: Path, tmp_path: Path, n_train: int = 8, n_val: int = 
 
 
 @needs_mmseg
-def test_a_kept_sample_is_the_pipelines_and_leaves_the_generators_as_it_would(tmp_path, monkeypatch):
+def test_a_kept_sample_is_the_pipelines_and_leaves_the_generators_as_it_would(synth_tiny, tmp_path, monkeypatch):
     import copy
     import random
 
@@ -312,7 +312,7 @@ def test_a_kept_sample_is_the_pipelines_and_leaves_the_generators_as_it_would(tm
     pipeline_memo.register_memo_pipeline()
     monkeypatch.setattr(pipeline_memo, "_MEMO", type(pipeline_memo._MEMO)())
     monkeypatch.setattr(pipeline_memo, "_SIZE", [0])
-    ade = _small_ade(tmp_path, n_train=1, n_val=0) / "ADEChallengeData2016"
+    ade = _small_ade(synth_tiny, tmp_path, n_train=1, n_val=0) / "ADEChallengeData2016"
     info = {"img_path": str(next((ade / "images" / "training").iterdir())), "reduce_zero_label": True,
             "seg_map_path": str(next((ade / "annotations" / "training").iterdir())), "seg_fields": []}
     steps = [dict(type="LoadImageFromFile"), dict(type="LoadAnnotations"),
