@@ -184,9 +184,10 @@ class TorchExact:
         max_elems = SIM_ELEMS_CUDA if self.device.type == "cuda" else SIM_ELEMS_CPU
         q_step = max(1, max_elems // block)
         buffer = SimilarityBuffer(min(q_step, len(q)), block, self.device)
-        # a float16 bank is upcast once per block, not once per query chunk, where the float32
-        # block fits the similarity buffer's budget (the same values either way)
-        upcast = {} if block * self.dim <= max_elems else None
+        # a float16 bank is upcast once per search, not once per query chunk, where its whole
+        # float32 copy fits the similarity buffer's budget (the same values either way); a larger
+        # bank is upcast block by block, so that a float16 bank never costs its float32 size
+        upcast = {} if bank.shape[0] * self.dim <= max_elems else None
         out_s, out_i = [], []
         for qs in range(0, len(q), q_step):
             qt = torch.from_numpy(q[qs:qs + q_step]).to(self.device)
