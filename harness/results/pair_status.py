@@ -91,6 +91,9 @@ def frame_parts(df) -> list[tuple]:
     raw = [c for c in ("rec.metrics_undefined", "rec.flags") if c in df.columns]
     if not raw or not len(df):
         return []
+    def none(v) -> bool:
+        return v is None or v is pd.NA
+
     seen, out = set(), []
     cols = ("record_id", "model", "protocol", "preset", "variant", *raw)
     for rid, model, name, preset, variant, *extra in zip(*(df[c].astype(object).tolist() for c in cols)):
@@ -99,7 +102,6 @@ def frame_parts(df) -> list[tuple]:
         seen.add(rid)
         got = dict(zip(raw, extra))
         undefined, flags = (got.get(c) for c in ("rec.metrics_undefined", "rec.flags"))
-        none = lambda v: v is None or v is pd.NA  # noqa: E731
         out += _parts(model, "?" if none(name) else name, None if none(preset) else preset,
                       "" if none(variant) else variant, None if none(undefined) else undefined,
                       None if none(flags) else flags)

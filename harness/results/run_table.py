@@ -3,7 +3,7 @@ number rows and read by every view of the run (console, CSV, Markdown, HTML, plo
 
 One path from records to the table: a records folder's index keeps one row per number
 (harness.results.index.record_numbers; records given as dicts are turned into the same rows by
-harness.results.table.flatten_records, a load_results() frame's columns by
+that function, as harness.results.table.flatten_records turns them, a load_results() frame's columns by
 harness.results.table.numbers_of_frame, each in the order of the records' files), and
 :func:`table_of_numbers` groups them into cells with one group-by. Rows are models, columns the
 column keys (protocol, dataset, split, variant, metric, fingerprint); ``mean``, ``std``, ``n``
@@ -35,7 +35,7 @@ from harness.results import bootstrap, kept_table
 from harness.results.index import index_of, is_record, model_reading, record_numbers
 from harness.results.pair_status import frame_parts, parts_of, undefined_parts
 from harness.results.table import (column_label, conflict_message, disambiguate_data, disambiguate_models,
-                                   file_order, fingerprint_conflicts, flatten_records, frame_in_file_order,
+                                   file_order, fingerprint_conflicts, frame_in_file_order,
                                    group_ids, numbers_frame, numbers_of_frame)
 from harness.variants import fraction_value, parse_variant
 
@@ -403,16 +403,15 @@ def table_of_records(records: Iterable[dict] | pd.DataFrame, kept_in: Path | Non
     if isinstance(records, pd.DataFrame):
         return _table_of_frame(records, kept_in)
     records = file_order(r for r in records if is_record(r))
-    blocks = {row_id: r["per_image"] for r in records if r.get("per_image") is not None
-              for row_id in {n[0] for n in record_numbers(r)}}
-    by_id = {}
+    numbered = [(r, record_numbers(r)) for r in records]  # each record's rows, made once
+    blocks = {numbers[0][0]: r["per_image"] for r, numbers in numbered if numbers and r.get("per_image") is not None}
+    models = {numbers[0][0]: r["model"] for r, numbers in numbered if numbers}  # row id: a record's id
 
     def readings(ids: list[str], files: list[str]) -> list[str | None]:
-        if not by_id:
-            by_id.update((n[0], r["model"]) for r in records for n in record_numbers(r)[:1])
-        return [model_reading(by_id[i]) if i in by_id else None for i in ids]
+        return [model_reading(models[i]) if i in models else None for i in ids]
 
-    table = _table_of_rows(flatten_records(records), blocks, kept_in, readings)
+    flat = numbers_frame([("", *n) for _, numbers in numbered for n in numbers])
+    table = _table_of_rows(flat, blocks, kept_in, readings)
     table.no_number = undefined_parts(records)
     return table
 
