@@ -117,6 +117,17 @@ def model_reading(model: dict) -> str:
     return f"{model.get('spec') or a.get('adapter')} · {norm} · {readout}, stride {a.get('stride')}"
 
 
+def is_number(value: Any) -> bool:
+    """A metric value that is a number row: an int or float, not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def weights_label(model: dict) -> str:
+    """The weights a record's model block names, as the tables label them: ``weights_key``, else
+    the checkpoint sha256, without ``weights-``; "" where neither is given."""
+    return str(model.get("weights_key") or model.get("checkpoint_sha256") or "").removeprefix("weights-")
+
+
 def record_numbers(rec: dict) -> list[tuple]:
     """One tuple per number of a record (fields ``NUMBER_FIELDS``), as the tables read it: the
     weights label (``weights_key``, else the checkpoint sha256, without ``weights-``), the
@@ -127,8 +138,7 @@ def record_numbers(rec: dict) -> list[tuple]:
     from harness.variants import variant_label
 
     model, proto = rec["model"], rec["protocol"]
-    numbers = [(m, float(v)) for m, v in (rec.get("metrics") or {}).items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    numbers = [(m, float(v)) for m, v in (rec.get("metrics") or {}).items() if is_number(v)]
     if not numbers:
         return []
     rid = rec.get("id")
@@ -137,10 +147,9 @@ def record_numbers(rec: dict) -> list[tuple]:
 
         rid = fingerprint(rec, length=20)  # a record without an id still has an identity
     text = lambda v: None if v is None else str(v)  # noqa: E731
-    weights = model.get("weights_key") or model.get("checkpoint_sha256") or ""
     epochs = model.get("epochs")
     data = proto.get("data_stamp") if proto.get("data_stamp") is not None else proto.get("data_root")
-    head = (str(rid), str(model["name"]), str(weights).removeprefix("weights-"), text(model.get("method")),
+    head = (str(rid), str(model["name"]), weights_label(model), text(model.get("method")),
             context_kind({k: model[k] for k in ("context", "method") if k in model}), text(model.get("arch")),
             text(model.get("pretrain_data")),
             float(epochs) if isinstance(epochs, (int, float)) and not isinstance(epochs, bool) else None,
@@ -531,4 +540,4 @@ def index_of(folder: str | Path) -> RecordIndex:
 
 
 __all__ = ["SCHEMA_VERSION", "INDEX_DIR", "INDEX_FILE", "NUMBER_FIELDS", "FileRow", "RecordIndex", "index_of",
-           "is_record", "model_reading", "read_file_row", "record_numbers"]
+           "is_number", "is_record", "model_reading", "read_file_row", "record_numbers", "weights_label"]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import harness
 from harness.config import fingerprint
 from harness.io_utils import atomic_write_json
-from harness.results.index import index_of, is_record
+from harness.results.index import index_of, is_number, is_record
 from harness.paths import results_dir, source_checkout
 from harness.variants import fraction_value, variant_label
 
@@ -198,10 +198,6 @@ _NESTED = {("protocol", "params")}
 _ABSENT = object()
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _raw_fields(rec: dict) -> dict[str, Any]:
     """Every field of a record under its path (``rec.model.name``, ``rec.protocol.params.k``,
     ``rec.cost.wall_s``), numbers of ``metrics`` excepted (they are the rows). An empty block
@@ -212,7 +208,7 @@ def _raw_fields(rec: dict) -> dict[str, Any]:
             if not val:
                 out[f"{RAW_PREFIX}{key}"] = {}
             for k2, v2 in val.items():
-                if key == "metrics" and _is_number(v2):
+                if key == "metrics" and is_number(v2):
                     continue
                 if (key, k2) in _NESTED and isinstance(v2, dict) and v2:
                     for k3, v3 in v2.items():
@@ -254,7 +250,7 @@ def _typed_fields(rec: dict) -> dict[str, Any]:
         elif dtype == "Int64":
             v = _as_int(v) if v is not None else None
         elif dtype == "Float64":
-            v = float(v) if _is_number(v) else None
+            v = float(v) if is_number(v) else None
         elif dtype == "boolean":
             v = v if isinstance(v, bool) else None
         elif dtype == "string" and v is not None and not isinstance(v, str):
@@ -315,7 +311,7 @@ def load_results(source: str | Path | Iterable[dict] | None = None, *,
         if fps is not None and not any((typed["fingerprint"] or "").startswith(f) for f in fps if f):
             continue
         raw = _raw_fields(rec)
-        numbers = [(m, float(v)) for m, v in (rec.get("metrics") or {}).items() if _is_number(v)]
+        numbers = [(m, float(v)) for m, v in (rec.get("metrics") or {}).items() if is_number(v)]
         if headline and numbers:
             from harness.protocol_info import headline_metric
 

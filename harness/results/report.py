@@ -47,6 +47,7 @@ from harness.results.panels import read_index
 from harness.results.plots import PLOT_MODELS, axis_label, plot_selection
 from harness.metrics import Metric
 from harness.protocol_info import declared_headline, headline_metric, metric_of
+from harness.results.index import is_number, weights_label
 from harness.results.records import runs_dir
 from harness.results.run_table import RunTable, run_table, table_of_folder, table_of_records
 from harness.results.sweeps import sweeps_section
@@ -583,14 +584,12 @@ def _records_by_row(records: list[dict], t: RunTable) -> dict[tuple, list[dict]]
     checkpoints of one name apart (harness.results.table.disambiguate_models)."""
     out: dict[tuple, list[dict]] = defaultdict(list)
     for rec in records:
-        if not rec.get("id") or not any(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                        for v in (rec.get("metrics") or {}).values()):
+        if not rec.get("id") or not any(is_number(v) for v in (rec.get("metrics") or {}).values()):
             continue  # no number row: no table row (harness.results.index.record_numbers)
         model, proto = rec["model"], rec["protocol"]
         name = str(model["name"])
         if name not in t.row:
-            sha = str(model.get("weights_key") or model.get("checkpoint_sha256") or "").removeprefix("weights-")
-            name = f"{name}@{sha[:SHORT_FP]}"
+            name = f"{name}@{weights_label(model)[:SHORT_FP]}"
         out[(name, str(proto["name"]), str(proto.get("dataset") or ""), str(proto.get("split") or ""))].append(rec)
     return out
 
