@@ -372,7 +372,7 @@ def _check_suite(suite: SuiteConfig, source: str, data: SuiteData, options: Laun
     protocols = runnable_protocols(suite, log)
     for p in {id(p): p for p, _ in suite_pairs(protocols, entries)}.values():
         protocol = suite_protocol(p, source)
-        if data_parallel(p, source, options):  # e.g. a batch the tasks cannot share: before any job
+        if data_parallel(p, options):  # e.g. a batch the tasks cannot share: before any job
             protocol.check_processes(options.world_size)
     return entries, protocols
 
@@ -425,17 +425,19 @@ def _evaluation_stage(executor, entries, protocols, data, source, options, force
     return records, statuses
 
 
-def data_parallel(entry: ProtocolEntry, source: str, options: LaunchOptions) -> bool:
-    """Whether an entry runs as one job of several tasks: its protocol trains on every process
-    (RUNS_ON_EVERY_RANK) and the options ask for more than one."""
-    return options.world_size > 1 and suite_protocol(entry, source).RUNS_ON_EVERY_RANK
+def data_parallel(entry: ProtocolEntry, options: LaunchOptions) -> bool:
+    """Whether an entry runs as one job of several tasks: its protocol class trains on every
+    process (RUNS_ON_EVERY_RANK) and the options ask for more than one."""
+    from harness.registry import PROTOCOLS
+
+    return options.world_size > 1 and PROTOCOLS.get(entry.name).RUNS_ON_EVERY_RANK
 
 
 def _evaluation_spec(entry: ModelEntry, p: ProtocolEntry, data: SuiteData, source: str, options: LaunchOptions,
                      force: bool, progress: bool, settings: JobSettings) -> JobSpec:
     label = pair_label(p.name, p.preset, entry.name)
     args = (entry, p, data, source, force, progress, settings)
-    if not data_parallel(p, source, options):
+    if not data_parallel(p, options):
         return JobSpec(label, evaluate_job, args, model=entry.name)
     executor = make_executor(options, name=f"ssl-bench-{p.name}", nodes=options.nodes,
                              tasks_per_node=options.tasks_per_node, gpus_per_node=_task_gpus(options))
