@@ -62,7 +62,8 @@ def place(source: Path, name: str, into: Path) -> None:
         raise DataError(f"{source} cannot be read ({exc}): download it again") from exc
 
 
-def _zip(archive: Path) -> zipfile.ZipFile:
+def open_zip(archive: Path) -> zipfile.ZipFile:
+    """The zip ``archive`` opened; one DataError line where it cannot be read."""
     try:
         return zipfile.ZipFile(archive)
     except (zipfile.BadZipFile, OSError) as exc:
@@ -73,7 +74,7 @@ def _zip(archive: Path) -> zipfile.ZipFile:
 def extract_zip(archive: Path, into: Path) -> list[str]:
     """Extract the zip ``archive`` into ``into`` (zipfile keeps every member inside it); the files' names."""
     try:
-        with _zip(archive) as zf:
+        with open_zip(archive) as zf:
             names = [n for n in zf.namelist() if not n.endswith("/")]
             zf.extractall(into)
     except (zipfile.BadZipFile, EOFError, OSError) as exc:
@@ -84,7 +85,7 @@ def extract_zip(archive: Path, into: Path) -> list[str]:
 
 def zip_member(archive: Path, name: str, into: Path) -> Path:
     """The zip member whose file name is ``name`` (at any depth: packings differ) written to ``into/name``."""
-    with _zip(archive) as zf:
+    with open_zip(archive) as zf:
         member = next((m for m in zf.namelist() if Path(m).name == name and not m.endswith("/")), None)
         if member is None:
             raise DataError(f"{archive} holds no {name}; expected the official archive")

@@ -15,14 +15,13 @@ names images without a mask, and reads the first masks' values (train ids 0..170
 from __future__ import annotations
 
 import io
-import zipfile
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from harness.data.archives import open_zip
 from harness.data.prepare import Steps, require
-from harness.errors import DataError
 
 IMAGE_ZIPS = {"train2017": "train2017.zip", "val2017": "val2017.zip"}
 MASK_ZIP = "stuffthingmaps_trainval2017.zip"
@@ -41,18 +40,11 @@ def train_id_table() -> np.ndarray:
     return table
 
 
-def _zip(path: Path):
-    try:
-        return zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise DataError(f"{path} cannot be read ({exc}): a truncated or damaged download; download it again") from exc
-
-
 def _images(steps: Steps, zips: dict[str, Path]) -> None:
     def extract(staging: Path) -> dict:
         counts = {}
         for split, path in zips.items():
-            with _zip(path) as zf:
+            with open_zip(path) as zf:
                 names = [n for n in zf.namelist() if n.startswith(f"{split}/") and not n.endswith("/")]
                 for name in names:
                     zf.extract(name, staging / "images")
@@ -67,7 +59,7 @@ def _masks(steps: Steps, mask_zip: Path) -> None:
 
     def convert(staging: Path) -> dict:
         counts = dict.fromkeys(IMAGE_ZIPS, 0)
-        with _zip(mask_zip) as zf:
+        with open_zip(mask_zip) as zf:
             for name in zf.namelist():
                 split, _, fname = name.partition("/")
                 if split not in counts or not fname.endswith(".png"):
