@@ -56,6 +56,15 @@ def non_finite_paths(obj: Any, where: str = "") -> list[str]:
     return []
 
 
+def link_or_copy(src: Path, dst: Path) -> None:
+    """``dst`` as a hard link to ``src`` (the same bytes, no space), a copy where the file system
+    allows no link between them."""
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system, or links not allowed there
+        shutil.copyfile(src, dst)
+
+
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

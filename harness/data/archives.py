@@ -4,6 +4,7 @@ archive into a staging folder (tar: only regular files and folders inside it, ``
 take a file that ships either as itself or inside a ``.tar.gz`` of the same name; the same for zips."""
 from __future__ import annotations
 
+import os
 import shutil
 import tarfile
 import zipfile
@@ -60,6 +61,14 @@ def place(source: Path, name: str, into: Path) -> None:
                 shutil.copyfileobj(f, out)
     except (tarfile.TarError, EOFError) as exc:
         raise DataError(f"{source} cannot be read ({exc}): download it again") from exc
+
+
+def lift(folder: Path, into: Path) -> None:
+    """Move ``folder``'s entries up into ``into`` and remove it: an archive's top folder whose
+    content is the reader's root."""
+    for item in folder.iterdir():
+        os.rename(item, into / item.name)
+    folder.rmdir()
 
 
 def open_zip(archive: Path) -> zipfile.ZipFile:

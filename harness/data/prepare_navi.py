@@ -19,13 +19,12 @@ systems). Then one step per object, so an interrupted run resumes at the object 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 from harness.data import archives
 from harness.data.prepare import Steps
 from harness.errors import DataError
+from harness.io_utils import link_or_copy
 
 ARCHIVES = ("navi_v1.tar.gz", "navi_v1.tar")
 TREE = "navi_v1"
@@ -62,10 +61,7 @@ def downsample(src: Path, dst: Path, resample: int) -> None:
 
 def _link(src: Path, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:  # another file system, or links not allowed there
-        shutil.copyfile(src, dst)
+    link_or_copy(src, dst)
 
 
 def _check_collection(folder: Path) -> None:
@@ -120,9 +116,7 @@ def _source_tree(steps: Steps) -> tuple[Path, bool]:
         files = archives.extract(archive, staging)
         inner = staging / TREE
         if inner.is_dir():  # the archive's members start with navi_v1/: the objects go to out's top level
-            for item in inner.iterdir():
-                os.rename(item, staging / item.name)
-            inner.rmdir()
+            archives.lift(inner, staging)
         return {"files": files}
 
     steps.run("extract", extract)

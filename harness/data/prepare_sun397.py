@@ -6,7 +6,6 @@ with ``ClassName.txt`` (the archive's, else the partition's), ``Training_01.txt`
 counts (19,850 each in 397 classes) are ``data check``'s."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from harness.data import archives
@@ -16,13 +15,6 @@ from harness.errors import DataError
 ARCHIVE, PARTITIONS = "SUN397.tar.gz", "Partitions.zip"
 LISTS = ("Training_01.txt", "Testing_01.txt")
 SHOWN = 3
-
-
-def _lift(folder: Path, into: Path) -> None:
-    """Move ``folder``'s entries up into ``into`` (the archive's ``SUN397/`` is the reader's root)."""
-    for item in folder.iterdir():
-        os.rename(item, into / item.name)
-    folder.rmdir()
 
 
 def prepare(steps: Steps) -> None:
@@ -36,7 +28,7 @@ def prepare(steps: Steps) -> None:
         images = archives.extract(archive, unpacked)
         if not (unpacked / "SUN397").is_dir():
             raise DataError(f"{archive} has no SUN397/ folder: not the official archive")
-        _lift(unpacked / "SUN397", staging)
+        archives.lift(unpacked / "SUN397", staging)
         names = LISTS if (staging / "ClassName.txt").is_file() else ("ClassName.txt", *LISTS)
         for name in names:
             archives.zip_member(partitions, name, staging)

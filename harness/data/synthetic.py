@@ -32,6 +32,7 @@ import numpy as np
 from PIL import Image
 
 from harness.errors import ConfigError, DataError
+from harness.io_utils import link_or_copy
 
 # Bump when the drawing changes: an existing dataset with another version is not reused.
 GENERATOR_VERSION = 2
@@ -411,14 +412,6 @@ def save_gray_png(label: np.ndarray, path: Path) -> None:
     Image.fromarray(label).save(path, "PNG")
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
-    # The ADE layout shows the very same JPEGs as the VOC layout; a hard link saves space.
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copyfile(src, dst)
-
-
 def _meta_matches(meta_path: Path, preset: str, seed: int) -> bool:
     try:
         meta = json.loads(meta_path.read_text())
@@ -499,7 +492,7 @@ def _scene_job(root: Path, seed: int, cfg: SynthPreset, split: str, i: int) -> s
     save_palette_png(d.label, voc / "SegmentationClass" / f"{stem}.png")
     if split == "train":
         save_gray_png(d.label, voc / "SegmentationClassAug" / f"{stem}.png")
-    _link_or_copy(jpg, ade / "images" / ade_split / f"{stem}.jpg")
+    link_or_copy(jpg, ade / "images" / ade_split / f"{stem}.jpg")  # the same JPEGs as the VOC layout
     save_gray_png(d.label + 1, ade / "annotations" / ade_split / f"{stem}.png")
     return json.dumps({"stem": stem, "split": split, "background": d.background, "objects": d.objects})
 
